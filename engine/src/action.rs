@@ -1,0 +1,129 @@
+//! Action validation: every action is checked against the action space before any worker
+//! sees it, and copied into the action rows in the same pass.
+
+use crate::error::ActionError;
+use crate::spec::{Element, Space};
+
+/// Checks `actions` (all envs, row-major) against `space` and copies them into `dst`.
+///
+/// On error `dst` may be partly written; that is harmless because no worker reads the
+/// action rows until it is sent a command.
+pub fn validate_into<T: Element>(
+    space: &Space,
+    num_envs: usize,
+    actions: &[T],
+    dst: &mut [T],
+) -> Result<(), ActionError> {
+    if T::DTYPE != space.dtype() {
+        return Err(ActionError::WrongDtype {
+            expected: space.dtype(),
+            found: T::DTYPE,
+            space: space.to_string(),
+        });
+    }
+    let per_env = space.num_elements();
+    if actions.len() != num_envs * per_env {
+        return Err(ActionError::WrongLength {
+            expected: num_envs * per_env,
+            found: actions.len(),
+            num_envs,
+            per_env,
+            space: space.to_string(),
+        });
+    }
+    debug_assert_eq!(dst.len(), actions.len());
+    let out_of_range = |i: usize, v: T, expected: String| ActionError::OutOfRange {
+        env_id: i / per_env.max(1),
+        element: i % per_env.max(1),
+        value: format!("{v:?}"),
+        expected,
+    };
+    match space {
+        Space::Discrete { n, start } => {
+            for (i, &v) in actions.iter().enumerate() {
+                let x = v.to_f64() as i64;
+                if x < *start || x >= start + n {
+                    return Err(out_of_range(i, v, format!("an integer in {start}..{} ({space})", start + n)));
+                }
+            }
+        }
+        Space::MultiDiscrete { nvec } => {
+            for (i, &v) in actions.iter().enumerate() {
+                let x = v.to_f64() as i64;
+                let k = nvec[i % per_env];
+                if !(0..k).contains(&x) {
+                    return Err(out_of_range(i, v, format!("an integer in 0..{k} ({space})")));
+                }
+            }
+        }
+        Space::MultiBinary { .. } => {
+            if let Some(i) = actions.iter().position(|v| !matches!(v.to_f64() as i64, 0 | 1)) {
+                return Err(out_of_range(i, actions[i], format!("0 or 1 ({space})")));
+            }
+        }
+        Space::Box { dtype, .. } => {
+            for (i, &v) in actions.iter().enumerate() {
+                let x = v.to_f64();
+                let (lo, hi) = space.box_bounds(i % per_env.max(1)).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+                let ok = if dtype.is_float() {
+                    // NaN never; an infinity only where that bound is itself infinite.
+                    !x.is_nan() && (x.is_finite() || (x > 0.0 && hi == f64::INFINITY) || (x < 0.0 && lo == f64::NEG_INFINITY))
+                } else {
+                    x >= lo && x <= hi
+                };
+                if !ok {
+                    let what = if dtype.is_float() {
+                        format!("a finite number ({space})")
+                    } else {
+                        format!("an integer in [{lo}, {hi}] ({space})")
+                    };
+                    return Err(out_of_range(i, v, what));
+                }
+            }
+        }
+    }
+    dst.copy_from_slice(actions);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::DType;
+
+    fn check<T: Element>(space: &Space, n: usize, a: &[T]) -> Result<Vec<T>, ActionError> {
+        let mut dst = vec![T::zeroed(); a.len()];
+        validate_into(space, n, a, &mut dst).map(|_| dst)
+    }
+
+    #[test]
+    fn discrete_checks_dtype_length_and_range() {
+        let s = Space::discrete(2);
+        assert_eq!(check(&s, 3, &[0i64, 1, 1]).unwrap(), vec![0, 1, 1]);
+        assert!(matches!(check(&s, 3, &[0i32, 1, 1]), Err(ActionError::WrongDtype { expected: DType::I64, found: DType::I32, .. })));
+        assert!(matches!(check(&s, 3, &[0i64, 1]), Err(ActionError::WrongLength { expected: 3, found: 2, .. })));
+        let e = check(&s, 3, &[0i64, 2, 1]).unwrap_err();
+        assert_eq!(e, ActionError::OutOfRange { env_id: 1, element: 0, value: "2".into(), expected: "an integer in 0..2 (Discrete(2))".into() });
+        assert!(e.to_string().contains("env 1"));
+        assert!(check(&Space::Discrete { n: 3, start: -1 }, 1, &[-1i64]).is_ok());
+    }
+
+    #[test]
+    fn box_rejects_non_finite_and_multi_spaces_check_each_entry() {
+        let s = Space::boxed(DType::F32, &[2], -2.0, 2.0);
+        assert!(check(&s, 2, &[0.0f32, 1.0, 5.0, -1.0]).is_ok(), "finite values out of bounds are the env's to clip");
+        let e = check(&s, 2, &[0.0f32, 1.0, f32::NAN, -1.0]).unwrap_err();
+        assert!(matches!(e, ActionError::OutOfRange { env_id: 1, element: 0, .. }));
+        assert!(check(&s, 1, &[f32::INFINITY, 0.0]).is_err());
+        let open = Space::boxed(DType::F64, &[1], f64::NEG_INFINITY, f64::INFINITY);
+        assert!(check(&open, 1, &[f64::INFINITY]).is_ok());
+        let ints = Space::boxed(DType::U8, &[1], 0.0, 9.0);
+        assert!(check(&ints, 1, &[10u8]).is_err());
+        let md = Space::MultiDiscrete { nvec: vec![2, 5] };
+        assert!(check(&md, 2, &[1i64, 4, 0, 0]).is_ok());
+        assert!(matches!(check(&md, 2, &[1i64, 4, 0, 5]), Err(ActionError::OutOfRange { env_id: 1, element: 1, .. })));
+        let mb = Space::MultiBinary { n: 2 };
+        assert!(check(&mb, 1, &[1i8, 0]).is_ok());
+        assert!(check(&mb, 1, &[1i8, 2]).is_err());
+    }
+}

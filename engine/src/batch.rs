@@ -1,0 +1,198 @@
+//! Typed, shaped views of a batch, borrowed straight from the region.
+
+use crate::error::ViewError;
+use crate::spec::Element;
+use std::ops::Range;
+
+/// A read-only `[rows, ...shape]` array in shared memory.
+#[derive(Clone, Debug)]
+pub struct ArrayView<'a, T> {
+    data: &'a [T],
+    shape: Vec<usize>,
+}
+
+impl<'a, T: Element> ArrayView<'a, T> {
+    pub(crate) fn new(data: &'a [T], shape: Vec<usize>) -> Self {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        ArrayView { data, shape }
+    }
+
+    /// Full shape, batch dimension first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of rows (the batch dimension).
+    pub fn len(&self) -> usize {
+        self.shape[0]
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.shape[0] == 0
+    }
+
+    /// All elements, row-major.
+    pub fn as_slice(&self) -> &'a [T] {
+        self.data
+    }
+
+    /// Row `i` (one env's value), flattened.
+    pub fn row(&self, i: usize) -> &'a [T] {
+        let w = self.row_len();
+        &self.data[i * w..(i + 1) * w]
+    }
+
+    /// Elements per row.
+    pub fn row_len(&self) -> usize {
+        self.shape[1..].iter().product()
+    }
+
+    /// Iterates over rows.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = &'a [T]> + 'a {
+        let w = self.row_len().max(1);
+        let data = self.data;
+        let n = self.shape[0];
+        (0..n).map(move |i| &data[i * w..(i + 1) * w])
+    }
+}
+
+/// A read-only array of flags stored as bytes (any non-zero byte reads as `true`, so no
+/// byte written by a worker can make an invalid `bool`).
+#[derive(Clone, Copy, Debug)]
+pub struct Flags<'a>(&'a [u8]);
+
+impl<'a> Flags<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Flags(bytes)
+    }
+
+    /// Flag of row `i`.
+    pub fn get(&self, i: usize) -> bool {
+        self.0[i] != 0
+    }
+
+    /// Number of flags.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no flags.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Iterates over the flags.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = bool> + 'a {
+        self.0.iter().map(|&b| b != 0)
+    }
+
+    /// Whether any flag is set.
+    pub fn any(&self) -> bool {
+        self.0.iter().any(|&b| b != 0)
+    }
+
+    /// The flags as owned bools.
+    pub fn to_vec(&self) -> Vec<bool> {
+        self.iter().collect()
+    }
+
+    /// The raw bytes (0 or non-zero).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// One finished episode reported in a batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Episode {
+    /// The env.
+    pub env_id: usize,
+    /// Sum of its rewards.
+    pub episode_return: f64,
+    /// Its number of steps.
+    pub length: u32,
+}
+
+/// The result of `reset` or `step`: views over the region, valid until the next call on
+/// the pool (the borrow checker enforces it).
+#[derive(Debug)]
+pub struct Batch<'a> {
+    pub(crate) view: crate::pool::BatchData<'a>,
+}
+
+impl<'a> Batch<'a> {
+    /// Number of rows (envs in this batch).
+    pub fn len(&self) -> usize {
+        self.view.env_ids.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.view.env_ids.is_empty()
+    }
+
+    /// The env of each row.
+    pub fn env_ids(&self) -> Range<usize> {
+        self.view.env_ids.clone()
+    }
+
+    /// Observation array `name`, shaped `[rows, ...shape]`.
+    pub fn obs<T: Element>(&self, name: &str) -> Result<ArrayView<'a, T>, ViewError> {
+        self.view.obs(name, false)
+    }
+
+    /// The observation array of a single-array env (named `"obs"`), or the first array.
+    pub fn observations<T: Element>(&self) -> Result<ArrayView<'a, T>, ViewError> {
+        let name = self.view.spec.observations[0].name.clone();
+        self.view.obs(&name, false)
+    }
+
+    /// With `AutoReset::SameStep`: the last observation of the episode that ended at this
+    /// step, for rows where `terminated || truncated` (other rows hold stale data).
+    pub fn final_obs<T: Element>(&self, name: &str) -> Result<ArrayView<'a, T>, ViewError> {
+        self.view.obs(name, true)
+    }
+
+    /// Rewards.
+    pub fn rewards(&self) -> &'a [f32] {
+        self.view.rewards
+    }
+
+    /// Whether each env's episode terminated at this step.
+    pub fn terminated(&self) -> Flags<'a> {
+        Flags::new(self.view.terminated)
+    }
+
+    /// Whether each env's episode was truncated at this step.
+    pub fn truncated(&self) -> Flags<'a> {
+        Flags::new(self.view.truncated)
+    }
+
+    /// Return of the episode that ended at this step (valid where terminated or truncated).
+    pub fn episode_returns(&self) -> &'a [f64] {
+        self.view.episode_return
+    }
+
+    /// Length of the episode that ended at this step (valid where terminated or truncated).
+    pub fn episode_lengths(&self) -> &'a [u32] {
+        self.view.episode_length
+    }
+
+    /// Steps since each env's last reset.
+    pub fn elapsed_steps(&self) -> &'a [u32] {
+        self.view.elapsed_steps
+    }
+
+    /// The episodes that ended at this step.
+    pub fn episodes(&self) -> impl Iterator<Item = Episode> + 'a {
+        let v = &self.view;
+        let (term, trunc, ret, len, ids) =
+            (v.terminated, v.truncated, v.episode_return, v.episode_length, v.env_ids.clone());
+        (0..ids.len()).filter(move |&i| term[i] != 0 || trunc[i] != 0).map(move |i| Episode {
+            env_id: ids.start + i,
+            episode_return: ret[i],
+            length: len[i],
+        })
+    }
+}

@@ -1,0 +1,230 @@
+//! Errors of each pool operation. Every message says what went wrong and what to do.
+
+use crate::launch::WorkerExit;
+use crate::spec::DType;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why [`crate::PoolBuilder::build`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A builder argument is out of range.
+    #[error("invalid pool setting: {0}")]
+    InvalidArgument(String),
+    /// The env id is not registered in the worker program.
+    #[error(
+        "unknown env id {id:?}{}; registered ids: {}",
+        closest.as_ref().map(|c| format!(" (did you mean {c:?}?)")).unwrap_or_default(),
+        registered.join(", ")
+    )]
+    UnknownEnv {
+        /// The id asked for.
+        id: String,
+        /// The ids the worker program knows.
+        registered: Vec<String>,
+        /// The registered id closest to `id`, if any is close.
+        closest: Option<String>,
+    },
+    /// The env rejected its config.
+    #[error("bad config for {id}: {message}")]
+    BadConfig {
+        /// The env id.
+        id: String,
+        /// The env's message, naming the key.
+        message: String,
+    },
+    /// No worker program was given and `shmenv-worker` was not found.
+    #[error(
+        "cannot find the worker program `shmenv-worker` (looked at {}); build it with \
+         `cargo build --release --bin shmenv-worker`, set SHMENV_WORKER_PROGRAM, or call \
+         `.worker_program(path)`",
+        searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    WorkerProgramNotFound {
+        /// Paths tried.
+        searched: Vec<PathBuf>,
+    },
+    /// Starting a worker process failed.
+    #[error("cannot start worker program {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Creating or sizing the shared-memory region failed.
+    #[error("cannot create the shared-memory region ({what}): {source}")]
+    Region {
+        /// Which step.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A worker process ended during start-up.
+    #[error(
+        "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. Check that \
+         {program} is a shmenv worker program built against this shmenv version"
+    )]
+    WorkerDied {
+        /// Worker index.
+        worker: usize,
+        /// Its pid.
+        pid: u32,
+        /// How it ended.
+        exit: WorkerExit,
+        /// The program.
+        program: PathBuf,
+    },
+    /// A worker reported a failure during start-up.
+    #[error("worker {worker} failed to start: {message}")]
+    WorkerFailed {
+        /// Worker index.
+        worker: usize,
+        /// What it said.
+        message: String,
+    },
+    /// Two workers report different specs for the same env id and config.
+    #[error(
+        "workers disagree on the env spec: worker 0 reports {first}, worker {worker} reports \
+         {other}; an env's spaces must depend only on its id and config"
+    )]
+    SpecMismatch {
+        /// The disagreeing worker.
+        worker: usize,
+        /// Worker 0's spec.
+        first: String,
+        /// The other spec.
+        other: String,
+    },
+    /// Workers did not report within the start-up timeout.
+    #[error("workers {workers:?} did not start within {waited:?}; is an env constructor stuck?")]
+    StartupTimeout {
+        /// Workers that had not reported.
+        workers: Vec<usize>,
+        /// How long the pool waited.
+        waited: Duration,
+    },
+}
+
+/// Why an action batch was refused. Nothing reached any worker.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ActionError {
+    /// The slice's element type is not the action space's.
+    #[error("actions have dtype {found}, but the action space {space} takes {expected}: pass a &[{expected}] slice")]
+    WrongDtype {
+        /// What the space takes.
+        expected: DType,
+        /// What was passed.
+        found: DType,
+        /// The action space.
+        space: String,
+    },
+    /// The slice has the wrong number of elements.
+    #[error(
+        "expected {expected} action values ({num_envs} envs x {per_env} per env for {space}), got {found}"
+    )]
+    WrongLength {
+        /// `num_envs * per_env`.
+        expected: usize,
+        /// What was passed.
+        found: usize,
+        /// Number of envs.
+        num_envs: usize,
+        /// Values per env.
+        per_env: usize,
+        /// The action space.
+        space: String,
+    },
+    /// A value is outside the space.
+    #[error("action for env {env_id} (element {element}) is {value}, expected {expected}")]
+    OutOfRange {
+        /// The env.
+        env_id: usize,
+        /// Index of the element within that env's action.
+        element: usize,
+        /// The value passed.
+        value: String,
+        /// What the space allows.
+        expected: String,
+    },
+}
+
+/// Why `reset` or `step` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The actions were refused before any worker saw them; the pool is unchanged.
+    #[error(transparent)]
+    Action(#[from] ActionError),
+    /// `step` before the first `reset`.
+    #[error("step() called before reset(): call pool.reset() first")]
+    NotReset,
+    /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
+    #[error("envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() before stepping them")]
+    NeedsReset {
+        /// The ended envs.
+        env_ids: Vec<usize>,
+    },
+    /// A worker process ended; the pool cannot continue.
+    #[error("worker {worker} (pid {pid}, envs {}..{}) {exit}; the pool is closed, build a new one", env_ids.start, env_ids.end)]
+    WorkerDied {
+        /// Worker index.
+        worker: usize,
+        /// Its pid.
+        pid: u32,
+        /// The envs it hosted.
+        env_ids: Range<usize>,
+        /// How it ended.
+        exit: WorkerExit,
+    },
+    /// An env panicked inside `reset` or `step`.
+    #[error("env {env_id} panicked: {message}")]
+    EnvPanicked {
+        /// The env.
+        env_id: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// A worker reported an error it could not recover from.
+    #[error("worker {worker} (envs {}..{}) failed: {message}", env_ids.start, env_ids.end)]
+    WorkerFailed {
+        /// Worker index.
+        worker: usize,
+        /// The envs it hosted.
+        env_ids: Range<usize>,
+        /// What it said.
+        message: String,
+    },
+    /// An earlier failure closed the pool.
+    #[error("the pool was closed by an earlier error ({reason}); build a new pool")]
+    Closed {
+        /// The earlier error.
+        reason: String,
+    },
+}
+
+/// Why a typed view of a batch could not be made.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ViewError {
+    /// No observation array has this name.
+    #[error("no observation array named {name:?}; the env has {available:?}")]
+    UnknownName {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        available: Vec<String>,
+    },
+    /// The array holds another dtype.
+    #[error("observation {name:?} holds {actual}, not {requested}")]
+    WrongDtype {
+        /// The array.
+        name: String,
+        /// What it holds.
+        actual: DType,
+        /// What was asked for.
+        requested: DType,
+    },
+    /// Final observations exist only with `AutoReset::SameStep`.
+    #[error("final observations are only kept with AutoReset::SameStep")]
+    NoFinalObs,
+}

@@ -1,0 +1,304 @@
+//! Worker launch and supervision.
+//!
+//! Workers are started by exec'ing a worker program (never a bare fork, never the
+//! trainer's own `main`), from a supervisor thread that lives exactly as long as the pool.
+//! That thread matters: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
+//! exits, so forking from whatever thread built the pool would kill the workers when that
+//! thread ends. The supervisor also watches every worker through a pidfd, records how it
+//! ended, and on shutdown gives workers a bounded grace period before killing and reaping
+//! them, so dropping a pool never hangs and never leaves a zombie.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The first argument that tells a worker program it was started by a pool.
+pub const WORKER_FLAG: &str = "--shmenv-worker";
+
+/// How long workers get to exit by themselves after `Close` before they are killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// How a worker process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerExit {
+    /// It called `exit` with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl WorkerExit {
+    fn from_status(s: ExitStatus) -> WorkerExit {
+        match (s.code(), s.signal()) {
+            (Some(c), _) => WorkerExit::Code(c),
+            (None, Some(sig)) => WorkerExit::Signal(sig),
+            (None, None) => WorkerExit::Code(-1),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            WorkerExit::Code(c) => write!(f, "exited with code {c}"),
+            WorkerExit::Signal(sig) => {
+                // SAFETY: strsignal returns a pointer to a static or thread-local string
+                // (or NULL); we copy it out before any other call.
+                let name = unsafe {
+                    let p = libc::strsignal(sig);
+                    if p.is_null() {
+                        String::from("unknown signal")
+                    } else {
+                        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+                    }
+                };
+                write!(f, "killed by signal {sig} ({name})")
+            }
+        }
+    }
+}
+
+/// State shared between the pool and its supervisor thread.
+#[derive(Debug)]
+struct Shared {
+    /// Set once any worker has exited (Release; the pool reads it with Acquire).
+    any_exited: AtomicBool,
+    /// How each worker ended, once it has.
+    exits: Mutex<Vec<Option<WorkerExit>>>,
+}
+
+/// The supervisor of one pool's workers.
+#[derive(Debug)]
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    pids: Vec<u32>,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Supervisor {
+    /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
+    /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
+    pub fn start(program: &Path, region_fd: RawFd, num_workers: usize) -> io::Result<Supervisor> {
+        // SAFETY: eventfd with valid flags; returns a new fd or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `efd` is a fresh fd owned by nobody else.
+        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
+        let stop_fd = stop.as_raw_fd();
+        let shared = Arc::new(Shared {
+            any_exited: AtomicBool::new(false),
+            exits: Mutex::new(vec![None; num_workers]),
+        });
+        let (tx, rx) = mpsc::channel();
+        let program = program.to_path_buf();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("shmenv-supervisor".into())
+            .spawn(move || {
+                let mut children = Vec::with_capacity(num_workers);
+                for w in 0..num_workers {
+                    match spawn_worker(&program, region_fd, w) {
+                        Ok(child) => children.push(child),
+                        Err(e) => {
+                            kill_and_reap(&mut children);
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                let _ = tx.send(Ok(children.iter().map(|c| c.id()).collect::<Vec<_>>()));
+                supervise(children, &thread_shared, stop_fd);
+            })?;
+        match rx.recv() {
+            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, thread: Some(thread) }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(io::Error::other("the supervisor thread ended before spawning the workers"))
+            }
+        }
+    }
+
+    /// Process ids of the workers, by worker index.
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// Whether any worker has exited. Cheap: one atomic load.
+    #[inline]
+    pub fn any_exited(&self) -> bool {
+        // Acquire pairs with the supervisor's Release store after recording the exit.
+        self.shared.any_exited.load(Ordering::Acquire)
+    }
+
+    /// The first worker (by index) that has exited, if any (cheap while none has).
+    pub fn exited_worker(&self) -> Option<(usize, WorkerExit)> {
+        if self.any_exited() {
+            self.first_exit()
+        } else {
+            None
+        }
+    }
+
+    /// The first worker (by index) that has exited, with how it ended.
+    pub fn first_exit(&self) -> Option<(usize, WorkerExit)> {
+        let exits = self.shared.exits.lock().unwrap_or_else(|p| p.into_inner());
+        exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
+    }
+
+    /// Asks the supervisor to finish: workers that have not exited within
+    /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
+    pub fn shutdown(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Child> {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = Command::new(program);
+    cmd.arg(WORKER_FLAG)
+        .arg(index.to_string())
+        .arg(region_fd.to_string())
+        .arg(parent.to_string())
+        .stdin(Stdio::null())
+        // Worker prints go to the trainer's stderr so they never mix with its stdout.
+        .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid, fcntl, _exit) on plain integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            // Keep the region fd open across exec in the child only (the fd table is the
+            // child's own copy; the trainer's fd stays close-on-exec).
+            if libc::fcntl(region_fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", program.display())))
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a non-negative return is a fresh fd owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The supervisor loop: wait for worker exits or the stop request.
+fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
+    let pidfds: Vec<Option<OwnedFd>> = children.iter().map(|c| pidfd_open(c.id())).collect();
+    let have_pidfds = pidfds.iter().all(Option::is_some);
+    let mut alive = vec![true; children.len()];
+    let mut stop_at: Option<Instant> = None;
+    loop {
+        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
+        for (w, p) in pidfds.iter().enumerate() {
+            if let (Some(p), true) = (p, alive[w]) {
+                fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            }
+        }
+        let timeout_ms = match stop_at {
+            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 50) as i32,
+            None if have_pidfds => -1,
+            None => 10,
+        };
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if fds[0].revents & libc::POLLIN != 0 && stop_at.is_none() {
+            stop_at = Some(Instant::now() + SHUTDOWN_GRACE);
+        }
+        for (w, child) in children.iter_mut().enumerate() {
+            if alive[w] {
+                if let Ok(Some(status)) = child.try_wait() {
+                    alive[w] = false;
+                    let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
+                    exits[w] = Some(WorkerExit::from_status(status));
+                    shared.any_exited.store(true, Ordering::Release);
+                }
+            }
+        }
+        if !alive.contains(&true) {
+            break;
+        }
+        if stop_at.is_some_and(|t| Instant::now() >= t) {
+            kill_and_reap(&mut children);
+            break;
+        }
+    }
+}
+
+fn kill_and_reap(children: &mut [Child]) {
+    for c in children.iter_mut() {
+        if let Ok(None) = c.try_wait() {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+}
+
+/// Finds the default worker program `shmenv-worker`: `$SHMENV_WORKER_PROGRAM`, then next
+/// to the running executable (and one level up, for test and example binaries under
+/// `target/*/deps` and `target/*/examples`), then `$PATH`. Returns the paths tried on failure.
+pub fn find_default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
+    const NAME: &str = "shmenv-worker";
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("SHMENV_WORKER_PROGRAM") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let mut dir = exe.parent().map(Path::to_path_buf);
+        for _ in 0..2 {
+            let Some(d) = dir else { break };
+            let candidate = d.join(NAME);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+            tried.push(candidate);
+            dir = d.parent().map(Path::to_path_buf);
+        }
+    }
+    for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let candidate = d.join(NAME);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    tried.push(PathBuf::from("$PATH/shmenv-worker"));
+    Err(tried)
+}

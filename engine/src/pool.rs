@@ -1,0 +1,603 @@
+//! The trainer's handle: builds the region, starts the workers, and steps them.
+
+use crate::action;
+use crate::batch::Batch;
+use crate::error::{BuildError, StepError, ViewError};
+use crate::launch::{self, Supervisor, WorkerExit};
+use crate::protocol::{
+    self, worker_block, AutoReset, Command, Header, Layout, PoolParams, RegionState, WorkerReport,
+    WorkerStatus,
+};
+use crate::region::Region;
+use crate::spec::{Element, EnvSpec};
+use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
+#[derive(Clone, Debug)]
+pub struct PoolBuilder {
+    env_id: String,
+    config: serde_json::Value,
+    num_envs: usize,
+    num_workers: Option<usize>,
+    seed: Option<u64>,
+    autoreset: AutoReset,
+    max_episode_steps: Option<u32>,
+    worker_program: Option<PathBuf>,
+    wait: WaitStrategy,
+    startup_timeout: Duration,
+}
+
+impl PoolBuilder {
+    /// The env's config, a JSON object (`{}` by default). Unknown or ill-typed keys are
+    /// refused by the env with a message naming the key.
+    pub fn config(mut self, config: serde_json::Value) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Number of envs (default 1).
+    pub fn num_envs(mut self, n: usize) -> Self {
+        self.num_envs = n;
+        self
+    }
+
+    /// Number of worker processes (default: available cores, at most `num_envs`). Each
+    /// hosts a contiguous shard of envs.
+    pub fn num_workers(mut self, w: usize) -> Self {
+        self.num_workers = Some(w);
+        self
+    }
+
+    /// Base seed: env `i` is seeded with `seed + i` (wrapping) at the first `reset`, as
+    /// Gymnasium's vector envs do. Default: drawn from the clock and pid.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// What envs do when an episode ends (default [`AutoReset::NextStep`]).
+    pub fn autoreset(mut self, mode: AutoReset) -> Self {
+        self.autoreset = mode;
+        self
+    }
+
+    /// Truncate episodes after `k` steps (overrides the env's own limit).
+    pub fn max_episode_steps(mut self, k: u32) -> Self {
+        self.max_episode_steps = Some(k);
+        self
+    }
+
+    /// The worker program to exec (default: `shmenv-worker`, see
+    /// [`launch::find_default_worker_program`]). Build your own to host your own envs.
+    pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.worker_program = Some(path.into());
+        self
+    }
+
+    /// How the trainer and workers wait for each other (default [`WaitStrategy::Auto`]).
+    pub fn wait(mut self, strategy: WaitStrategy) -> Self {
+        self.wait = strategy;
+        self
+    }
+
+    /// How long workers may take to build their envs (default 60 s).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Creates the region, starts the workers and waits until they all serve.
+    pub fn build(self) -> Result<Pool, BuildError> {
+        Pool::start(self)
+    }
+}
+
+/// A pool of envs stepped by worker processes through shared memory.
+///
+/// ```no_run
+/// use shmenv_engine::Pool;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut pool = Pool::builder("CartPole-v1").num_envs(8).num_workers(2).seed(7).build()?;
+/// let batch = pool.reset()?;
+/// assert_eq!(batch.observations::<f32>()?.shape(), &[8, 4]);
+/// let actions = vec![1i64; 8];
+/// let batch = pool.step(&actions)?;
+/// println!("rewards {:?}", batch.rewards());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Pool {
+    // Field order matters for drop: the supervisor (workers) goes before the region.
+    supervisor: Supervisor,
+    region: Region,
+    layout: Layout,
+    spec: EnvSpec,
+    params: PoolParams,
+    program: PathBuf,
+    seed: u64,
+    waiter: Waiter,
+    first_reset_done: bool,
+    has_reset: bool,
+    closed: Option<String>,
+    /// Envs whose episode ended (only tracked with `AutoReset::Disabled`).
+    ended: Vec<bool>,
+}
+
+impl Pool {
+    /// Starts configuring a pool of `env_id` envs.
+    pub fn builder(env_id: impl Into<String>) -> PoolBuilder {
+        PoolBuilder {
+            env_id: env_id.into(),
+            config: serde_json::json!({}),
+            num_envs: 1,
+            num_workers: None,
+            seed: None,
+            autoreset: AutoReset::NextStep,
+            max_episode_steps: None,
+            worker_program: None,
+            wait: WaitStrategy::Auto,
+            startup_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn start(b: PoolBuilder) -> Result<Pool, BuildError> {
+        let invalid = |m: String| Err(BuildError::InvalidArgument(m));
+        if b.num_envs == 0 || b.num_envs > u32::MAX as usize {
+            return invalid(format!("num_envs must be at least 1, got {}", b.num_envs));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let num_workers = b.num_workers.unwrap_or(cores.min(b.num_envs));
+        if num_workers == 0 || num_workers > b.num_envs {
+            return invalid(format!(
+                "num_workers must be between 1 and num_envs ({}), got {num_workers}",
+                b.num_envs
+            ));
+        }
+        if !b.config.is_object() {
+            return invalid(format!("config must be a JSON object, got {}", b.config));
+        }
+        let program = match b.worker_program {
+            Some(p) => p,
+            None => launch::find_default_worker_program()
+                .map_err(|searched| BuildError::WorkerProgramNotFound { searched })?,
+        };
+        let params = PoolParams {
+            env_id: b.env_id,
+            config: b.config,
+            num_envs: b.num_envs,
+            num_workers,
+            autoreset: b.autoreset,
+            max_episode_steps: b.max_episode_steps,
+            wait: b.wait.name().into(),
+        };
+        let params_json = serde_json::to_vec(&params).expect("params serialize");
+        if params_json.len() > protocol::PARAMS_CAPACITY {
+            return invalid(format!(
+                "config is {} bytes of JSON, more than the {} the region holds",
+                params_json.len(),
+                protocol::PARAMS_CAPACITY
+            ));
+        }
+        let region_err = |what| move |source| BuildError::Region { what, source };
+        let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
+            .map_err(region_err("memfd_create"))?;
+        region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
+        region.write_bytes(protocol::params_offset(num_workers), &params_json);
+
+        let supervisor = Supervisor::start(&program, region.fd(), num_workers)
+            .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        let seed = b.seed.unwrap_or_else(default_seed);
+        let waiter = Waiter::new(b.wait.policy(num_workers + 1, cores));
+        let mut pool = Pool {
+            supervisor,
+            region,
+            // Placeholder until the workers report the spec.
+            layout: Layout::compute(&EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)), &params),
+            spec: EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)),
+            params,
+            program,
+            seed,
+            waiter,
+            first_reset_done: false,
+            has_reset: false,
+            closed: None,
+            ended: Vec::new(),
+        };
+        let result = pool.handshake(b.startup_timeout);
+        if result.is_err() {
+            pool.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Abandoned as u32, Ordering::Release);
+            pool.post_all_workers();
+        }
+        result.map(|()| pool)
+    }
+
+    /// Start-up: collect every worker's spec, lay out the data part, hand it over.
+    fn handshake(&mut self, timeout: Duration) -> Result<(), BuildError> {
+        let w = self.params.num_workers;
+        let deadline = Instant::now() + timeout;
+        self.wait_startup(deadline)?;
+        let mut specs = Vec::with_capacity(w);
+        for worker in 0..w {
+            let report = self.read_report(worker);
+            match report {
+                Some(WorkerReport::Spec(spec)) => specs.push(spec),
+                Some(other) => return Err(self.build_error(worker, other)),
+                None => {
+                    return Err(BuildError::WorkerFailed {
+                        worker,
+                        message: "its report is unreadable (corrupt region?)".into(),
+                    })
+                }
+            }
+        }
+        let first = specs[0].to_string();
+        if let Some(other) = specs.iter().position(|s| s.to_string() != first) {
+            return Err(BuildError::SpecMismatch { worker: other, first, other: specs[other].to_string() });
+        }
+        let spec = EnvSpec::from_json(&specs[0])
+            .and_then(|s| protocol::check_spaces(&s).map(|()| s))
+            .map_err(|message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") })?;
+        let layout = Layout::compute(&spec, &self.params);
+        self.region
+            .grow_and_seal(layout.total_size)
+            .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
+        let mut header: Header = self.region.read_pod(0);
+        header.total_size = layout.total_size as u64;
+        header.layout_hash = layout.hash;
+        self.region.write_pod(0, &header);
+        self.layout = layout;
+        self.spec = spec;
+        if self.params.autoreset == AutoReset::Disabled {
+            self.ended = vec![false; self.params.num_envs];
+        }
+        // Release: publishes the header and the grown region before workers read them.
+        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
+        self.post_all_workers();
+        self.wait_startup(deadline)?;
+        for worker in 0..w {
+            let status = self.worker_status(worker);
+            if status != Some(WorkerStatus::Running) {
+                let report = self.read_report(worker).unwrap_or(WorkerReport::Failed {
+                    message: format!("unexpected status {status:?} after start-up"),
+                });
+                return Err(self.build_error(worker, report));
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_startup(&mut self, deadline: Instant) -> Result<(), BuildError> {
+        let w = self.params.num_workers;
+        let sem = trainer_semaphore(&self.region);
+        let sup = &self.supervisor;
+        let result = sem.acquire(w as u32, &mut self.waiter, Some(deadline), || sup.exited_worker());
+        match result {
+            Ok(()) => Ok(()),
+            Err(WaitOutcome::Aborted((worker, exit))) => Err(BuildError::WorkerDied {
+                worker,
+                pid: self.supervisor.pids()[worker],
+                exit,
+                program: self.program.clone(),
+            }),
+            Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
+                workers: (0..w)
+                    .filter(|&i| {
+                        !matches!(self.worker_status(i), Some(WorkerStatus::Reported | WorkerStatus::Running))
+                    })
+                    .collect(),
+                waited: Duration::ZERO.max(deadline.saturating_duration_since(Instant::now())),
+            }),
+        }
+    }
+
+    fn build_error(&self, worker: usize, report: WorkerReport) -> BuildError {
+        match report {
+            WorkerReport::UnknownEnv { id, registered, .. } => {
+                let closest = closest_match(&id, &registered);
+                BuildError::UnknownEnv { id, registered, closest }
+            }
+            WorkerReport::BadConfig { id, message } => BuildError::BadConfig { id, message },
+            WorkerReport::EnvPanicked { env_id, message } => {
+                BuildError::WorkerFailed { worker, message: format!("env {env_id} panicked: {message}") }
+            }
+            WorkerReport::Failed { message } => BuildError::WorkerFailed { worker, message },
+            WorkerReport::Spec(_) => {
+                BuildError::WorkerFailed { worker, message: "reported a spec instead of running".into() }
+            }
+        }
+    }
+
+    /// The env spec the workers reported.
+    pub fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// Number of envs.
+    pub fn num_envs(&self) -> usize {
+        self.params.num_envs
+    }
+
+    /// Number of worker processes.
+    pub fn num_workers(&self) -> usize {
+        self.params.num_workers
+    }
+
+    /// The envs worker `w` hosts.
+    pub fn shard(&self, w: usize) -> Range<usize> {
+        protocol::shard(w, self.params.num_envs, self.params.num_workers)
+    }
+
+    /// Process ids of the workers.
+    pub fn worker_pids(&self) -> &[u32] {
+        self.supervisor.pids()
+    }
+
+    /// The base seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The auto-reset mode.
+    pub fn autoreset(&self) -> AutoReset {
+        self.params.autoreset
+    }
+
+    /// The worker program.
+    pub fn worker_program(&self) -> &std::path::Path {
+        &self.program
+    }
+
+    /// Address range of the shared mapping (to check that views are zero-copy).
+    pub fn region_range(&self) -> Range<usize> {
+        self.region.base_addr()..self.region.base_addr() + self.region.len()
+    }
+
+    /// Resets every env. The first reset seeds env `i` with `seed + i`; later ones
+    /// continue each env's random stream, like Gymnasium's `reset()` without a seed.
+    pub fn reset(&mut self) -> Result<Batch<'_>, StepError> {
+        if self.first_reset_done {
+            self.run(Command::Reset)
+        } else {
+            let seed = self.seed;
+            self.reset_with_seed(seed)
+        }
+    }
+
+    /// Resets every env, seeding env `i` with `seed + i` (wrapping).
+    pub fn reset_with_seed(&mut self, seed: u64) -> Result<Batch<'_>, StepError> {
+        self.region.write_pod(protocol::RESET_SEED, &seed);
+        self.first_reset_done = true;
+        self.run(Command::ResetSeeded)
+    }
+
+    /// Steps every env with its action: `actions` holds `num_envs` rows of the action
+    /// space's dtype, row-major (`&[i64]` for `Discrete`, `&[f32]` for a `Box` of f32).
+    /// Actions are validated before any worker sees them.
+    pub fn step<T: Element>(&mut self, actions: &[T]) -> Result<Batch<'_>, StepError> {
+        if let Some(reason) = &self.closed {
+            return Err(StepError::Closed { reason: reason.clone() });
+        }
+        if !self.has_reset {
+            return Err(StepError::NotReset);
+        }
+        if self.ended.iter().any(|&e| e) {
+            let env_ids = self.ended.iter().enumerate().filter(|(_, &e)| e).map(|(i, _)| i).collect();
+            return Err(StepError::NeedsReset { env_ids });
+        }
+        let n = self.params.num_envs;
+        let rows = self.layout.actions.rows(0..n);
+        // SAFETY: the action rows are written only by the trainer, and read by workers only
+        // after the next command is posted (below, after this borrow ends). No batch view
+        // borrows them (`&mut self`).
+        let dst = unsafe { self.region.slice_mut::<T>(rows.start, actions.len().min(rows.len() / T::DTYPE.size())) };
+        action::validate_into(&self.spec.action, n, actions, dst)?;
+        self.run(Command::Step)
+    }
+
+    /// Sends `command` to every worker and waits until all are done.
+    fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
+        if let Some(reason) = &self.closed {
+            return Err(StepError::Closed { reason: reason.clone() });
+        }
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
+        // Each post is a Release that publishes the command, seed and actions.
+        self.post_all_workers();
+        let w = self.params.num_workers as u32;
+        let sem = trainer_semaphore(&self.region);
+        let sup = &self.supervisor;
+        let outcome = sem.acquire(w, &mut self.waiter, None, || sup.exited_worker());
+        if let Err(e) = outcome {
+            let err = match e {
+                WaitOutcome::Aborted((worker, exit)) => self.died(worker, exit),
+                WaitOutcome::TimedOut => unreachable!("no deadline"),
+            };
+            self.closed = Some(err.to_string());
+            return Err(err);
+        }
+        // Any worker that failed still posted; find it.
+        for worker in 0..self.params.num_workers {
+            if self.worker_status(worker) != Some(WorkerStatus::Running) {
+                let err = match self.read_report(worker) {
+                    Some(WorkerReport::EnvPanicked { env_id, message }) => StepError::EnvPanicked { env_id, message },
+                    Some(WorkerReport::Failed { message }) => {
+                        StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
+                    }
+                    other => StepError::WorkerFailed {
+                        worker,
+                        env_ids: self.shard(worker),
+                        message: format!("unexpected worker state (report {other:?})"),
+                    },
+                };
+                self.closed = Some(err.to_string());
+                return Err(err);
+            }
+        }
+        self.has_reset = true;
+        if !self.ended.is_empty() {
+            if command == Command::Step {
+                let batch = self.batch(0..self.params.num_envs);
+                let ended: Vec<bool> =
+                    batch.terminated.iter().zip(batch.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
+                self.ended = ended;
+            } else {
+                self.ended.fill(false);
+            }
+        }
+        Ok(Batch { view: self.batch(0..self.params.num_envs) })
+    }
+
+    fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
+        StepError::WorkerDied { worker, pid: self.supervisor.pids()[worker], env_ids: self.shard(worker), exit }
+    }
+
+    fn batch(&self, env_ids: Range<usize>) -> BatchData<'_> {
+        let l = &self.layout;
+        let n = env_ids.len();
+        let at = |slot: &protocol::ArraySlot| slot.rows(env_ids.clone()).start;
+        // SAFETY: every worker has posted its completion (Acquire in `acquire`), after which
+        // workers write nothing until the next command, which needs `&mut self` while the
+        // returned views borrow `&self`. Offsets come from our own layout, and
+        // `Region::slice` checks bounds and alignment.
+        unsafe {
+            BatchData {
+                spec: &self.spec,
+                region: &self.region,
+                layout: l,
+                env_ids: env_ids.clone(),
+                rewards: self.region.slice(at(&l.rewards), n),
+                terminated: self.region.slice(at(&l.terminated), n),
+                truncated: self.region.slice(at(&l.truncated), n),
+                episode_return: self.region.slice(at(&l.episode_return), n),
+                episode_length: self.region.slice(at(&l.episode_length), n),
+                elapsed_steps: self.region.slice(at(&l.elapsed_steps), n),
+            }
+        }
+    }
+
+    fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
+        let base = protocol::worker_control(w) + worker_block::SEMAPHORE;
+        Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4))
+    }
+
+    fn post_all_workers(&self) {
+        for w in 0..self.params.num_workers {
+            self.worker_semaphore(w).post();
+        }
+    }
+
+    fn worker_status(&self, w: usize) -> Option<WorkerStatus> {
+        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
+        WorkerStatus::from_word(word.load(Ordering::Acquire))
+    }
+
+    /// Reads worker `w`'s report; `None` if its length or JSON is invalid.
+    fn read_report(&self, w: usize) -> Option<WorkerReport> {
+        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
+        let len = len_word.load(Ordering::Acquire) as usize;
+        if len > protocol::REPORT_CAPACITY {
+            return None;
+        }
+        let bytes = self.region.read_bytes(protocol::report_offset(self.params.num_workers, w), len);
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Closes the pool: asks workers to exit, waits up to a second, kills stragglers and
+    /// reaps them. Dropping the pool does the same.
+    pub fn close(self) {}
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Relaxed);
+        self.post_all_workers();
+        self.supervisor.shutdown();
+    }
+}
+
+/// Borrowed views of one batch (the fields of [`Batch`]).
+#[derive(Debug)]
+pub(crate) struct BatchData<'a> {
+    pub(crate) spec: &'a EnvSpec,
+    region: &'a Region,
+    layout: &'a Layout,
+    pub(crate) env_ids: Range<usize>,
+    pub(crate) rewards: &'a [f32],
+    pub(crate) terminated: &'a [u8],
+    pub(crate) truncated: &'a [u8],
+    pub(crate) episode_return: &'a [f64],
+    pub(crate) episode_length: &'a [u32],
+    pub(crate) elapsed_steps: &'a [u32],
+}
+
+impl<'a> BatchData<'a> {
+    pub(crate) fn obs<T: Element>(&self, name: &str, final_obs: bool) -> Result<crate::ArrayView<'a, T>, ViewError> {
+        let k = self.spec.obs_index(name).ok_or_else(|| ViewError::UnknownName {
+            name: name.into(),
+            available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
+        })?;
+        let space = &self.spec.observations[k].space;
+        if space.dtype() != T::DTYPE {
+            return Err(ViewError::WrongDtype { name: name.into(), actual: space.dtype(), requested: T::DTYPE });
+        }
+        let slot = if final_obs {
+            self.layout.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
+        } else {
+            &self.layout.obs[k]
+        };
+        let rows = slot.rows(self.env_ids.clone());
+        let mut shape = vec![self.env_ids.len()];
+        shape.extend(space.shape());
+        // SAFETY: same argument as in `Pool::batch`: the views borrow the pool, and no
+        // worker writes result rows between its completion post and the next command.
+        let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };
+        Ok(crate::ArrayView::new(data, shape))
+    }
+}
+
+fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
+    Semaphore::new(r.atomic_u32(protocol::TRAINER_SEMAPHORE), r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4))
+}
+
+fn default_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    t ^ (std::process::id() as u64).rotate_left(32)
+}
+
+/// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
+pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
+    fn distance(a: &str, b: &str) -> usize {
+        let (a, b): (Vec<char>, Vec<char>) = (a.to_lowercase().chars().collect(), b.to_lowercase().chars().collect());
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.iter().enumerate() {
+            let mut cur = vec![i + 1];
+            for (j, cb) in b.iter().enumerate() {
+                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    }
+    registered
+        .iter()
+        .map(|r| (distance(id, r), r))
+        .min()
+        .filter(|(d, r)| *d <= (r.len() / 2).max(2))
+        .map(|(_, r)| r.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_match_finds_typos_and_ignores_strangers() {
+        let reg = vec!["CartPole-v1".to_string(), "Pendulum-v1".to_string(), "Burn-v0".to_string()];
+        assert_eq!(closest_match("cartpole-v0", &reg).as_deref(), Some("CartPole-v1"));
+        assert_eq!(closest_match("Pendulum", &reg).as_deref(), Some("Pendulum-v1"));
+        assert_eq!(closest_match("Humanoid-v4", &reg), None);
+    }
+}

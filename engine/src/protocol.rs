@@ -1,0 +1,560 @@
+//! The shared-memory protocol: the region's layout, its header, the control words and the
+//! messages exchanged at start-up. Both sides (this crate's `Pool` and the worker host in
+//! `shmenv-worker`) use only this module to find anything in the region.
+//!
+//! ```text
+//! bootstrap part (sized before workers start; depends only on num_workers)
+//!   0      Header (one page, plain data, written by the trainer)
+//!   4096   PoolControl: state word, command, trainer semaphore       (2 cache lines)
+//!   ...    WorkerControl x num_workers: command semaphore, status     (1 cache line each)
+//!   ...    params area: the pool parameters as JSON (trainer -> workers)
+//!   ...    report area x num_workers: spec or error as JSON (worker -> trainer)
+//! data part (added once all workers reported the same spec; then sealed)
+//!   actions        [num_envs, action...]          written by the trainer
+//!   obs[k]         [num_envs, shape_k...]         one array per observation name
+//!   final_obs[k]   [num_envs, shape_k...]         only with AutoReset::SameStep
+//!   rewards f32, terminated u8, truncated u8,
+//!   episode_return f64, episode_length u32, elapsed_steps u32    [num_envs] each
+//! ```
+//! Every array starts on a 128-byte boundary (two cache lines, see `CACHE_LINE`).
+
+use crate::spec::{EnvSpec, Space};
+use bytemuck::{Pod, Zeroable};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// `b"SHMENV\0\x01"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
+/// Bumped whenever anything in this module changes meaning.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Alignment of every shared array and control block: two 64-byte lines, because the
+/// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
+pub const CACHE_LINE: usize = 128;
+/// Page size the layout rounds to.
+pub const PAGE: usize = 4096;
+/// Capacity of the params area (pool parameters as JSON).
+pub const PARAMS_CAPACITY: usize = 64 * 1024;
+/// Capacity of each worker's report area (its spec or its error, as JSON).
+pub const REPORT_CAPACITY: usize = 64 * 1024;
+
+/// Offset of the pool control block.
+pub const POOL_CONTROL: usize = PAGE;
+/// Offset of the region state word ([`RegionState`]).
+pub const STATE_WORD: usize = POOL_CONTROL;
+/// Offset of the command word ([`Command`]).
+pub const COMMAND_WORD: usize = POOL_CONTROL + 4;
+/// Offset of the reset seed (u64, valid with `Command::ResetSeeded`).
+pub const RESET_SEED: usize = POOL_CONTROL + 8;
+/// Offset of the trainer's semaphore (workers post, the trainer acquires).
+pub const TRAINER_SEMAPHORE: usize = POOL_CONTROL + CACHE_LINE;
+/// Offset of the first worker control block.
+pub const WORKER_CONTROL: usize = POOL_CONTROL + 2 * CACHE_LINE;
+
+/// Region states (the state word). Stored with Release, read with Acquire.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionState {
+    /// Only the bootstrap part exists; workers report their spec.
+    Bootstrapping = 0,
+    /// The data part exists and the layout fields of the header are valid.
+    Ready = 1,
+    /// The pool could not start (workers disagree, a worker failed): workers exit.
+    Abandoned = 2,
+}
+
+impl RegionState {
+    /// Decodes a state word; unknown values are `None` (the word is untrusted).
+    pub fn from_word(w: u32) -> Option<Self> {
+        [Self::Bootstrapping, Self::Ready, Self::Abandoned].into_iter().find(|s| *s as u32 == w)
+    }
+}
+
+/// Commands from the trainer to every worker (the command word, published by posting each
+/// worker's semaphore).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Reset every env, continuing each env's random stream.
+    Reset = 1,
+    /// Reset every env with seed `RESET_SEED + env_id` (wrapping).
+    ResetSeeded = 2,
+    /// Step every env with its action row.
+    Step = 3,
+    /// Exit cleanly.
+    Close = 4,
+}
+
+impl Command {
+    /// Decodes a command word; unknown values are `None` (the word is untrusted).
+    pub fn from_word(w: u32) -> Option<Self> {
+        [Self::Reset, Self::ResetSeeded, Self::Step, Self::Close].into_iter().find(|c| *c as u32 == w)
+    }
+}
+
+/// Offsets inside one worker control block (relative to [`worker_control`]).
+pub mod worker_block {
+    /// The worker's command semaphore (the trainer posts, the worker acquires).
+    pub const SEMAPHORE: usize = 0;
+    /// The worker's [`super::WorkerStatus`] word.
+    pub const STATUS: usize = 8;
+    /// Length in bytes of the JSON in the worker's report area.
+    pub const REPORT_LEN: usize = 12;
+}
+
+/// Offset of worker `w`'s control block.
+pub const fn worker_control(w: usize) -> usize {
+    WORKER_CONTROL + w * CACHE_LINE
+}
+
+/// Worker statuses (the status word in a worker control block).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerStatus {
+    /// Not yet reported.
+    Starting = 0,
+    /// Its report area holds its spec.
+    Reported = 1,
+    /// Attached to the full region and serving commands.
+    Running = 2,
+    /// Its report area holds an error; it has stopped serving commands.
+    Failed = 3,
+}
+
+impl WorkerStatus {
+    /// Decodes a status word; unknown values are `None` (the word is untrusted).
+    pub fn from_word(w: u32) -> Option<Self> {
+        [Self::Starting, Self::Reported, Self::Running, Self::Failed].into_iter().find(|s| *s as u32 == w)
+    }
+}
+
+/// The region header: plain data, first page of the region. Written by the trainer; a
+/// worker validates magic, version, sizes and hash before it touches anything else.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable, PartialEq, Eq)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`LAYOUT_VERSION`].
+    pub version: u32,
+    /// `size_of::<Header>()`, a cheap check that both sides agree on this struct.
+    pub header_size: u32,
+    /// Bytes of the bootstrap part.
+    pub bootstrap_size: u64,
+    /// Bytes of the whole region (0 while bootstrapping).
+    pub total_size: u64,
+    /// [`Layout::hash`] of the data part (0 while bootstrapping).
+    pub layout_hash: u64,
+    /// Number of envs.
+    pub num_envs: u32,
+    /// Number of workers.
+    pub num_workers: u32,
+    /// Bytes of JSON in the params area.
+    pub params_len: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+impl Header {
+    /// A bootstrap header for `num_envs` envs on `num_workers` workers.
+    pub fn new(num_envs: u32, num_workers: u32, params_len: u32) -> Header {
+        Header {
+            magic: MAGIC,
+            version: LAYOUT_VERSION,
+            header_size: std::mem::size_of::<Header>() as u32,
+            bootstrap_size: bootstrap_size(num_workers as usize) as u64,
+            total_size: 0,
+            layout_hash: 0,
+            num_envs,
+            num_workers,
+            params_len,
+            reserved: 0,
+        }
+    }
+
+    /// Checks a header read from a region of `region_len` bytes.
+    pub fn validate(&self, region_len: usize) -> Result<(), HeaderError> {
+        if self.magic != MAGIC {
+            return Err(HeaderError::BadMagic { found: self.magic });
+        }
+        if self.version != LAYOUT_VERSION || self.header_size as usize != std::mem::size_of::<Header>() {
+            return Err(HeaderError::VersionMismatch {
+                found: self.version,
+                expected: LAYOUT_VERSION,
+            });
+        }
+        if self.num_workers == 0 || self.num_envs < self.num_workers {
+            return Err(HeaderError::Corrupt(format!(
+                "{} envs on {} workers",
+                self.num_envs, self.num_workers
+            )));
+        }
+        let expected_bootstrap = bootstrap_size(self.num_workers as usize) as u64;
+        if self.bootstrap_size != expected_bootstrap || self.bootstrap_size > region_len as u64 {
+            return Err(HeaderError::Corrupt(format!(
+                "bootstrap size {} (expected {expected_bootstrap}, region {region_len})",
+                self.bootstrap_size
+            )));
+        }
+        if self.params_len as usize > PARAMS_CAPACITY {
+            return Err(HeaderError::Corrupt(format!("params length {}", self.params_len)));
+        }
+        Ok(())
+    }
+}
+
+/// A header that cannot be trusted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Not a shmenv region.
+    #[error("not a shmenv region (magic {found:#018x}); the fd passed to the worker is wrong")]
+    BadMagic {
+        /// What was there instead.
+        found: u64,
+    },
+    /// Written by a different version of shmenv.
+    #[error(
+        "region layout version {found}, this worker speaks {expected}: rebuild the worker \
+         program against the same shmenv version as the trainer"
+    )]
+    VersionMismatch {
+        /// Version in the region.
+        found: u32,
+        /// Version this build speaks.
+        expected: u32,
+    },
+    /// Sizes or offsets that do not add up.
+    #[error("corrupt region header: {0}")]
+    Corrupt(String),
+    /// The data layout this worker computes differs from the trainer's.
+    #[error(
+        "layout mismatch (trainer hash {trainer:#x}, worker hash {worker:#x}): trainer and \
+         worker were built from different shmenv versions or disagree on the env spec"
+    )]
+    LayoutMismatch {
+        /// Hash in the header.
+        trainer: u64,
+        /// Hash computed here.
+        worker: u64,
+    },
+}
+
+/// Offset of the params area.
+pub fn params_offset(num_workers: usize) -> usize {
+    round_up(worker_control(num_workers), PAGE)
+}
+
+/// Offset of worker `w`'s report area.
+pub fn report_offset(num_workers: usize, w: usize) -> usize {
+    params_offset(num_workers) + PARAMS_CAPACITY + w * REPORT_CAPACITY
+}
+
+/// Bytes of the bootstrap part.
+pub fn bootstrap_size(num_workers: usize) -> usize {
+    round_up(report_offset(num_workers, num_workers), PAGE)
+}
+
+/// The envs that worker `w` hosts: a contiguous shard, sizes differing by at most one.
+pub fn shard(w: usize, num_envs: usize, num_workers: usize) -> Range<usize> {
+    (w * num_envs / num_workers)..((w + 1) * num_envs / num_workers)
+}
+
+/// What the envs do when an episode ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AutoReset {
+    /// As Gymnasium 1.x: the step after the end returns the reset observation, with reward
+    /// 0 and both flags false; the action of that step is ignored.
+    #[default]
+    NextStep,
+    /// As SB3: the ending step returns the reset observation; the final observation of the
+    /// ended episode is in the batch's `final_obs` arrays.
+    SameStep,
+    /// No automatic reset; stepping an ended env is an error until `reset`.
+    Disabled,
+}
+
+/// Parameters the trainer writes into the params area as JSON, read by every worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolParams {
+    /// Registered env id.
+    pub env_id: String,
+    /// Env config (a JSON object).
+    pub config: serde_json::Value,
+    /// Number of envs.
+    pub num_envs: usize,
+    /// Number of workers.
+    pub num_workers: usize,
+    /// Auto-reset mode.
+    pub autoreset: AutoReset,
+    /// Episode limit overriding the env's own.
+    pub max_episode_steps: Option<u32>,
+    /// Wait strategy name for the workers.
+    pub wait: String,
+}
+
+/// What a worker writes in its report area.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerReport {
+    /// Its envs' spec (canonical JSON of [`EnvSpec`]).
+    Spec(serde_json::Value),
+    /// The env id is not registered in this worker program.
+    UnknownEnv {
+        /// The id asked for.
+        id: String,
+        /// Ids this worker program knows.
+        registered: Vec<String>,
+    },
+    /// The env rejected its config.
+    BadConfig {
+        /// The env id.
+        id: String,
+        /// The env's message (names the key).
+        message: String,
+    },
+    /// An env panicked in `reset`/`step`.
+    EnvPanicked {
+        /// Which env.
+        env_id: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// Anything else (protocol violation, region mismatch).
+    Failed {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Where one `[num_envs, ...]` array lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArraySlot {
+    /// Offset of row 0.
+    pub offset: usize,
+    /// Bytes of one row.
+    pub row_bytes: usize,
+}
+
+impl ArraySlot {
+    /// Byte range of rows `rows`.
+    pub fn rows(&self, rows: Range<usize>) -> Range<usize> {
+        self.offset + rows.start * self.row_bytes..self.offset + rows.end * self.row_bytes
+    }
+}
+
+/// Offsets of every array of the data part. Computed, never read from the region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of envs (rows).
+    pub num_envs: usize,
+    /// Number of workers.
+    pub num_workers: usize,
+    /// Where the data part starts.
+    pub bootstrap_size: usize,
+    /// Actions.
+    pub actions: ArraySlot,
+    /// Observation arrays, in spec order.
+    pub obs: Vec<ArraySlot>,
+    /// Final observations (empty unless `AutoReset::SameStep`).
+    pub final_obs: Vec<ArraySlot>,
+    /// Rewards (f32).
+    pub rewards: ArraySlot,
+    /// Terminated flags (u8).
+    pub terminated: ArraySlot,
+    /// Truncated flags (u8).
+    pub truncated: ArraySlot,
+    /// Return of the episode that ended at this step (f64).
+    pub episode_return: ArraySlot,
+    /// Length of the episode that ended at this step (u32).
+    pub episode_length: ArraySlot,
+    /// Steps since the env's last reset (u32).
+    pub elapsed_steps: ArraySlot,
+    /// Bytes of the whole region.
+    pub total_size: usize,
+    /// FNV-1a hash of the version, the spec's canonical JSON and every offset.
+    pub hash: u64,
+}
+
+impl Layout {
+    /// Computes the layout for `params` and the agreed `spec`.
+    pub fn compute(spec: &EnvSpec, params: &PoolParams) -> Layout {
+        let n = params.num_envs;
+        let mut cursor = bootstrap_size(params.num_workers);
+        let mut array = |row_bytes: usize| {
+            let slot = ArraySlot { offset: cursor, row_bytes };
+            cursor = round_up(cursor + row_bytes * n, CACHE_LINE);
+            slot
+        };
+        let actions = array(spec.action.value_bytes());
+        let obs: Vec<ArraySlot> = spec.observations.iter().map(|o| array(o.space.value_bytes())).collect();
+        let final_obs = if params.autoreset == AutoReset::SameStep {
+            spec.observations.iter().map(|o| array(o.space.value_bytes())).collect()
+        } else {
+            Vec::new()
+        };
+        let rewards = array(4);
+        let terminated = array(1);
+        let truncated = array(1);
+        let episode_return = array(8);
+        let episode_length = array(4);
+        let elapsed_steps = array(4);
+        let total_size = round_up(cursor, PAGE);
+        let mut layout = Layout {
+            num_envs: n,
+            num_workers: params.num_workers,
+            bootstrap_size: bootstrap_size(params.num_workers),
+            actions,
+            obs,
+            final_obs,
+            rewards,
+            terminated,
+            truncated,
+            episode_return,
+            episode_length,
+            elapsed_steps,
+            total_size,
+            hash: 0,
+        };
+        let mut h = Fnv::new();
+        h.write(&LAYOUT_VERSION.to_le_bytes());
+        h.write(spec.to_json().to_string().as_bytes());
+        for slot in layout.slots() {
+            h.write(&(slot.offset as u64).to_le_bytes());
+            h.write(&(slot.row_bytes as u64).to_le_bytes());
+        }
+        h.write(&(total_size as u64).to_le_bytes());
+        layout.hash = h.finish();
+        layout
+    }
+
+    fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
+        [&self.actions]
+            .into_iter()
+            .chain(self.obs.iter())
+            .chain(self.final_obs.iter())
+            .chain([
+                &self.rewards,
+                &self.terminated,
+                &self.truncated,
+                &self.episode_return,
+                &self.episode_length,
+                &self.elapsed_steps,
+            ])
+    }
+}
+
+/// Checks that an action space and observation spaces can be laid out (non-zero sizes are
+/// not required: a `Box` of shape `[0]` is legal and takes no bytes).
+pub fn check_spaces(spec: &EnvSpec) -> Result<(), String> {
+    spec.validate()?;
+    let too_big = |s: &Space| s.value_bytes() > (1 << 30);
+    if too_big(&spec.action) || spec.observations.iter().any(|o| too_big(&o.space)) {
+        return Err("an observation or action larger than 1 GiB per env is not supported".into());
+    }
+    Ok(())
+}
+
+/// Rounds `x` up to a multiple of `to` (a power of two).
+pub const fn round_up(x: usize, to: usize) -> usize {
+    (x + to - 1) & !(to - 1)
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::DType;
+
+    fn params(n: usize, w: usize, autoreset: AutoReset) -> PoolParams {
+        PoolParams {
+            env_id: "X".into(),
+            config: serde_json::json!({}),
+            num_envs: n,
+            num_workers: w,
+            autoreset,
+            max_episode_steps: None,
+            wait: "auto".into(),
+        }
+    }
+
+    #[test]
+    fn shards_are_contiguous_balanced_and_cover_all_envs() {
+        for n in 1..40 {
+            for w in 1..=n.min(9) {
+                let mut next = 0;
+                for i in 0..w {
+                    let s = shard(i, n, w);
+                    assert_eq!(s.start, next);
+                    assert!(s.len() == n / w || s.len() == n / w + 1);
+                    next = s.end;
+                }
+                assert_eq!(next, n);
+            }
+        }
+    }
+
+    #[test]
+    fn arrays_are_aligned_disjoint_and_inside_the_region() {
+        let spec = EnvSpec {
+            observations: vec![
+                crate::spec::ObsArray { name: "a".into(), space: Space::boxed(DType::U8, &[3, 5], 0.0, 255.0) },
+                crate::spec::ObsArray { name: "b".into(), space: Space::discrete(4) },
+            ],
+            action: Space::boxed(DType::F32, &[3], -1.0, 1.0),
+            max_episode_steps: None,
+        };
+        let l = Layout::compute(&spec, &params(7, 3, AutoReset::SameStep));
+        let mut ranges: Vec<Range<usize>> = l.slots().map(|s| s.rows(0..7)).collect();
+        assert_eq!(ranges.len(), 1 + 2 + 2 + 6);
+        ranges.sort_by_key(|r| r.start);
+        assert!(ranges[0].start >= bootstrap_size(3));
+        for pair in ranges.windows(2) {
+            assert!(pair[0].end <= pair[1].start);
+        }
+        assert!(ranges.iter().all(|r| r.start % CACHE_LINE == 0 && r.end <= l.total_size));
+        assert_eq!(l.total_size % PAGE, 0);
+        assert_eq!(l.obs[0].row_bytes, 15);
+        // The hash depends on the spec and the parameters.
+        let other = Layout::compute(&spec, &params(7, 3, AutoReset::NextStep));
+        assert_ne!(l.hash, other.hash);
+    }
+
+    #[test]
+    fn header_validation_rejects_bad_magic_version_and_sizes() {
+        let h = Header::new(4, 2, 10);
+        let len = bootstrap_size(2);
+        assert_eq!(h.validate(len), Ok(()));
+        let bad = Header { magic: 1, ..h };
+        assert!(matches!(bad.validate(len), Err(HeaderError::BadMagic { .. })));
+        let bad = Header { version: 99, ..h };
+        assert!(matches!(bad.validate(len), Err(HeaderError::VersionMismatch { found: 99, .. })));
+        let bad = Header { num_workers: 0, ..h };
+        assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
+        assert!(matches!(h.validate(100), Err(HeaderError::Corrupt(_))));
+        let bad = Header { params_len: u32::MAX, ..h };
+        assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
+    }
+
+    #[test]
+    fn control_words_do_not_share_cache_lines() {
+        assert_eq!(TRAINER_SEMAPHORE - STATE_WORD, CACHE_LINE);
+        assert_eq!(worker_control(1) - worker_control(0), CACHE_LINE);
+        assert!(worker_block::REPORT_LEN + 4 <= CACHE_LINE);
+        assert!(std::mem::size_of::<Header>() <= PAGE);
+    }
+}

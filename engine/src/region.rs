@@ -1,0 +1,236 @@
+//! The shared-memory region: the one module that touches raw shared memory.
+//!
+//! A region is an anonymous `memfd` (no name in `/dev/shm` that a crash could leak),
+//! mapped with [`memmap2::MmapRaw`] because other processes write the same bytes and a
+//! `&mut [u8]` over them would be unsound. The trainer creates it; workers inherit the fd.
+//!
+//! # Safety contract (written once, here)
+//! Every accessor takes an offset and a length and checks both against the mapping, so no
+//! access can leave the mapping whatever the offsets. The accessors that hand out slices
+//! (`slice`, `slice_mut`) are `unsafe` because the compiler cannot see the other processes:
+//! the caller promises that, by the protocol in `docs/architecture.md`, no other process
+//! writes those bytes while the slice lives (and, for `slice_mut`, none reads them).
+//! Atomic words are the only bytes two processes touch concurrently.
+
+use memmap2::{Advice, MmapOptions, MmapRaw};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
+
+/// A mapped shared-memory region backed by a memfd.
+#[derive(Debug)]
+pub struct Region {
+    file: File,
+    map: MmapRaw,
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+impl Region {
+    /// Creates an anonymous memfd of `len` bytes, sealed against shrinking, and maps it.
+    /// The fd is close-on-exec in this process; [`crate::launch`] hands it to workers.
+    pub fn create(name: &str, len: usize) -> io::Result<Region> {
+        let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
+        // SAFETY: `cname` is a valid NUL-terminated string; the flags are valid for memfd_create.
+        let fd = cvt(unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        })?;
+        // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(len as u64)?;
+        add_seals(&file, libc::F_SEAL_SHRINK)?;
+        let map = map_file(&file, len)?;
+        Ok(Region { file, map })
+    }
+
+    /// Opens a region from an fd inherited from the trainer, mapping the whole file.
+    ///
+    /// The fd is taken over (closed when the region drops). Checks that it is a memfd
+    /// sealed against shrinking, so nobody can truncate it under our feet (SIGBUS).
+    pub fn from_inherited_fd(fd: RawFd) -> io::Result<Region> {
+        // SAFETY: F_GETFD only queries the fd table; a bad fd yields EBADF.
+        cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+        // SAFETY: the fd is valid (checked above) and was handed to this process to own.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let seals = get_seals(&file)?;
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::other("the region fd is not sealed against shrinking"));
+        }
+        let len = file.metadata()?.len() as usize;
+        let map = map_file(&file, len)?;
+        Ok(Region { file, map })
+    }
+
+    /// Grows the region to `len` bytes once, then seals it against any further size change
+    /// and pre-faults every page, so no step pays a page fault.
+    pub fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
+        self.file.set_len(len as u64)?;
+        add_seals(&self.file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
+        self.map = map_file(&self.file, len)?;
+        if self.map.advise(Advice::PopulateWrite).is_err() {
+            // Kernels before 5.14: touch each page instead.
+            for off in (0..len).step_by(4096) {
+                // SAFETY: `off < len`, inside the mapping; a volatile read of a byte that no
+                // other process writes yet (workers wait until the region is Ready).
+                unsafe { std::ptr::read_volatile(self.map.as_ptr().add(off)) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-maps the whole file after the trainer grew it (worker side).
+    pub fn remap(&mut self) -> io::Result<()> {
+        let len = self.file.metadata()?.len() as usize;
+        self.map = map_file(&self.file, len)?;
+        Ok(())
+    }
+
+    /// Seals currently set on the memfd.
+    pub fn seals(&self) -> io::Result<i32> {
+        get_seals(&self.file)
+    }
+
+    /// The memfd.
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// Address of the first byte (for diagnostics and zero-copy checks).
+    pub fn base_addr(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
+    fn check(&self, offset: usize, len: usize, align: usize) -> *mut u8 {
+        let end = offset.checked_add(len).expect("region access overflows usize");
+        assert!(end <= self.map.len(), "region access {offset}..{end} outside {} bytes", self.map.len());
+        assert!(offset % align == 0, "region access at {offset} is not {align}-aligned");
+        // SAFETY: `offset + len <= map.len()`, so the pointer stays inside the mapping.
+        unsafe { self.map.as_mut_ptr().add(offset) }
+    }
+
+    /// The atomic word at `offset` (4-byte aligned, inside the mapping).
+    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        let ptr = self.check(offset, 4, 4);
+        // SAFETY:
+        // - `ptr` is in bounds and 4-aligned (checked), and the mapping lives as long as `&self`;
+        // - every process accesses this word only through atomics, so there is no data race;
+        // - `AtomicU32` has the same size and alignment as `u32`, and any bit pattern is valid.
+        unsafe { &*ptr.cast::<AtomicU32>() }
+    }
+
+    /// Copies `len` bytes out of the region.
+    pub fn read_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
+        let ptr = self.check(offset, len, 1);
+        let mut out = vec![0u8; len];
+        // SAFETY: `ptr..ptr+len` is inside the mapping; `out` is a distinct allocation of `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), len) };
+        out
+    }
+
+    /// Copies `bytes` into the region at `offset`.
+    pub fn write_bytes(&self, offset: usize, bytes: &[u8]) {
+        let ptr = self.check(offset, bytes.len(), 1);
+        // SAFETY: the destination is inside the mapping and cannot overlap the caller's slice
+        // (which is ordinary process memory, or a disjoint part of the region by protocol).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+    }
+
+    /// Reads a plain-data value (copied, so later writes by others cannot change it).
+    pub fn read_pod<T: bytemuck::Pod>(&self, offset: usize) -> T {
+        let ptr = self.check(offset, std::mem::size_of::<T>(), 1);
+        // SAFETY: in bounds (checked); `T: Pod` accepts any bit pattern; unaligned read is allowed.
+        unsafe { std::ptr::read_unaligned(ptr.cast::<T>()) }
+    }
+
+    /// Writes a plain-data value.
+    pub fn write_pod<T: bytemuck::Pod>(&self, offset: usize, value: &T) {
+        self.write_bytes(offset, bytemuck::bytes_of(value));
+    }
+
+    /// A shared slice of `count` elements of `T` at `offset`.
+    ///
+    /// # Safety
+    /// No process may write these bytes while the slice lives (see the module contract).
+    pub unsafe fn slice<T: bytemuck::Pod>(&self, offset: usize, count: usize) -> &[T] {
+        let bytes = count.checked_mul(std::mem::size_of::<T>()).expect("slice length overflows");
+        let ptr = self.check(offset, bytes, std::mem::align_of::<T>());
+        // SAFETY: in bounds and aligned (checked); `T: Pod` so any bytes are a valid `T`;
+        // no concurrent writer by the caller's promise; lifetime tied to the mapping.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), count) }
+    }
+
+    /// An exclusive slice of `count` elements of `T` at `offset`.
+    ///
+    /// # Safety
+    /// No process (this one included) may read or write these bytes while the slice lives
+    /// (see the module contract).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut<T: bytemuck::Pod>(&self, offset: usize, count: usize) -> &mut [T] {
+        let bytes = count.checked_mul(std::mem::size_of::<T>()).expect("slice length overflows");
+        let ptr = self.check(offset, bytes, std::mem::align_of::<T>());
+        // SAFETY: as for `slice`, plus exclusivity by the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), count) }
+    }
+}
+
+fn map_file(file: &File, len: usize) -> io::Result<MmapRaw> {
+    MmapOptions::new().len(len).map_raw(file)
+}
+
+fn add_seals(file: &File, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: F_ADD_SEALS on an fd we own; the kernel validates the flags.
+    cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) }).map(|_| ())
+}
+
+fn get_seals(file: &File) -> io::Result<i32> {
+    // SAFETY: F_GET_SEALS only queries; fails with EINVAL for a non-memfd.
+    cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_grow_seal_and_share_between_two_mappings() {
+        let mut r = Region::create("test", 4096).unwrap();
+        // SAFETY: `dup` of a valid fd.
+        let dup = unsafe { libc::dup(r.fd()) };
+        r.write_bytes(0, b"hello");
+        r.grow_and_seal(3 * 4096).unwrap();
+        let mut other = Region::from_inherited_fd(dup).unwrap();
+        assert_eq!(other.len(), 3 * 4096);
+        assert_eq!(other.read_bytes(0, 5), b"hello");
+        other.atomic_u32(8192).store(7, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(r.atomic_u32(8192).load(std::sync::atomic::Ordering::SeqCst), 7);
+        // Sealed: neither side can resize it any more.
+        assert!(r.file.set_len(4096).is_err());
+        assert!(other.file.set_len(8 * 4096).is_err());
+        other.remap().unwrap();
+        assert_eq!(r.seals().unwrap() & libc::F_SEAL_GROW, libc::F_SEAL_GROW);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_bounds_access_is_refused() {
+        let r = Region::create("test", 4096).unwrap();
+        r.read_bytes(4090, 8);
+    }
+}

@@ -1,0 +1,415 @@
+//! Spaces and the environment spec: what the observations and actions look like.
+//!
+//! The spec is reported by the workers at start-up (the trainer never builds an env) and
+//! drives the region's layout. Every space maps to one element type ([`DType`]) and one
+//! shape, so every observation array and the action array are plain `[num_envs, ...shape]`
+//! arrays of one dtype in shared memory.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Element type of an array in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// Unsigned byte.
+    U8,
+    /// Signed byte.
+    I8,
+    /// 16-bit signed integer.
+    I16,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit signed integer.
+    I64,
+}
+
+impl DType {
+    /// Size of one element in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::U8 | DType::I8 => 1,
+            DType::I16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// The short name used in messages and JSON (`"f32"`, `"u8"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::U8 => "u8",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type that can be an element of an array in shared memory.
+///
+/// Implemented for `f32`, `f64`, `u8`, `i8`, `i16`, `i32` and `i64`; it ties each type to
+/// its [`DType`] so that typed views are checked against the spec at run time.
+pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'static {
+    /// The dtype tag of this type.
+    const DTYPE: DType;
+    /// Lossy conversion used to check bounds and finiteness.
+    fn to_f64(self) -> f64;
+    /// Conversion from f64 (`as` semantics: saturating, truncating toward zero).
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            #[inline]
+            fn to_f64(self) -> f64 { self as f64 }
+            #[inline]
+            fn from_f64(v: f64) -> Self { v as $t }
+        }
+    )*};
+}
+/// The bytes of a slice of elements.
+pub fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+element!(f32 => F32, f64 => F64, u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64);
+
+/// A Gymnasium-style space.
+///
+/// Storage in shared memory: `Box` uses its own dtype and shape; `Discrete` is one `i64`;
+/// `MultiDiscrete` is `i64` per entry; `MultiBinary` is one `i8` (0 or 1) per entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Space {
+    /// A box of numbers with per-element bounds (`low`/`high` hold one value for every
+    /// element, or a single value that applies to all).
+    Box {
+        /// Element type.
+        dtype: DType,
+        /// Shape, outermost first; `[]` is a scalar.
+        shape: Vec<usize>,
+        /// Lower bounds (may be `-inf`).
+        low: Vec<f64>,
+        /// Upper bounds (may be `inf`).
+        high: Vec<f64>,
+    },
+    /// An integer in `start .. start + n`.
+    Discrete {
+        /// Number of values.
+        n: i64,
+        /// Smallest value.
+        start: i64,
+    },
+    /// A vector of integers, entry `j` in `0 .. nvec[j]`.
+    MultiDiscrete {
+        /// Number of values of each entry.
+        nvec: Vec<i64>,
+    },
+    /// A vector of `n` flags, each 0 or 1.
+    MultiBinary {
+        /// Number of flags.
+        n: usize,
+    },
+}
+
+/// JSON renders non-finite floats as `null`; these helpers keep bounds exact.
+fn encode_bound(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!(v)
+    } else if v > 0.0 {
+        serde_json::json!("inf")
+    } else if v < 0.0 {
+        serde_json::json!("-inf")
+    } else {
+        serde_json::json!("nan")
+    }
+}
+
+impl Space {
+    /// A `Box` space with the same bounds for every element.
+    pub fn boxed(dtype: DType, shape: &[usize], low: f64, high: f64) -> Space {
+        Space::Box { dtype, shape: shape.to_vec(), low: vec![low], high: vec![high] }
+    }
+
+    /// A `Discrete(n)` space starting at 0.
+    pub fn discrete(n: i64) -> Space {
+        Space::Discrete { n, start: 0 }
+    }
+
+    /// Element type of the space's storage.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Space::Box { dtype, .. } => *dtype,
+            Space::Discrete { .. } | Space::MultiDiscrete { .. } => DType::I64,
+            Space::MultiBinary { .. } => DType::I8,
+        }
+    }
+
+    /// Shape of one value of the space.
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Space::Box { shape, .. } => shape.clone(),
+            Space::Discrete { .. } => vec![],
+            Space::MultiDiscrete { nvec } => vec![nvec.len()],
+            Space::MultiBinary { n } => vec![*n],
+        }
+    }
+
+    /// Number of elements in one value of the space.
+    pub fn num_elements(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// Bytes of one value of the space.
+    pub fn value_bytes(&self) -> usize {
+        self.num_elements() * self.dtype().size()
+    }
+
+    /// Checks that the space is well-formed (bounds lengths, positive sizes).
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Space::Box { shape, low, high, .. } => {
+                let n: usize = shape.iter().product();
+                for (what, b) in [("low", low), ("high", high)] {
+                    if b.len() != 1 && b.len() != n {
+                        return Err(format!(
+                            "Box {what} has {} values; expected 1 or {n} (the product of shape {shape:?})",
+                            b.len()
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
+            Space::MultiDiscrete { nvec } if nvec.iter().any(|&k| k <= 0) => {
+                Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Bounds of element `j` of a `Box` (or `None` for other spaces).
+    pub fn box_bounds(&self, j: usize) -> Option<(f64, f64)> {
+        match self {
+            Space::Box { low, high, .. } => {
+                let pick = |b: &Vec<f64>| if b.len() == 1 { b[0] } else { b[j] };
+                Some((pick(low), pick(high)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Canonical JSON form (non-finite bounds spelled as strings).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Space::Box { dtype, shape, low, high } => serde_json::json!({
+                "type": "Box", "dtype": dtype, "shape": shape,
+                "low": low.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
+                "high": high.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
+            }),
+            other => serde_json::to_value(other).expect("plain space serializes"),
+        }
+    }
+
+    /// Parses the canonical JSON form.
+    pub fn from_json(v: &serde_json::Value) -> Result<Space, String> {
+        let space = if v.get("type").and_then(|t| t.as_str()) == Some("Box") {
+            let dtype: DType =
+                serde_json::from_value(v["dtype"].clone()).map_err(|e| format!("Box dtype: {e}"))?;
+            let shape: Vec<usize> =
+                serde_json::from_value(v["shape"].clone()).map_err(|e| format!("Box shape: {e}"))?;
+            let bounds = |key: &str| -> Result<Vec<f64>, String> {
+                v[key]
+                    .as_array()
+                    .ok_or_else(|| format!("Box {key} must be a list"))?
+                    .iter()
+                    .map(|x| match x.as_str() {
+                        Some("inf") => Ok(f64::INFINITY),
+                        Some("-inf") => Ok(f64::NEG_INFINITY),
+                        Some("nan") => Ok(f64::NAN),
+                        _ => x.as_f64().ok_or_else(|| format!("bad Box bound {x}")),
+                    })
+                    .collect()
+            };
+            Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
+        } else {
+            serde_json::from_value(v.clone()).map_err(|e| format!("bad space {v}: {e}"))?
+        };
+        space.validate()?;
+        Ok(space)
+    }
+}
+
+impl fmt::Display for Space {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Space::Box { dtype, shape, low, high } => {
+                let show = |b: &Vec<f64>| {
+                    if b.len() == 1 || b.iter().all(|x| x.to_bits() == b[0].to_bits()) {
+                        format!("{}", b[0])
+                    } else {
+                        format!("{b:?}")
+                    }
+                };
+                write!(f, "Box({}, {}, {shape:?}, {dtype})", show(low), show(high))
+            }
+            Space::Discrete { n, start: 0 } => write!(f, "Discrete({n})"),
+            Space::Discrete { n, start } => write!(f, "Discrete({n}, start={start})"),
+            Space::MultiDiscrete { nvec } => write!(f, "MultiDiscrete({nvec:?})"),
+            Space::MultiBinary { n } => write!(f, "MultiBinary({n})"),
+        }
+    }
+}
+
+/// One named observation array. Single-array envs use the name `"obs"`; a Dict space is
+/// laid out flat as several named arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObsArray {
+    /// Name of the array (the Dict key).
+    pub name: String,
+    /// Its space.
+    pub space: Space,
+}
+
+/// What an environment looks like from outside: observation arrays and action space.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnvSpec {
+    /// The observation arrays, in layout order.
+    pub observations: Vec<ObsArray>,
+    /// The action space.
+    pub action: Space,
+    /// The env's default episode limit (like Gymnasium's `max_episode_steps`), if any.
+    pub max_episode_steps: Option<u32>,
+}
+
+impl EnvSpec {
+    /// A spec with one observation array named `"obs"`.
+    pub fn single(observation: Space, action: Space) -> EnvSpec {
+        EnvSpec {
+            observations: vec![ObsArray { name: "obs".into(), space: observation }],
+            action,
+            max_episode_steps: None,
+        }
+    }
+
+    /// Index of the observation array with this name.
+    pub fn obs_index(&self, name: &str) -> Option<usize> {
+        self.observations.iter().position(|o| o.name == name)
+    }
+
+    /// Checks spaces and names.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.observations.is_empty() {
+            return Err("an env must have at least one observation array".into());
+        }
+        for (i, o) in self.observations.iter().enumerate() {
+            if o.name.is_empty() || self.observations[..i].iter().any(|p| p.name == o.name) {
+                return Err(format!("observation array names must be unique and non-empty: {:?}", o.name));
+            }
+            o.space.validate().map_err(|e| format!("observation {:?}: {e}", o.name))?;
+        }
+        self.action.validate().map_err(|e| format!("action space: {e}"))
+    }
+
+    /// Canonical JSON form; two workers agree iff their JSON strings are equal.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "observations": self.observations.iter()
+                .map(|o| serde_json::json!({"name": o.name, "space": o.space.to_json()}))
+                .collect::<Vec<_>>(),
+            "action": self.action.to_json(),
+            "max_episode_steps": self.max_episode_steps,
+        })
+    }
+
+    /// Parses the canonical JSON form.
+    pub fn from_json(v: &serde_json::Value) -> Result<EnvSpec, String> {
+        let obs = v["observations"].as_array().ok_or("spec.observations must be a list")?;
+        let observations = obs
+            .iter()
+            .map(|o| {
+                Ok(ObsArray {
+                    name: o["name"].as_str().ok_or("observation name must be a string")?.to_string(),
+                    space: Space::from_json(&o["space"])?,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let max_episode_steps = match &v["max_episode_steps"] {
+            serde_json::Value::Null => None,
+            x => Some(
+                x.as_u64()
+                    .and_then(|k| u32::try_from(k).ok())
+                    .ok_or("max_episode_steps must be a u32")?,
+            ),
+        };
+        let spec = EnvSpec { observations, action: Space::from_json(&v["action"])?, max_episode_steps };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+impl fmt::Display for EnvSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let [only] = self.observations.as_slice() {
+            write!(f, "obs {}", only.space)?;
+        } else {
+            write!(f, "obs {{")?;
+            for (i, o) in self.observations.iter().enumerate() {
+                write!(f, "{}{}: {}", if i > 0 { ", " } else { "" }, o.name, o.space)?;
+            }
+            write!(f, "}}")?;
+        }
+        write!(f, ", action {}", self.action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_json_round_trips_with_infinite_bounds() {
+        let spec = EnvSpec::single(
+            Space::Box {
+                dtype: DType::F32,
+                shape: vec![2],
+                low: vec![-1.0, f64::NEG_INFINITY],
+                high: vec![1.0, f64::INFINITY],
+            },
+            Space::MultiDiscrete { nvec: vec![3, 4] },
+        );
+        let back = EnvSpec::from_json(&spec.to_json()).unwrap();
+        assert_eq!(back, spec);
+        assert_eq!(back.to_json().to_string(), spec.to_json().to_string());
+    }
+
+    #[test]
+    fn storage_of_each_space() {
+        assert_eq!(Space::discrete(2).dtype(), DType::I64);
+        assert_eq!(Space::discrete(2).shape(), Vec::<usize>::new());
+        assert_eq!(Space::MultiBinary { n: 5 }.value_bytes(), 5);
+        assert_eq!(Space::boxed(DType::F64, &[2, 3], 0.0, 1.0).value_bytes(), 48);
+        assert!(Space::Discrete { n: 0, start: 0 }.validate().is_err());
+    }
+}

@@ -1,0 +1,401 @@
+//! Cross-process counting semaphores on shared atomic words, with futex wake-ups, and the
+//! waiting policy that decides how long to spin, yield and then sleep.
+//!
+//! The numbers behind the defaults were measured on the project machine (2 vCPU KVM, see
+//! `docs/architecture.md`): a spin handoff costs ~110 ns while a core is free, a futex
+//! wake-up ~46 us round trip, and spinning with more runnable processes than cores is
+//! catastrophic (8 ms, a scheduler quantum). So the policy spins only when every process
+//! can have a core, yields next (cheap, and it hands the core to whoever needs it), and
+//! sleeps on the futex after about a millisecond, always with a timeout so that liveness
+//! checks run.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Byte layout of a semaphore in shared memory: `count` then `want` (two `u32` words).
+///
+/// - `count`: posts not yet acquired. Producers `fetch_add`; the single consumer subtracts.
+/// - `want`: 0 while the consumer is awake; while it sleeps, the count it is waiting for.
+///   A producer wakes the consumer only when its post reaches `want`, so a trainer waiting
+///   for 8 workers is woken once, not 8 times.
+pub const SEMAPHORE_BYTES: usize = 8;
+
+/// A counting semaphore with one consumer and any number of producers, possibly in other
+/// processes. Both words live in shared memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Semaphore<'a> {
+    count: &'a AtomicU32,
+    want: &'a AtomicU32,
+}
+
+/// Why a wait ended without acquiring.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WaitOutcome<E> {
+    /// The liveness check said to stop, with its reason.
+    Aborted(E),
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl<'a> Semaphore<'a> {
+    /// A semaphore over two shared words (see [`SEMAPHORE_BYTES`]).
+    pub fn new(count: &'a AtomicU32, want: &'a AtomicU32) -> Self {
+        Semaphore { count, want }
+    }
+
+    /// Adds one post and wakes the consumer if it sleeps and this post completes its wait.
+    #[inline]
+    pub fn post(&self) {
+        // SeqCst on `count` and `want` (here and in `sleep`) forms a Dekker pair: either the
+        // sleeper sees this increment before it sleeps, or this load sees its `want`.
+        // The increment is also the Release that publishes everything written before it.
+        let now = self.count.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        let want = self.want.load(Ordering::SeqCst);
+        if want != 0 && now >= want {
+            futex_wake(self.count);
+        }
+    }
+
+    /// Wakes the consumer unconditionally (used by a supervisor after a worker died).
+    pub fn interrupt(&self) {
+        futex_wake(self.count);
+    }
+
+    /// Takes `n` posts if they are there. The Acquire pairs with the producers' Release.
+    #[inline]
+    pub fn try_acquire(&self, n: u32) -> bool {
+        let mut c = self.count.load(Ordering::Acquire);
+        while c >= n {
+            match self.count.compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(actual) => c = actual,
+            }
+        }
+        false
+    }
+
+    /// Current count (diagnostics).
+    pub fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps on the futex until the count may have reached `n`, a wake-up, or `timeout`.
+    fn sleep(&self, n: u32, timeout: Duration) {
+        self.want.store(n, Ordering::SeqCst);
+        let c = self.count.load(Ordering::SeqCst);
+        if c < n {
+            futex_wait(self.count, c, timeout);
+        }
+        self.want.store(0, Ordering::Relaxed);
+    }
+
+    /// Acquires `n` posts, waiting according to `waiter`'s policy.
+    ///
+    /// `check` runs between phases and every few hundred microseconds while waiting; if it
+    /// returns `Some(reason)` the wait stops with [`WaitOutcome::Aborted`]. Without a
+    /// `deadline` the wait is bounded only by `check`.
+    pub fn acquire<E>(
+        &self,
+        n: u32,
+        waiter: &mut Waiter,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Option<E>,
+    ) -> Result<(), WaitOutcome<E>> {
+        if self.try_acquire(n) {
+            waiter.record(Duration::ZERO);
+            return Ok(());
+        }
+        let start = Instant::now();
+        let (spin, yield_for) = waiter.budgets();
+        // Phase 1: spin (only when every process can have a core).
+        let mut i: u32 = 0;
+        while !spin.is_zero() {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+                if self.try_acquire(n) {
+                    waiter.record(start.elapsed());
+                    return Ok(());
+                }
+            }
+            i += 1;
+            if i % 16 == 0 {
+                if let Some(e) = check() {
+                    return Err(WaitOutcome::Aborted(e));
+                }
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+        }
+        // Phase 2: yield the core to whoever is runnable on it.
+        let mut last_check = Instant::now();
+        loop {
+            if self.try_acquire(n) {
+                waiter.record(start.elapsed());
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now.duration_since(start) >= spin + yield_for {
+                break;
+            }
+            if now.duration_since(last_check) >= CHECK_INTERVAL {
+                last_check = now;
+                if let Some(e) = check() {
+                    return Err(WaitOutcome::Aborted(e));
+                }
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(WaitOutcome::TimedOut);
+                }
+            }
+            std::thread::yield_now();
+        }
+        // Phase 3: sleep on the futex, waking up at least every `block_slice` to check.
+        loop {
+            if let Some(e) = check() {
+                return Err(WaitOutcome::Aborted(e));
+            }
+            let now = Instant::now();
+            let mut slice = waiter.policy.block_slice;
+            if let Some(d) = deadline {
+                if now >= d {
+                    return Err(WaitOutcome::TimedOut);
+                }
+                slice = slice.min(d - now);
+            }
+            self.sleep(n, slice);
+            if self.try_acquire(n) {
+                waiter.record(start.elapsed());
+                return Ok(());
+            }
+        }
+    }
+}
+
+const CHECK_INTERVAL: Duration = Duration::from_micros(200);
+
+/// How a process waits for another (see [`WaitPolicy`] for the phases).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WaitStrategy {
+    /// Chosen from the machine: spin only if every process has a core, then yield up to
+    /// 1 ms, then sleep; and sleep early when recent waits were long. The default.
+    #[default]
+    Auto,
+    /// Spin up to 10 ms before sleeping (lowest latency; only with a core per process).
+    Spin,
+    /// Yield up to 10 ms before sleeping.
+    Yield,
+    /// Sleep on the futex at once (lowest CPU use; ~46 us per wake-up here).
+    Block,
+}
+
+impl WaitStrategy {
+    /// Name used on the command line and in the region's parameters.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitStrategy::Auto => "auto",
+            WaitStrategy::Spin => "spin",
+            WaitStrategy::Yield => "yield",
+            WaitStrategy::Block => "block",
+        }
+    }
+
+    /// Parses a name produced by [`WaitStrategy::name`].
+    pub fn from_name(s: &str) -> Option<WaitStrategy> {
+        [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block]
+            .into_iter()
+            .find(|w| w.name() == s)
+    }
+
+    /// The concrete phase budgets for `processes` runnable processes on `cores` cores.
+    pub fn policy(self, processes: usize, cores: usize) -> WaitPolicy {
+        let ms = Duration::from_millis;
+        let (spin, yield_for, adaptive) = match self {
+            WaitStrategy::Auto if processes <= cores => (Duration::from_micros(50), ms(1), true),
+            WaitStrategy::Auto => (Duration::ZERO, ms(1), true),
+            WaitStrategy::Spin => (ms(10), Duration::ZERO, false),
+            WaitStrategy::Yield => (Duration::ZERO, ms(10), false),
+            WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, false),
+        };
+        WaitPolicy { spin, yield_for, block_slice: ms(10), adaptive }
+    }
+}
+
+/// Concrete waiting budgets: spin for `spin`, then yield until `spin + yield_for`, then
+/// sleep on the futex in slices of `block_slice` (each followed by a liveness check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Time to spin on the word before yielding.
+    pub spin: Duration,
+    /// Time to yield before sleeping.
+    pub yield_for: Duration,
+    /// Longest single futex sleep.
+    pub block_slice: Duration,
+    /// Skip spinning and yielding while recent waits were much longer than both.
+    pub adaptive: bool,
+}
+
+/// Per-process waiting state: the policy plus a running average of recent wait times.
+#[derive(Clone, Debug)]
+pub struct Waiter {
+    policy: WaitPolicy,
+    /// Exponential moving average of wait durations in nanoseconds (weight 1/8).
+    avg_wait_ns: u64,
+}
+
+impl Waiter {
+    /// A waiter following `policy`.
+    pub fn new(policy: WaitPolicy) -> Self {
+        Waiter { policy, avg_wait_ns: 0 }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// Recent average wait.
+    pub fn average_wait(&self) -> Duration {
+        Duration::from_nanos(self.avg_wait_ns)
+    }
+
+    fn record(&mut self, waited: Duration) {
+        let ns = waited.as_nanos().min(u64::MAX as u128) as u64;
+        self.avg_wait_ns = self.avg_wait_ns - self.avg_wait_ns / 8 + ns / 8;
+    }
+
+    /// Spin and yield budgets for the next wait. An adaptive waiter whose recent waits
+    /// were over twice the spin+yield budget goes to sleep after a short yield instead:
+    /// it would sleep anyway, and burning the core only slows whoever it waits for.
+    fn budgets(&self) -> (Duration, Duration) {
+        let p = self.policy;
+        let busy = p.spin + p.yield_for;
+        if p.adaptive && Duration::from_nanos(self.avg_wait_ns) > busy * 2 {
+            (Duration::ZERO, Duration::from_micros(20).min(p.yield_for))
+        } else {
+            (p.spin, p.yield_for)
+        }
+    }
+}
+
+/// `FUTEX_WAIT` on a shared (not process-private) word, with a timeout.
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; `ts` outlives
+    // it; FUTEX_WAIT only reads the word and may return early (EINTR/EAGAIN/ETIMEDOUT),
+    // which every caller handles by re-checking the count.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// `FUTEX_WAKE` of every waiter on a shared word.
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn words() -> Arc<[AtomicU32; 2]> {
+        Arc::new([AtomicU32::new(0), AtomicU32::new(0)])
+    }
+
+    #[test]
+    fn counts_posts_and_acquires_many_at_once() {
+        let w = words();
+        let s = Semaphore::new(&w[0], &w[1]);
+        assert!(!s.try_acquire(1));
+        s.post();
+        s.post();
+        assert!(!s.try_acquire(3));
+        assert!(s.try_acquire(2));
+        assert_eq!(s.count(), 0);
+    }
+
+    #[test]
+    fn every_strategy_hands_off_between_threads() {
+        for strategy in [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block] {
+            let ping = words();
+            let pong = words();
+            let (p2, q2) = (ping.clone(), pong.clone());
+            let policy = strategy.policy(2, 2);
+            let rounds = 2000;
+            let t = std::thread::spawn(move || {
+                let mut waiter = Waiter::new(policy);
+                let ping = Semaphore::new(&p2[0], &p2[1]);
+                let pong = Semaphore::new(&q2[0], &q2[1]);
+                for _ in 0..rounds {
+                    ping.acquire(1, &mut waiter, None, || None::<()>).unwrap();
+                    pong.post();
+                }
+            });
+            let mut waiter = Waiter::new(policy);
+            let ping_s = Semaphore::new(&ping[0], &ping[1]);
+            let pong_s = Semaphore::new(&pong[0], &pong[1]);
+            for _ in 0..rounds {
+                ping_s.post();
+                pong_s.acquire(1, &mut waiter, None, || None::<()>).unwrap();
+            }
+            t.join().unwrap();
+            assert_eq!(ping_s.count(), 0, "{strategy:?}");
+            assert_eq!(pong_s.count(), 0, "{strategy:?}");
+        }
+    }
+
+    #[test]
+    fn a_sleeping_consumer_is_woken_only_by_the_post_it_waits_for() {
+        let w = words();
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || {
+            let s = Semaphore::new(&w2[0], &w2[1]);
+            let mut waiter = Waiter::new(WaitStrategy::Block.policy(1, 1));
+            s.acquire(3, &mut waiter, None, || None::<()>).unwrap();
+        });
+        let s = Semaphore::new(&w[0], &w[1]);
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            s.post();
+        }
+        t.join().unwrap();
+        assert_eq!(s.count(), 0);
+    }
+
+    #[test]
+    fn check_aborts_and_deadline_times_out() {
+        let w = words();
+        let s = Semaphore::new(&w[0], &w[1]);
+        let mut waiter = Waiter::new(WaitStrategy::Auto.policy(2, 2));
+        let mut calls = 0;
+        let r = s.acquire(1, &mut waiter, None, || {
+            calls += 1;
+            (calls > 3).then_some("dead")
+        });
+        assert_eq!(r, Err(WaitOutcome::Aborted("dead")));
+        let r = s.acquire(1, &mut waiter, Some(Instant::now() + Duration::from_millis(30)), || None::<()>);
+        assert_eq!(r, Err(WaitOutcome::TimedOut));
+    }
+
+    #[test]
+    fn adaptive_waiter_sleeps_early_after_long_waits() {
+        let mut w = Waiter::new(WaitStrategy::Auto.policy(2, 2));
+        assert_eq!(w.budgets().0, Duration::from_micros(50));
+        for _ in 0..64 {
+            w.record(Duration::from_millis(20));
+        }
+        assert_eq!(w.budgets(), (Duration::ZERO, Duration::from_micros(20)));
+    }
+}

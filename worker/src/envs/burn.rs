@@ -1,0 +1,111 @@
+//! `Burn-v0`: a synthetic benchmark env. Each step burns `step_us` microseconds of this
+//! thread's CPU time (not wall time, so a descheduled worker does not get its work for
+//! free) and writes an observation of `obs_shape` in `obs_dtype`, so the CPU-bound and the
+//! bandwidth-bound regimes can both be measured. Episodes terminate after `episode_len`.
+
+use crate::config::{Config, ConfigError};
+use crate::env::{ActionIn, Env, ObsOut, Transition};
+use shmenv_engine::spec::{DType, EnvSpec, Space};
+use std::time::Duration;
+
+/// The burn env.
+#[derive(Debug)]
+pub struct Burn {
+    step_cost: Duration,
+    obs_shape: Vec<usize>,
+    dtype: DType,
+    episode_len: u64,
+    t: u64,
+    offset: u64,
+    sink: u64,
+}
+
+impl Burn {
+    /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
+    /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200).
+    pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
+        let c = Config::new(config, &["step_us", "obs_shape", "obs_dtype", "episode_len"])?;
+        let episode_len = c.u64("episode_len", 200)?;
+        if episode_len == 0 {
+            return Err(ConfigError("config key \"episode_len\" must be at least 1".into()));
+        }
+        Ok(Burn {
+            step_cost: Duration::from_micros(c.u64("step_us", 0)?),
+            obs_shape: c.dims("obs_shape", &[4])?,
+            dtype: match c.choice("obs_dtype", "f32", &["f32", "u8"])? {
+                "u8" => DType::U8,
+                _ => DType::F32,
+            },
+            episode_len,
+            t: 0,
+            offset: 0,
+            sink: 0,
+        })
+    }
+
+    fn write_obs(&mut self, obs: &mut ObsOut<'_, '_>) {
+        let base = self.t.wrapping_add(self.offset);
+        match self.dtype {
+            DType::U8 => {
+                for (j, o) in obs.array::<u8>(0).iter_mut().enumerate() {
+                    *o = (base as u8).wrapping_add(j as u8);
+                }
+            }
+            _ => {
+                for (j, o) in obs.array::<f32>(0).iter_mut().enumerate() {
+                    *o = (base % 1024) as f32 + j as f32;
+                }
+            }
+        }
+    }
+
+    fn burn(&mut self) {
+        if self.step_cost.is_zero() {
+            return;
+        }
+        let start = thread_cpu_time();
+        let mut x = self.sink | 1;
+        loop {
+            for _ in 0..64 {
+                // xorshift: cheap work the optimizer cannot remove (the result is kept).
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+            }
+            if thread_cpu_time().saturating_sub(start) >= self.step_cost {
+                break;
+            }
+        }
+        self.sink = x;
+    }
+}
+
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl Env for Burn {
+    fn spec(&self) -> EnvSpec {
+        let high = if self.dtype == DType::U8 { 255.0 } else { f64::INFINITY };
+        let low = if self.dtype == DType::U8 { 0.0 } else { f64::NEG_INFINITY };
+        EnvSpec::single(Space::boxed(self.dtype, &self.obs_shape, low, high), Space::discrete(2))
+    }
+
+    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+        if let Some(s) = seed {
+            self.offset = s;
+        }
+        self.t = 0;
+        self.write_obs(obs);
+    }
+
+    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+        self.burn();
+        self.t += 1 + action.discrete() as u64;
+        self.write_obs(obs);
+        Transition { reward: 1.0, terminated: self.t >= self.episode_len, truncated: false }
+    }
+}

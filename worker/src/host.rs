@@ -1,0 +1,326 @@
+//! The worker host: the entry point of every worker program. It attaches to the region
+//! inherited from the trainer, validates the header, builds its shard of envs, reports
+//! their spec, then serves commands until told to close or the trainer dies.
+//!
+//! A worker program is a few lines:
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     let registry = shmenv_worker::Registry::with_builtins();
+//!     // registry.register("MyEnv-v0", ...);
+//!     shmenv_worker::host::run(&registry)
+//! }
+//! ```
+
+use crate::registry::{MakeError, Registry};
+use crate::shard::{EnvShard, ShardError, ShardRows};
+use shmenv_engine::launch::WORKER_FLAG;
+use shmenv_engine::protocol::{
+    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, WorkerReport,
+    WorkerStatus,
+};
+use shmenv_engine::region::Region;
+use shmenv_engine::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+/// Whether this process was started by a pool as a worker (its first argument is
+/// [`WORKER_FLAG`]). Programs that are also something else (like the `shmenv` CLI) check
+/// this first thing in `main`.
+pub fn is_worker_invocation() -> bool {
+    std::env::args_os().nth(1).is_some_and(|a| a == WORKER_FLAG)
+}
+
+/// Runs the worker host with the envs of `registry`. Returns the process exit code:
+/// 0 after a clean close, 2 for bad arguments (not started by a pool), 3 when the region
+/// is unusable (its header is wrong), 4 after reporting an error to the trainer.
+pub fn run(registry: &Registry) -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let parsed = match args.as_slice() {
+        [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
+            index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())
+        }
+        _ => None,
+    };
+    let Some(((index, fd), parent)) = parsed else {
+        eprintln!(
+            "{}: this is a shmenv worker program; it is started by a shmenv Pool \
+             (Pool::builder(..).worker_program(..)), not by hand",
+            args.first().map_or("shmenv-worker", |s| s.as_str())
+        );
+        return ExitCode::from(2);
+    };
+    match Worker::attach(index, fd, parent) {
+        Ok(worker) => worker.serve(registry),
+        Err(e) => {
+            eprintln!("shmenv worker {index}: {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// Why a worker could not use its region.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The fd is not a usable region.
+    #[error("cannot map the region fd: {0}")]
+    Map(#[from] std::io::Error),
+    /// The header is wrong.
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// This worker's index is not in the pool.
+    #[error("worker index {index} out of range for {num_workers} workers")]
+    BadIndex {
+        /// The index passed.
+        index: usize,
+        /// Workers in the region.
+        num_workers: usize,
+    },
+    /// The params area does not hold valid parameters.
+    #[error("corrupt pool parameters: {0}")]
+    BadParams(String),
+}
+
+struct Worker {
+    region: Region,
+    index: usize,
+    parent: i32,
+    params: PoolParams,
+    waiter: Waiter,
+}
+
+enum Stop {
+    Close,
+    ParentGone,
+    Failed,
+}
+
+impl Worker {
+    /// Maps the region and checks the header and parameters before anything else.
+    fn attach(index: usize, fd: i32, parent: i32) -> Result<Worker, AttachError> {
+        let region = Region::from_inherited_fd(fd)?;
+        attach_checks(region, index, parent)
+    }
+
+    fn post_trainer(&self) {
+        let r = &self.region;
+        Semaphore::new(r.atomic_u32(protocol::TRAINER_SEMAPHORE), r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4)).post();
+    }
+
+    fn set_status(&self, status: WorkerStatus) {
+        let word = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::STATUS);
+        word.store(status as u32, Ordering::Release);
+    }
+
+    /// Writes a report, sets the status and wakes the trainer.
+    fn report(&self, report: &WorkerReport, status: WorkerStatus) {
+        let mut json = serde_json::to_vec(report).expect("report serializes");
+        if json.len() > protocol::REPORT_CAPACITY {
+            json = serde_json::to_vec(&WorkerReport::Failed {
+                message: format!("report of {} bytes does not fit the region", json.len()),
+            })
+            .expect("report serializes");
+        }
+        self.region.write_bytes(protocol::report_offset(self.params.num_workers, self.index), &json);
+        let len = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::REPORT_LEN);
+        len.store(json.len() as u32, Ordering::Release);
+        self.set_status(status);
+        self.post_trainer();
+    }
+
+    /// Reports an error, then waits for the trainer to close or abandon the pool.
+    fn fail(mut self, report: WorkerReport) -> ExitCode {
+        self.report(&report, WorkerStatus::Failed);
+        let _ = self.next_command();
+        ExitCode::from(4)
+    }
+
+    /// Waits for the next post on this worker's semaphore.
+    fn next_command(&mut self) -> Result<(), Stop> {
+        let parent = self.parent;
+        let base = protocol::worker_control(self.index) + worker_block::SEMAPHORE;
+        let sem = Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4));
+        // SAFETY: getppid has no preconditions.
+        let check = || (unsafe { libc::getppid() } != parent).then_some(Stop::ParentGone);
+        match sem.acquire(1, &mut self.waiter, None, check) {
+            Ok(()) => Ok(()),
+            Err(WaitOutcome::Aborted(stop)) => Err(stop),
+            Err(WaitOutcome::TimedOut) => Err(Stop::ParentGone),
+        }
+    }
+
+    fn serve(mut self, registry: &Registry) -> ExitCode {
+        let range = protocol::shard(self.index, self.params.num_envs, self.params.num_workers);
+        let mut shard = match EnvShard::new(registry, &self.params, range) {
+            Ok(s) => s,
+            Err(e) => {
+                let report = match e {
+                    ShardError::Make(MakeError::UnknownEnv { id, registered }) => {
+                        WorkerReport::UnknownEnv { id, registered }
+                    }
+                    ShardError::Make(MakeError::BadConfig { id, source }) => {
+                        WorkerReport::BadConfig { id, message: source.to_string() }
+                    }
+                    other => WorkerReport::Failed { message: other.to_string() },
+                };
+                return self.fail(report);
+            }
+        };
+        self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
+        if self.next_command().is_err() {
+            return ExitCode::SUCCESS;
+        }
+        let state = self.region.atomic_u32(protocol::STATE_WORD).load(Ordering::Acquire);
+        if RegionState::from_word(state) != Some(RegionState::Ready) {
+            return ExitCode::SUCCESS; // Abandoned: the trainer refused the pool.
+        }
+        let layout = match self.map_data_part(shard.spec()) {
+            Ok(l) => l,
+            Err(e) => return self.fail(WorkerReport::Failed { message: e.to_string() }),
+        };
+        self.set_status(WorkerStatus::Running);
+        self.post_trainer();
+        match self.command_loop(&mut shard, &layout) {
+            Stop::Close | Stop::ParentGone => ExitCode::SUCCESS,
+            Stop::Failed => ExitCode::from(4),
+        }
+    }
+
+    /// Re-maps the grown region and checks that its layout is the one this worker computes.
+    fn map_data_part(&mut self, spec: &shmenv_engine::EnvSpec) -> Result<Layout, AttachError> {
+        self.region.remap()?;
+        let header: Header = self.region.read_pod(0);
+        header.validate(self.region.len())?;
+        let layout = Layout::compute(spec, &self.params);
+        if header.layout_hash != layout.hash
+            || header.total_size != layout.total_size as u64
+            || self.region.len() != layout.total_size
+        {
+            return Err(HeaderError::LayoutMismatch { trainer: header.layout_hash, worker: layout.hash }.into());
+        }
+        Ok(layout)
+    }
+
+    fn command_loop(&mut self, shard: &mut EnvShard, layout: &Layout) -> Stop {
+        let range = shard.range();
+        loop {
+            if let Err(stop) = self.next_command() {
+                return stop;
+            }
+            let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
+            let result = match Command::from_word(word) {
+                Some(Command::Close) => return Stop::Close,
+                Some(Command::Step) => {
+                    let actions = layout.actions.rows(range.clone());
+                    // SAFETY (both slices): by the protocol, between the trainer's post and this
+                    // worker's completion post, the trainer neither writes the action rows nor
+                    // reads or writes this shard's result rows, and no other worker touches them
+                    // (shards are disjoint). Both borrows end before `post_trainer` below.
+                    let actions = unsafe { self.region.slice::<u8>(actions.start, actions.len()) };
+                    let mut rows = unsafe { shard_rows(&self.region, layout, range.clone()) };
+                    shard.step_all(actions, &mut rows)
+                }
+                Some(c @ (Command::Reset | Command::ResetSeeded)) => {
+                    let seed = (c == Command::ResetSeeded).then(|| self.region.read_pod::<u64>(protocol::RESET_SEED));
+                    // SAFETY: as above.
+                    let mut rows = unsafe { shard_rows(&self.region, layout, range.clone()) };
+                    shard.reset_all(seed, &mut rows)
+                }
+                None => {
+                    self.report(
+                        &WorkerReport::Failed { message: format!("unknown command word {word}") },
+                        WorkerStatus::Failed,
+                    );
+                    return Stop::Failed;
+                }
+            };
+            match result {
+                Ok(()) => self.post_trainer(),
+                Err((env_id, message)) => {
+                    self.report(&WorkerReport::EnvPanicked { env_id, message }, WorkerStatus::Failed);
+                    let _ = self.next_command();
+                    return Stop::Failed;
+                }
+            }
+        }
+    }
+}
+
+/// Validates the header, the worker index and the params of a freshly mapped region.
+fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, AttachError> {
+    if region.len() < std::mem::size_of::<Header>() {
+        return Err(HeaderError::Corrupt(format!("region of {} bytes", region.len())).into());
+    }
+    let header: Header = region.read_pod(0);
+    header.validate(region.len())?;
+    let num_workers = header.num_workers as usize;
+    if index >= num_workers {
+        return Err(AttachError::BadIndex { index, num_workers });
+    }
+    let bytes = region.read_bytes(protocol::params_offset(num_workers), header.params_len as usize);
+    let params: PoolParams = serde_json::from_slice(&bytes).map_err(|e| AttachError::BadParams(e.to_string()))?;
+    if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {
+        return Err(AttachError::BadParams("params disagree with the header".into()));
+    }
+    let strategy = WaitStrategy::from_name(&params.wait)
+        .ok_or_else(|| AttachError::BadParams(format!("unknown wait strategy {:?}", params.wait)))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let waiter = Waiter::new(strategy.policy(num_workers + 1, cores));
+    Ok(Worker { region, index, parent, params, waiter })
+}
+
+/// This shard's result rows in the region.
+///
+/// # Safety
+/// The caller must hold the protocol's exclusive access to the shard's rows (between
+/// receiving a command and posting its completion) for as long as the rows live.
+unsafe fn shard_rows<'a>(region: &'a Region, layout: &Layout, range: std::ops::Range<usize>) -> ShardRows<'a> {
+    let n = range.len();
+    let bytes = |slot: &protocol::ArraySlot| {
+        let r = slot.rows(range.clone());
+        // SAFETY: exclusive access by the caller's promise; distinct slots are disjoint
+        // (checked by the layout's unit tests), so no two of these slices overlap.
+        unsafe { region.slice_mut::<u8>(r.start, r.len()) }
+    };
+    let start = |slot: &protocol::ArraySlot| slot.rows(range.clone()).start;
+    // SAFETY: as above; each typed slice covers exactly its slot's rows of this shard.
+    unsafe {
+        ShardRows {
+            obs: layout.obs.iter().map(bytes).collect(),
+            final_obs: layout.final_obs.iter().map(bytes).collect(),
+            rewards: region.slice_mut(start(&layout.rewards), n),
+            terminated: region.slice_mut(start(&layout.terminated), n),
+            truncated: region.slice_mut(start(&layout.truncated), n),
+            episode_return: region.slice_mut(start(&layout.episode_return), n),
+            episode_length: region.slice_mut(start(&layout.episode_length), n),
+            elapsed_steps: region.slice_mut(start(&layout.elapsed_steps), n),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region_with(header: Header, params: &[u8]) -> Region {
+        let r = Region::create("test", protocol::bootstrap_size(header.num_workers.max(1) as usize)).unwrap();
+        r.write_pod(0, &header);
+        r.write_bytes(protocol::params_offset(header.num_workers.max(1) as usize), params);
+        r
+    }
+
+    #[test]
+    fn attach_refuses_version_mismatch_and_corrupt_params() {
+        let params = br#"{"env_id":"CartPole-v1","config":{},"num_envs":2,"num_workers":1,"autoreset":"NextStep","max_episode_steps":null,"wait":"auto"}"#;
+        let good = Header::new(2, 1, params.len() as u32);
+        assert!(attach_checks(region_with(good, params), 0, 1).is_ok());
+        let old = Header { version: 0, ..good };
+        let e = attach_checks(region_with(old, params), 0, 1).err().unwrap();
+        assert!(e.to_string().contains("layout version 0"), "{e}");
+        let e = attach_checks(region_with(good, params), 1, 1).err().unwrap();
+        assert!(matches!(e, AttachError::BadIndex { index: 1, num_workers: 1 }));
+        let bad = b"{\"env_id\": 3}";
+        let e = attach_checks(region_with(Header::new(2, 1, bad.len() as u32), bad), 0, 1).err().unwrap();
+        assert!(matches!(e, AttachError::BadParams(_)));
+    }
+}

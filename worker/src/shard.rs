@@ -1,0 +1,266 @@
+//! A shard of envs stepped into result rows: the per-env bookkeeping (returns, lengths,
+//! time limit, auto-reset) shared by the worker host, which points the rows into the
+//! region, and by in-process loops (the serial baseline), which point them at local memory.
+
+use crate::env::{ActionIn, Env, ObsOut};
+use crate::registry::{MakeError, Registry};
+use shmenv_engine::protocol::{AutoReset, PoolParams};
+use shmenv_engine::spec::EnvSpec;
+use std::ops::Range;
+
+/// The result rows of a shard, `[shard_len, ...]` each.
+pub struct ShardRows<'a> {
+    /// Observation arrays, as bytes.
+    pub obs: Vec<&'a mut [u8]>,
+    /// Final observations (SameStep only; otherwise empty).
+    pub final_obs: Vec<&'a mut [u8]>,
+    /// Rewards.
+    pub rewards: &'a mut [f32],
+    /// Terminated flags.
+    pub terminated: &'a mut [u8],
+    /// Truncated flags.
+    pub truncated: &'a mut [u8],
+    /// Return of the episode ending at this step, 0 elsewhere.
+    pub episode_return: &'a mut [f64],
+    /// Length of the episode ending at this step, 0 elsewhere.
+    pub episode_length: &'a mut [u32],
+    /// Steps since the reset that produced this row's observation.
+    pub elapsed_steps: &'a mut [u32],
+}
+
+/// Envs `range` of a pool, with their episode state.
+pub struct EnvShard {
+    envs: Vec<Box<dyn Env>>,
+    spec: EnvSpec,
+    range: Range<usize>,
+    autoreset: AutoReset,
+    time_limit: Option<u32>,
+    obs_row_bytes: Vec<usize>,
+    action_row_bytes: usize,
+    needs_reset: Vec<bool>,
+    running_return: Vec<f64>,
+    running_length: Vec<u32>,
+}
+
+impl EnvShard {
+    /// Builds envs `range` of the pool described by `params`. All envs of the shard must
+    /// report the same spec.
+    pub fn new(registry: &Registry, params: &PoolParams, range: Range<usize>) -> Result<EnvShard, ShardError> {
+        let mut envs = Vec::with_capacity(range.len());
+        for _ in range.clone() {
+            envs.push(registry.make(&params.env_id, &params.config)?);
+        }
+        let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
+        let spec = EnvSpec {
+            max_episode_steps: registry.get(&params.env_id).and_then(|e| e.max_episode_steps),
+            ..spec
+        };
+        for (i, e) in envs.iter().enumerate().skip(1) {
+            let other = e.spec();
+            if other.observations != spec.observations || other.action != spec.action {
+                return Err(ShardError::SpecMismatch { env_id: range.start + i });
+            }
+        }
+        spec.validate().map_err(ShardError::BadSpec)?;
+        let n = range.len();
+        Ok(EnvShard {
+            obs_row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
+            action_row_bytes: spec.action.value_bytes(),
+            time_limit: params.max_episode_steps.or(spec.max_episode_steps),
+            spec,
+            envs,
+            range,
+            autoreset: params.autoreset,
+            needs_reset: vec![false; n],
+            running_return: vec![0.0; n],
+            running_length: vec![0; n],
+        })
+    }
+
+    /// The envs' spec (with the registry's time limit).
+    pub fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// The pool-wide env ids of this shard.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Bytes of one observation row per array.
+    pub fn obs_row_bytes(&self) -> &[usize] {
+        &self.obs_row_bytes
+    }
+
+    /// Resets every env; with `Some(base)` env `i` is seeded with `base + i` (wrapping).
+    /// On a panic inside an env, returns the env id and the message.
+    pub fn reset_all(&mut self, base_seed: Option<u64>, rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+        for i in 0..self.envs.len() {
+            let env_id = self.range.start + i;
+            let seed = base_seed.map(|b| b.wrapping_add(env_id as u64));
+            let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
+            guard(env_id, || self.envs[i].reset(seed, &mut obs))?;
+            self.begin_episode(i, rows);
+        }
+        Ok(())
+    }
+
+    fn begin_episode(&mut self, i: usize, rows: &mut ShardRows<'_>) {
+        self.needs_reset[i] = false;
+        self.running_return[i] = 0.0;
+        self.running_length[i] = 0;
+        rows.rewards[i] = 0.0;
+        rows.terminated[i] = 0;
+        rows.truncated[i] = 0;
+        rows.episode_return[i] = 0.0;
+        rows.episode_length[i] = 0;
+        rows.elapsed_steps[i] = 0;
+    }
+
+    /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`).
+    pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+        let ab = self.action_row_bytes;
+        for i in 0..self.envs.len() {
+            let env_id = self.range.start + i;
+            if self.needs_reset[i] {
+                // NextStep: this step returns the reset observation; the action is ignored.
+                let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
+                guard(env_id, || self.envs[i].reset(None, &mut obs))?;
+                self.begin_episode(i, rows);
+                continue;
+            }
+            let action = ActionIn::new(&actions[i * ab..(i + 1) * ab], &self.spec.action);
+            let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
+            let t = guard(env_id, || self.envs[i].step(action, &mut obs))?;
+            self.running_return[i] += t.reward as f64;
+            self.running_length[i] += 1;
+            let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
+            rows.rewards[i] = t.reward;
+            rows.terminated[i] = t.terminated as u8;
+            rows.truncated[i] = truncated as u8;
+            rows.elapsed_steps[i] = self.running_length[i];
+            if t.terminated || truncated {
+                rows.episode_return[i] = self.running_return[i];
+                rows.episode_length[i] = self.running_length[i];
+                match self.autoreset {
+                    AutoReset::NextStep => self.needs_reset[i] = true,
+                    AutoReset::SameStep => {
+                        for (k, &rb) in self.obs_row_bytes.iter().enumerate() {
+                            rows.final_obs[k][i * rb..(i + 1) * rb].copy_from_slice(&rows.obs[k][i * rb..(i + 1) * rb]);
+                        }
+                        let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
+                        guard(env_id, || self.envs[i].reset(None, &mut obs))?;
+                        self.running_return[i] = 0.0;
+                        self.running_length[i] = 0;
+                        rows.elapsed_steps[i] = 0;
+                    }
+                    AutoReset::Disabled => {}
+                }
+            } else {
+                rows.episode_return[i] = 0.0;
+                rows.episode_length[i] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs env code, turning a panic into `(env_id, message)`.
+fn guard<T>(env_id: usize, f: impl FnOnce() -> T) -> Result<T, (usize, String)> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".into());
+        (env_id, msg)
+    })
+}
+
+/// Why a shard could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The registry refused.
+    #[error(transparent)]
+    Make(#[from] MakeError),
+    /// A shard needs at least one env.
+    #[error("a shard needs at least one env")]
+    Empty,
+    /// Two envs of the shard report different spaces.
+    #[error("env {env_id} reports different spaces than the first env of its shard; an env's spaces must depend only on its id and config")]
+    SpecMismatch {
+        /// The env.
+        env_id: usize,
+    },
+    /// The spec is malformed.
+    #[error("the env's spec is invalid: {0}")]
+    BadSpec(String),
+}
+
+/// Result rows in ordinary memory, for in-process stepping (the serial baseline, tests).
+pub struct LocalRows {
+    obs: Vec<Vec<u64>>,
+    final_obs: Vec<Vec<u64>>,
+    rewards: Vec<f32>,
+    terminated: Vec<u8>,
+    truncated: Vec<u8>,
+    episode_return: Vec<f64>,
+    episode_length: Vec<u32>,
+    elapsed_steps: Vec<u32>,
+    obs_bytes: Vec<usize>,
+}
+
+impl LocalRows {
+    /// Rows for `n` envs of `spec`.
+    pub fn new(spec: &EnvSpec, n: usize, same_step: bool) -> LocalRows {
+        // u64 backing keeps every array 8-byte aligned for any dtype.
+        let obs_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes() * n).collect();
+        let alloc = |b: &usize| vec![0u64; b.div_ceil(8)];
+        LocalRows {
+            obs: obs_bytes.iter().map(alloc).collect(),
+            final_obs: if same_step { obs_bytes.iter().map(alloc).collect() } else { Vec::new() },
+            rewards: vec![0.0; n],
+            terminated: vec![0; n],
+            truncated: vec![0; n],
+            episode_return: vec![0.0; n],
+            episode_length: vec![0; n],
+            elapsed_steps: vec![0; n],
+            obs_bytes,
+        }
+    }
+
+    /// Borrowed rows for [`EnvShard`].
+    pub fn rows(&mut self) -> ShardRows<'_> {
+        let bytes = &self.obs_bytes;
+        ShardRows {
+            obs: self.obs.iter_mut().zip(bytes).map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b]).collect(),
+            final_obs: self.final_obs.iter_mut().zip(bytes).map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b]).collect(),
+            rewards: &mut self.rewards,
+            terminated: &mut self.terminated,
+            truncated: &mut self.truncated,
+            episode_return: &mut self.episode_return,
+            episode_length: &mut self.episode_length,
+            elapsed_steps: &mut self.elapsed_steps,
+        }
+    }
+
+    /// Observation array `k` as bytes.
+    pub fn obs_bytes(&self, k: usize) -> &[u8] {
+        &bytemuck::cast_slice(&self.obs[k])[..self.obs_bytes[k]]
+    }
+
+    /// Rewards.
+    pub fn rewards(&self) -> &[f32] {
+        &self.rewards
+    }
+
+    /// Terminated flags.
+    pub fn terminated(&self) -> &[u8] {
+        &self.terminated
+    }
+
+    /// Truncated flags.
+    pub fn truncated(&self) -> &[u8] {
+        &self.truncated
+    }
+}
