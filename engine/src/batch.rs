@@ -132,6 +132,11 @@ impl<'a> Batch<'a> {
         self.view.env_ids.is_empty()
     }
 
+    /// The env spec (names, dtypes and shapes of the arrays).
+    pub fn spec(&self) -> &'a crate::EnvSpec {
+        self.view.spec
+    }
+
     /// The env of each row.
     pub fn env_ids(&self) -> Range<usize> {
         self.view.env_ids.clone()

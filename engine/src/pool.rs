@@ -539,15 +539,15 @@ impl<'a> BatchData<'a> {
             name: name.into(),
             available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
         })?;
-        let space = &self.spec.observations[k].space;
-        if space.dtype() != T::DTYPE {
-            return Err(ViewError::WrongDtype { name: name.into(), actual: space.dtype(), requested: T::DTYPE });
-        }
         let slot = if final_obs {
             self.layout.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
         } else {
             &self.layout.obs[k]
         };
+        let space = &self.spec.observations[k].space;
+        if space.dtype() != T::DTYPE {
+            return Err(ViewError::WrongDtype { name: name.into(), actual: space.dtype(), requested: T::DTYPE });
+        }
         let rows = slot.rows(self.env_ids.clone());
         let mut shape = vec![self.env_ids.len()];
         shape.extend(space.shape());

@@ -1,0 +1,251 @@
+//! Helpers shared by the integration tests: a watchdog, the worker program, and an
+//! independent in-process reference that steps envs the way the pool must.
+#![allow(dead_code)]
+
+use shmenv::worker::{ActionIn, Env, ObsOut, Registry};
+use shmenv::{AutoReset, Pool, PoolBuilder};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Aborts the whole test process if the guarded scope runs longer than `limit`: a hung
+/// test fails loudly instead of stalling CI.
+pub struct Watchdog {
+    done: Option<mpsc::Sender<()>>,
+}
+
+impl Watchdog {
+    pub fn new(name: &'static str, limit: Duration) -> Watchdog {
+        let (tx, rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("watchdog: test {name} still running after {limit:?}; aborting");
+                std::process::abort();
+            }
+        });
+        Watchdog { done: Some(tx) }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub const WORKER: &str = env!("CARGO_BIN_EXE_shmenv-worker");
+
+/// A builder pointed at this build's worker program.
+pub fn builder(env_id: &str) -> PoolBuilder {
+    Pool::builder(env_id).worker_program(WORKER)
+}
+
+/// One env stepped in-process with the episode rules the pool documents, written
+/// independently of the worker's shard code.
+pub struct Reference {
+    envs: Vec<Box<dyn Env>>,
+    mode: AutoReset,
+    limit: Option<u32>,
+    row_bytes: Vec<usize>,
+    action_space: shmenv::Space,
+    pending_reset: Vec<bool>,
+    len: Vec<u32>,
+    ret: Vec<f64>,
+}
+
+/// One reference row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub obs: Vec<Vec<u8>>,
+    pub final_obs: Option<Vec<Vec<u8>>>,
+    pub reward: f32,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub episode: Option<(f64, u32)>,
+    pub elapsed: u32,
+}
+
+impl Reference {
+    pub fn new(env_id: &str, config: serde_json::Value, n: usize, mode: AutoReset, limit: Option<u32>) -> Reference {
+        let reg = Registry::with_builtins();
+        let envs: Vec<Box<dyn Env>> = (0..n).map(|_| reg.make(env_id, &config).unwrap()).collect();
+        let spec = envs[0].spec();
+        Reference {
+            row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
+            action_space: spec.action.clone(),
+            limit: limit.or(reg.get(env_id).unwrap().max_episode_steps),
+            envs,
+            mode,
+            pending_reset: vec![false; n],
+            len: vec![0; n],
+            ret: vec![0.0; n],
+        }
+    }
+
+    fn obs_buffers(&self) -> Vec<Vec<u64>> {
+        self.row_bytes.iter().map(|b| vec![0u64; b.div_ceil(8).max(1)]).collect()
+    }
+
+    fn bytes(bufs: &[Vec<u64>], row_bytes: &[usize]) -> Vec<Vec<u8>> {
+        bufs.iter().zip(row_bytes).map(|(b, &n)| bytemuck::cast_slice::<u64, u8>(b)[..n].to_vec()).collect()
+    }
+
+    /// Resets every env; `Some(seed)` seeds env i with seed + i, `None` continues streams.
+    pub fn reset(&mut self, seed: Option<u64>) -> Vec<Row> {
+        (0..self.envs.len())
+            .map(|i| {
+                let mut bufs = self.obs_buffers();
+                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
+                let rb = self.row_bytes.clone();
+                self.envs[i].reset(seed.map(|s| s.wrapping_add(i as u64)), &mut ObsOut::new(&mut slices, &rb, 0));
+                drop(slices);
+                self.pending_reset[i] = false;
+                self.len[i] = 0;
+                self.ret[i] = 0.0;
+                Row {
+                    obs: Self::bytes(&bufs, &self.row_bytes),
+                    final_obs: None,
+                    reward: 0.0,
+                    terminated: false,
+                    truncated: false,
+                    episode: None,
+                    elapsed: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// `actions`: one action row (as bytes) per env.
+    pub fn step(&mut self, actions: &[Vec<u8>]) -> Vec<Row> {
+        let rb = self.row_bytes.clone();
+        (0..self.envs.len())
+            .map(|i| {
+                let mut bufs = self.obs_buffers();
+                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
+                if self.pending_reset[i] {
+                    self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
+                    drop(slices);
+                    self.pending_reset[i] = false;
+                    self.len[i] = 0;
+                    self.ret[i] = 0.0;
+                    return Row {
+                        obs: Self::bytes(&bufs, &rb),
+                        final_obs: None,
+                        reward: 0.0,
+                        terminated: false,
+                        truncated: false,
+                        episode: None,
+                        elapsed: 0,
+                    };
+                }
+                let t = self.envs[i].step(ActionIn::new(&actions[i], &self.action_space), &mut ObsOut::new(&mut slices, &rb, 0));
+                drop(slices);
+                self.len[i] += 1;
+                self.ret[i] += t.reward as f64;
+                let truncated = t.truncated || self.limit.is_some_and(|k| self.len[i] >= k);
+                let done = t.terminated || truncated;
+                let mut row = Row {
+                    obs: Self::bytes(&bufs, &rb),
+                    final_obs: None,
+                    reward: t.reward,
+                    terminated: t.terminated,
+                    truncated,
+                    episode: done.then_some((self.ret[i], self.len[i])),
+                    elapsed: self.len[i],
+                };
+                if done {
+                    match self.mode {
+                        AutoReset::NextStep => self.pending_reset[i] = true,
+                        AutoReset::SameStep => {
+                            row.final_obs = Some(row.obs.clone());
+                            let mut bufs = self.obs_buffers();
+                            let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
+                            self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
+                            drop(slices);
+                            row.obs = Self::bytes(&bufs, &rb);
+                            row.elapsed = 0;
+                            self.len[i] = 0;
+                            self.ret[i] = 0.0;
+                        }
+                        AutoReset::Disabled => {}
+                    }
+                }
+                row
+            })
+            .collect()
+    }
+}
+
+/// The rows of a pool batch, in the reference's form.
+pub fn batch_rows(batch: &shmenv::Batch<'_>) -> Vec<Row> {
+    let spec = batch.spec();
+    let same_step = !matches!(batch.final_obs::<u8>(&spec.observations[0].name), Err(shmenv::ViewError::NoFinalObs));
+    let obs_bytes = |name: &str, final_obs: bool| -> Vec<u8> {
+        macro_rules! get {
+            ($t:ty) => {{
+                let v = if final_obs { batch.final_obs::<$t>(name) } else { batch.obs::<$t>(name) }.unwrap();
+                bytemuck::cast_slice::<$t, u8>(v.as_slice()).to_vec()
+            }};
+        }
+        match spec.observations[spec.obs_index(name).unwrap()].space.dtype() {
+            shmenv::DType::F32 => get!(f32),
+            shmenv::DType::F64 => get!(f64),
+            shmenv::DType::U8 => get!(u8),
+            shmenv::DType::I8 => get!(i8),
+            shmenv::DType::I16 => get!(i16),
+            shmenv::DType::I32 => get!(i32),
+            shmenv::DType::I64 => get!(i64),
+        }
+    };
+    let arrays: Vec<Vec<u8>> = spec.observations.iter().map(|o| obs_bytes(&o.name, false)).collect();
+    let finals: Vec<Vec<u8>> =
+        if same_step { spec.observations.iter().map(|o| obs_bytes(&o.name, true)).collect() } else { vec![] };
+    let row_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes()).collect();
+    (0..batch.len())
+        .map(|i| {
+            let done = batch.terminated().get(i) || batch.truncated().get(i);
+            let cut = |a: &Vec<Vec<u8>>| a.iter().zip(&row_bytes).map(|(v, &b)| v[i * b..(i + 1) * b].to_vec()).collect();
+            Row {
+                obs: cut(&arrays),
+                final_obs: (same_step && done).then(|| cut(&finals)),
+                reward: batch.rewards()[i],
+                terminated: batch.terminated().get(i),
+                truncated: batch.truncated().get(i),
+                episode: done.then(|| (batch.episode_returns()[i], batch.episode_lengths()[i])),
+                elapsed: batch.elapsed_steps()[i],
+            }
+        })
+        .collect()
+}
+
+/// Children of this process still alive or unreaped, from /proc.
+pub fn child_pids() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // Field 4 (after the parenthesised command) is the parent pid.
+            if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+                let ppid: u32 = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+                if ppid == me {
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Number of open fds of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Entries in /dev/shm.
+pub fn dev_shm_entries() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
