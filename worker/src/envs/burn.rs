@@ -18,13 +18,34 @@ pub struct Burn {
     t: u64,
     offset: u64,
     sink: u64,
+    fault: Option<Fault>,
+    seed: u64,
+    steps_since_seed: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Fault {
+    kind: &'static str,
+    step: u64,
+    seed: Option<u64>,
 }
 
 impl Burn {
     /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
     /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200).
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
-        let c = Config::new(config, &["step_us", "obs_shape", "obs_dtype", "episode_len"])?;
+        let c = Config::new(
+            config,
+            &["step_us", "obs_shape", "obs_dtype", "episode_len", "fault", "fault_step", "fault_seed"],
+        )?;
+        let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit"])? {
+            "none" => None,
+            kind => Some(Fault {
+                kind,
+                step: c.u64("fault_step", 1)?,
+                seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
+            }),
+        };
         let episode_len = c.u64("episode_len", 200)?;
         if episode_len == 0 {
             return Err(ConfigError("config key \"episode_len\" must be at least 1".into()));
@@ -40,6 +61,9 @@ impl Burn {
             t: 0,
             offset: 0,
             sink: 0,
+            fault,
+            seed: 0,
+            steps_since_seed: 0,
         })
     }
 
@@ -97,6 +121,7 @@ impl Env for Burn {
     fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
         if let Some(s) = seed {
             self.offset = s;
+            self.seed = s;
         }
         self.t = 0;
         self.write_obs(obs);
@@ -104,6 +129,16 @@ impl Env for Burn {
 
     fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
         self.burn();
+        self.steps_since_seed += 1;
+        if let Some(f) = self.fault {
+            if self.steps_since_seed == f.step && f.seed.is_none_or(|s| s == self.seed) {
+                match f.kind {
+                    "panic" => panic!("Burn-v0 fault injected at step {} (seed {})", f.step, self.seed),
+                    "abort" => std::process::abort(),
+                    _ => std::process::exit(17),
+                }
+            }
+        }
         self.t += 1 + action.discrete() as u64;
         self.write_obs(obs);
         Transition { reward: 1.0, terminated: self.t >= self.episode_len, truncated: false }
