@@ -1,1 +1,215 @@
-fn main(){}
+//! Throughput of the engine against two baselines measured in the same run:
+//! - `serial`: the same envs and actions stepped in one process (no parallelism, no IPC);
+//! - `pipe`: the SubprocVecEnv design: worker processes, actions and results serialized
+//!   through pipes (length-prefixed raw bytes, cheaper than pickle, so this baseline is
+//!   generous) and copied into a batch buffer by the trainer.
+//!
+//! `cargo bench --bench throughput`; filter with e.g. `-- cartpole/1024`. Medians and
+//! throughput are criterion's; the ratios quoted in the docs divide medians of one run.
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use serde_json::json;
+use shmenv::engine::protocol::{AutoReset, PoolParams};
+use shmenv::worker::{EnvShard, LocalRows, Registry};
+use shmenv::Pool;
+use std::io::{Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PIPE_WORKER_FLAG: &str = "--pipe-baseline-worker";
+
+fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams {
+    PoolParams {
+        env_id: env.into(),
+        config: config.clone(),
+        num_envs,
+        num_workers: 1,
+        autoreset: AutoReset::NextStep,
+        max_episode_steps: None,
+        wait: "auto".into(),
+    }
+}
+
+fn actions(num_envs: usize, k: usize) -> Vec<i64> {
+    (0..num_envs).map(|i| ((i * 7 + k * 13) % 5 % 2) as i64).collect()
+}
+
+fn worker_program() -> std::path::PathBuf {
+    // Benches run from target/release/deps; the worker program is in target/release.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("shmenv-worker")
+}
+
+fn bench_pool(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> impl FnMut(u64) -> Duration {
+    let mut pool = Pool::builder(env)
+        .config(config.clone())
+        .num_envs(num_envs)
+        .num_workers(workers)
+        .seed(0)
+        .worker_program(worker_program())
+        .build()
+        .expect("pool builds (run `cargo build --release` first)");
+    pool.reset().unwrap();
+    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let mut k = 0;
+    move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            pool.step(&tape[k % 16]).unwrap();
+            k += 1;
+        }
+        start.elapsed()
+    }
+}
+
+fn bench_serial(env: &str, config: &serde_json::Value, num_envs: usize) -> impl FnMut(u64) -> Duration {
+    let registry = Registry::with_builtins();
+    let mut shard = EnvShard::new(&registry, &params(env, config, num_envs), 0..num_envs).unwrap();
+    let mut rows = LocalRows::new(shard.spec(), num_envs, false);
+    shard.reset_all(Some(0), &mut rows.rows()).unwrap();
+    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let mut k = 0;
+    move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            shard.step_all(bytemuck::cast_slice(&tape[k % 16]), &mut rows.rows()).unwrap();
+            k += 1;
+        }
+        start.elapsed()
+    }
+}
+
+/// The trainer side of the pipe baseline.
+struct PipePool {
+    workers: Vec<(Child, ChildStdin, ChildStdout)>,
+    shards: Vec<std::ops::Range<usize>>,
+    batch: Vec<u8>,
+}
+
+impl PipePool {
+    fn new(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> PipePool {
+        let shards: Vec<_> = (0..workers).map(|w| shmenv::engine::protocol::shard(w, num_envs, workers)).collect();
+        let workers = shards
+            .iter()
+            .map(|s| {
+                let mut child = Command::new(std::env::current_exe().unwrap())
+                    .args([PIPE_WORKER_FLAG, env, &config.to_string(), &s.len().to_string(), &s.start.to_string()])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let (i, o) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+                (child, i, o)
+            })
+            .collect();
+        PipePool { workers, shards, batch: Vec::new() }
+    }
+
+    fn step(&mut self, actions: &[i64]) {
+        for ((_, stdin, _), s) in self.workers.iter_mut().zip(&self.shards) {
+            let bytes: &[u8] = bytemuck::cast_slice(&actions[s.clone()]);
+            stdin.write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            stdin.write_all(bytes).unwrap();
+            stdin.flush().unwrap();
+        }
+        self.batch.clear();
+        for (_, _, stdout) in self.workers.iter_mut() {
+            let mut len = [0u8; 4];
+            stdout.read_exact(&mut len).unwrap();
+            let start = self.batch.len();
+            self.batch.resize(start + u32::from_le_bytes(len) as usize, 0);
+            stdout.read_exact(&mut self.batch[start..]).unwrap();
+        }
+    }
+}
+
+impl Drop for PipePool {
+    fn drop(&mut self) {
+        for (child, stdin, _) in self.workers.iter_mut() {
+            let _ = stdin.write_all(&u32::MAX.to_le_bytes());
+            let _ = stdin.flush();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The worker side of the pipe baseline: read actions, step, serialize every result array.
+fn pipe_worker(args: &[String]) {
+    let [env, config, n, first] = args else { panic!("usage: {PIPE_WORKER_FLAG} ENV CONFIG N FIRST") };
+    let config: serde_json::Value = serde_json::from_str(config).unwrap();
+    let (n, first): (usize, usize) = (n.parse().unwrap(), first.parse().unwrap());
+    let registry = Registry::with_builtins();
+    let mut shard = EnvShard::new(&registry, &params(env, &config, first + n), first..first + n).unwrap();
+    let mut rows = LocalRows::new(shard.spec(), n, false);
+    shard.reset_all(Some(0), &mut rows.rows()).unwrap();
+    let (mut stdin, mut stdout) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let mut actions = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        if stdin.read_exact(&mut len).is_err() || u32::from_le_bytes(len) == u32::MAX {
+            return;
+        }
+        actions.resize(u32::from_le_bytes(len) as usize, 0);
+        stdin.read_exact(&mut actions).unwrap();
+        shard.step_all(&actions, &mut rows.rows()).unwrap();
+        out.clear();
+        out.extend_from_slice(rows.obs_bytes(0));
+        out.extend_from_slice(bytemuck::cast_slice(rows.rewards()));
+        out.extend_from_slice(rows.terminated());
+        out.extend_from_slice(rows.truncated());
+        stdout.write_all(&(out.len() as u32).to_le_bytes()).unwrap();
+        stdout.write_all(&out).unwrap();
+        stdout.flush().unwrap();
+    }
+}
+
+fn bench_pipe(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> impl FnMut(u64) -> Duration {
+    let mut pipes = PipePool::new(env, config, num_envs, workers);
+    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let mut k = 0;
+    move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            pipes.step(&tape[k % 16]);
+            k += 1;
+        }
+        start.elapsed()
+    }
+}
+
+/// One group: shmenv and both baselines on the same env, side by side.
+fn compare(c: &mut Criterion, group: &str, env: &str, config: serde_json::Value, num_envs: usize, workers: usize, serial: bool) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(num_envs as u64));
+    let id = |name: &str| BenchmarkId::new(name, format!("{num_envs}envs_{workers}w"));
+    let mut f = bench_pool(env, &config, num_envs, workers);
+    g.bench_function(id("shmenv"), |b| b.iter_custom(&mut f));
+    drop(f);
+    if serial {
+        let mut f = bench_serial(env, &config, num_envs);
+        g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| b.iter_custom(&mut f));
+    }
+    let mut f = bench_pipe(env, &config, num_envs, workers);
+    g.bench_function(id("pipe"), |b| b.iter_custom(&mut f));
+    g.finish();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(PIPE_WORKER_FLAG) {
+        pipe_worker(&args[2..]);
+        return;
+    }
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    for n in [32, 256, 1024] {
+        compare(&mut c, "cartpole", "CartPole-v1", json!({}), n, 2, true);
+    }
+    compare(&mut c, "burn50us", "Burn-v0", json!({"step_us": 50}), 8, 2, true);
+    compare(&mut c, "latency_oversubscribed", "Burn-v0", json!({}), 8, 8, false);
+    c.final_summary();
+}
