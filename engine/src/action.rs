@@ -32,58 +32,61 @@ pub fn validate_into<T: Element>(
         });
     }
     debug_assert_eq!(dst.len(), actions.len());
-    let out_of_range = |i: usize, v: T, expected: String| ActionError::OutOfRange {
-        env_id: i / per_env.max(1),
-        element: i % per_env.max(1),
-        value: format!("{v:?}"),
-        expected,
-    };
-    match space {
-        Space::Discrete { n, start } => {
-            for (i, &v) in actions.iter().enumerate() {
-                let x = v.to_f64() as i64;
-                if x < *start || x >= start + n {
-                    return Err(out_of_range(i, v, format!("an integer in {start}..{} ({space})", start + n)));
-                }
-            }
-        }
-        Space::MultiDiscrete { nvec } => {
-            for (i, &v) in actions.iter().enumerate() {
-                let x = v.to_f64() as i64;
-                let k = nvec[i % per_env];
-                if !(0..k).contains(&x) {
-                    return Err(out_of_range(i, v, format!("an integer in 0..{k} ({space})")));
-                }
-            }
-        }
-        Space::MultiBinary { .. } => {
-            if let Some(i) = actions.iter().position(|v| !matches!(v.to_f64() as i64, 0 | 1)) {
-                return Err(out_of_range(i, actions[i], format!("0 or 1 ({space})")));
-            }
-        }
-        Space::Box { dtype, .. } => {
-            for (i, &v) in actions.iter().enumerate() {
-                let x = v.to_f64();
-                let (lo, hi) = space.box_bounds(i % per_env.max(1)).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
-                let ok = if dtype.is_float() {
-                    // NaN never; an infinity only where that bound is itself infinite.
-                    !x.is_nan() && (x.is_finite() || (x > 0.0 && hi == f64::INFINITY) || (x < 0.0 && lo == f64::NEG_INFINITY))
-                } else {
-                    x >= lo && x <= hi
-                };
-                if !ok {
-                    let what = if dtype.is_float() {
-                        format!("a finite number ({space})")
-                    } else {
-                        format!("an integer in [{lo}, {hi}] ({space})")
-                    };
-                    return Err(out_of_range(i, v, what));
-                }
-            }
-        }
+    if let Some((i, expected)) = first_invalid(space, per_env, actions) {
+        return Err(ActionError::OutOfRange {
+            env_id: i / per_env.max(1),
+            element: i % per_env.max(1),
+            value: format!("{:?}", actions[i]),
+            expected,
+        });
     }
     dst.copy_from_slice(actions);
     Ok(())
+}
+
+/// Index of the first value outside `space`, with what was expected there. The dtype was
+/// checked, so integer spaces are read as their storage type; the common case (all valid)
+/// is one branch-light pass that the compiler vectorizes.
+fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Option<(usize, String)> {
+    fn find<X: Copy>(a: &[X], ok: impl Fn(usize, X) -> bool) -> Option<usize> {
+        if a.iter().enumerate().all(|(i, &x)| ok(i, x)) {
+            None
+        } else {
+            a.iter().enumerate().position(|(i, &x)| !ok(i, x))
+        }
+    }
+    match space {
+        Space::Discrete { n, start } => {
+            let (lo, hi) = (*start, start + n);
+            find(bytemuck::cast_slice::<T, i64>(actions), |_, x| x >= lo && x < hi)
+                .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
+        }
+        Space::MultiDiscrete { nvec } => {
+            find(bytemuck::cast_slice::<T, i64>(actions), |i, x| x >= 0 && x < nvec[i % per_env])
+                .map(|i| (i, format!("an integer in 0..{} ({space})", nvec[i % per_env])))
+        }
+        Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| x == 0 || x == 1)
+            .map(|i| (i, format!("0 or 1 ({space})"))),
+        Space::Box { dtype, .. } if dtype.is_float() => {
+            let bounds = |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            // NaN never; an infinity only where that bound is itself infinite.
+            let ok = |i: usize, x: f64| {
+                x.is_finite() || (!x.is_nan() && (if x > 0.0 { bounds(i).1 } else { -bounds(i).0 }) == f64::INFINITY)
+            };
+            find(actions, |i, v| ok(i, v.to_f64())).map(|i| (i, format!("a finite number ({space})")))
+        }
+        Space::Box { .. } => {
+            let bounds = |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            find(actions, |i, v| {
+                let (lo, hi) = bounds(i);
+                v.to_f64() >= lo && v.to_f64() <= hi
+            })
+            .map(|i| {
+                let (lo, hi) = bounds(i);
+                (i, format!("an integer in [{lo}, {hi}] ({space})"))
+            })
+        }
+    }
 }
 
 #[cfg(test)]
