@@ -123,33 +123,21 @@ impl<T: Element> ActionTape<T> {
     }
 }
 
-struct Run {
-    steps: u64,
-    seconds: f64,
-}
-
-impl Run {
-    fn rate(&self) -> f64 {
-        self.steps as f64 / self.seconds
-    }
-}
-
 struct Progress {
     live: bool,
-    label: String,
+    label: &'static str,
     last: Instant,
 }
 
 impl Progress {
-    fn new(label: String, quiet: bool) -> Self {
+    fn new(label: &'static str, quiet: bool) -> Self {
         Progress { live: !quiet && std::io::stderr().is_terminal(), label, last: Instant::now() }
     }
 
-    fn tick(&mut self, steps: u64, start: Instant) {
+    fn tick(&mut self, steps: u64, seconds: f64) {
         if self.live && self.last.elapsed() >= Duration::from_millis(250) {
             self.last = Instant::now();
-            let s = start.elapsed().as_secs_f64();
-            eprint!("\r{}: {:>12} steps/s after {s:.1} s   ", self.label, fmt_rate(steps as f64 / s));
+            eprint!("\r{}: {:>12} steps/s after {seconds:.1} s   ", self.label, fmt_rate(steps as f64 / seconds));
             let _ = std::io::stderr().flush();
         }
     }
@@ -161,10 +149,72 @@ impl Progress {
     }
 }
 
+/// Something that steps a batch of envs.
+trait Stepper {
+    /// Steps batch number `k`; returns the number of env steps taken.
+    fn step_batch(&mut self, k: usize) -> Result<u64, Error>;
+}
+
+struct PoolStepper<T> {
+    pool: Pool,
+    tape: ActionTape<T>,
+}
+
+impl<T: Element> Stepper for PoolStepper<T> {
+    fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
+        self.pool.step(&self.tape.batches[k % self.tape.batches.len()])?;
+        Ok(self.pool.num_envs() as u64)
+    }
+}
+
+/// The baseline: the same envs and actions stepped in this process, one after another.
+struct SerialStepper<T> {
+    shard: EnvShard,
+    rows: LocalRows,
+    tape: ActionTape<T>,
+}
+
+impl<T: Element> Stepper for SerialStepper<T> {
+    fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
+        let actions = shmenv::engine::spec::as_bytes(&self.tape.batches[k % self.tape.batches.len()]);
+        self.shard.step_all(actions, &mut self.rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
+        Ok(self.shard.range().len() as u64)
+    }
+}
+
+/// Steps and elapsed time of one contender.
+#[derive(Default)]
+struct Tally {
+    steps: u64,
+    seconds: f64,
+    batches: usize,
+}
+
+impl Tally {
+    fn rate(&self) -> f64 {
+        self.steps as f64 / self.seconds
+    }
+
+    /// Steps for `slice`, adding to the tally.
+    fn run(&mut self, s: &mut dyn Stepper, slice: Duration, progress: &mut Progress) -> Result<(), Error> {
+        let start = Instant::now();
+        while start.elapsed() < slice {
+            for _ in 0..8 {
+                self.steps += s.step_batch(self.batches)?;
+                self.batches += 1;
+            }
+            progress.tick(self.steps, self.seconds + start.elapsed().as_secs_f64());
+        }
+        self.seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
 fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let config: serde_json::Value =
         serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
-    let wait = WaitStrategy::from_name(&args.wait).ok_or_else(|| format!("unknown --wait {:?}: use auto, spin, yield or block", args.wait))?;
+    let wait = WaitStrategy::from_name(&args.wait)
+        .ok_or_else(|| format!("unknown --wait {:?}: use auto, spin, yield or block", args.wait))?;
     let mut builder = Pool::builder(&args.env)
         .config(config.clone())
         .num_envs(args.num_envs)
@@ -174,26 +224,49 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if let Some(w) = args.workers {
         builder = builder.num_workers(w);
     }
-    let mut pool = builder.build()?;
-    let duration = Duration::from_secs_f64(args.seconds);
-    let action = pool.spec().action.clone();
-    macro_rules! by_dtype {
-        ($f:ident($($a:expr),*)) => {
-            match action.dtype() {
-                DType::F32 => $f::<f32>($($a),*),
-                DType::F64 => $f::<f64>($($a),*),
-                DType::U8 => $f::<u8>($($a),*),
-                DType::I8 => $f::<i8>($($a),*),
-                DType::I16 => $f::<i16>($($a),*),
-                DType::I32 => $f::<i32>($($a),*),
-                DType::I64 => $f::<i64>($($a),*),
-            }
-        };
-    }
-    let run = by_dtype!(run_pool(&mut pool, duration, args.json))?;
+    let pool = builder.build()?;
     let workers = pool.num_workers();
-    drop(pool);
-    let baseline = if args.baseline {
+    let (ours, baseline) = match pool.spec().action.dtype() {
+        DType::F32 => bench_typed::<f32>(registry, &args, &config, pool),
+        DType::F64 => bench_typed::<f64>(registry, &args, &config, pool),
+        DType::U8 => bench_typed::<u8>(registry, &args, &config, pool),
+        DType::I8 => bench_typed::<i8>(registry, &args, &config, pool),
+        DType::I16 => bench_typed::<i16>(registry, &args, &config, pool),
+        DType::I32 => bench_typed::<i32>(registry, &args, &config, pool),
+        DType::I64 => bench_typed::<i64>(registry, &args, &config, pool),
+    }?;
+    let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
+    if args.json {
+        let mut out = json!({
+            "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": args.num_envs,
+            "workers": workers, "wait": wait.name(), "seconds": ours.seconds, "steps": ours.steps,
+            "steps_per_sec": ours.rate(),
+        });
+        if let (Some(b), Some(r)) = (&baseline, ratio) {
+            out["baseline_steps"] = json!(b.steps);
+            out["baseline_steps_per_sec"] = json!(b.rate());
+            out["ratio"] = json!(r);
+        }
+        println!("{out}");
+    } else {
+        println!("{} x {} on {workers} workers (wait {}), {:.1} s", args.env, args.num_envs, wait.name(), ours.seconds);
+        println!("  shmenv pool:   {:>10} steps/s", fmt_rate(ours.rate()));
+        if let (Some(b), Some(r)) = (&baseline, ratio) {
+            println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
+            println!("  ratio:         {r:>10.2}x");
+        }
+    }
+    Ok(())
+}
+
+fn bench_typed<T: Element>(
+    registry: &Registry,
+    args: &BenchArgs,
+    config: &serde_json::Value,
+    mut pool: Pool,
+) -> Result<(Tally, Option<Tally>), Error> {
+    let action = pool.spec().action.clone();
+    let mut serial = if args.baseline {
         let params = PoolParams {
             env_id: args.env.clone(),
             config: config.clone(),
@@ -203,78 +276,28 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             max_episode_steps: None,
             wait: "auto".into(),
         };
-        Some(by_dtype!(run_serial(registry, &params, args.seed, duration, args.json))?)
+        let mut shard = EnvShard::new(registry, &params, 0..params.num_envs)?;
+        let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);
+        shard.reset_all(Some(args.seed), &mut rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
+        Some(SerialStepper { shard, rows, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) })
     } else {
         None
     };
-    let ratio = baseline.as_ref().map(|b| run.rate() / b.rate());
-    if args.json {
-        let mut out = json!({
-            "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": args.num_envs,
-            "workers": workers, "wait": wait.name(), "seconds": run.seconds, "steps": run.steps,
-            "steps_per_sec": run.rate(),
-        });
-        if let (Some(b), Some(r)) = (&baseline, ratio) {
-            out["baseline_steps"] = json!(b.steps);
-            out["baseline_steps_per_sec"] = json!(b.rate());
-            out["ratio"] = json!(r);
-        }
-        println!("{out}");
-    } else {
-        println!("{} x {} on {workers} workers (wait {}), {:.1} s", args.env, args.num_envs, wait.name(), run.seconds);
-        println!("  shmenv pool:   {:>10} steps/s", fmt_rate(run.rate()));
-        if let (Some(b), Some(r)) = (&baseline, ratio) {
-            println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
-            println!("  ratio:         {r:>10.2}x");
-        }
-    }
-    Ok(())
-}
-
-fn run_pool<T: Element>(pool: &mut Pool, duration: Duration, quiet: bool) -> Result<Run, Error> {
-    let tape = ActionTape::<T>::new(&pool.spec().action, pool.num_envs(), pool.seed());
-    let n = pool.num_envs() as u64;
     pool.reset()?;
-    let mut progress = Progress::new("shmenv pool".into(), quiet);
-    let start = Instant::now();
-    let mut steps = 0u64;
-    let mut i = 0;
-    while start.elapsed() < duration {
-        for _ in 0..8 {
-            pool.step(&tape.batches[i % tape.batches.len()])?;
-            i += 1;
+    let mut contender = PoolStepper { pool, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) };
+    // With a baseline, alternate short rounds of each so that machine noise hits both alike.
+    let rounds = if serial.is_some() { ((args.seconds / 0.5).round() as u32).max(3) } else { 1 };
+    let slice = Duration::from_secs_f64(args.seconds) / rounds;
+    let (mut ours, mut theirs) = (Tally::default(), Tally::default());
+    let mut progress = Progress::new("shmenv pool", args.json);
+    for _ in 0..rounds {
+        ours.run(&mut contender, slice, &mut progress)?;
+        if let Some(s) = serial.as_mut() {
+            theirs.run(s, slice, &mut Progress::new("serial loop", true))?;
         }
-        steps += 8 * n;
-        progress.tick(steps, start);
     }
     progress.done();
-    Ok(Run { steps, seconds: start.elapsed().as_secs_f64() })
-}
-
-fn run_serial<T: Element>(registry: &Registry, params: &PoolParams, seed: u64, duration: Duration, quiet: bool) -> Result<Run, Error> {
-    let mut shard = EnvShard::new(registry, params, 0..params.num_envs)?;
-    let tape = ActionTape::<T>::new(&shard.spec().action, params.num_envs, seed);
-    let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);
-    shard.reset_all(Some(seed), &mut rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
-    let mut progress = Progress::new("serial loop".into(), quiet);
-    let start = Instant::now();
-    let mut steps = 0u64;
-    let mut i = 0;
-    while start.elapsed() < duration {
-        for _ in 0..8 {
-            let actions: &[u8] = bytemuck_bytes(&tape.batches[i % tape.batches.len()]);
-            shard.step_all(actions, &mut rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
-            i += 1;
-        }
-        steps += 8 * params.num_envs as u64;
-        progress.tick(steps, start);
-    }
-    progress.done();
-    Ok(Run { steps, seconds: start.elapsed().as_secs_f64() })
-}
-
-fn bytemuck_bytes<T: Element>(v: &[T]) -> &[u8] {
-    shmenv::engine::spec::as_bytes(v)
+    Ok((ours, serial.map(|_| theirs)))
 }
 
 fn fmt_rate(r: f64) -> String {
