@@ -31,16 +31,27 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
 }
 
 fn actions(num_envs: usize, k: usize) -> Vec<i64> {
-    (0..num_envs).map(|i| ((i * 7 + k * 13) % 5 % 2) as i64).collect()
+    (0..num_envs)
+        .map(|i| ((i * 7 + k * 13) % 5 % 2) as i64)
+        .collect()
 }
 
 fn worker_program() -> std::path::PathBuf {
     // Benches run from target/release/deps; the worker program is in target/release.
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("shmenv-worker")
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("shmenv-worker")
 }
 
-fn bench_pool(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> impl FnMut(u64) -> Duration {
+fn bench_pool(
+    env: &str,
+    config: &serde_json::Value,
+    num_envs: usize,
+    workers: usize,
+) -> impl FnMut(u64) -> Duration {
     let mut pool = Pool::builder(env)
         .config(config.clone())
         .num_envs(num_envs)
@@ -62,7 +73,11 @@ fn bench_pool(env: &str, config: &serde_json::Value, num_envs: usize, workers: u
     }
 }
 
-fn bench_serial(env: &str, config: &serde_json::Value, num_envs: usize) -> impl FnMut(u64) -> Duration {
+fn bench_serial(
+    env: &str,
+    config: &serde_json::Value,
+    num_envs: usize,
+) -> impl FnMut(u64) -> Duration {
     let registry = Registry::with_builtins();
     let mut shard = EnvShard::new(&registry, &params(env, config, num_envs), 0..num_envs).unwrap();
     let mut rows = LocalRows::new(shard.spec(), num_envs, false);
@@ -72,7 +87,9 @@ fn bench_serial(env: &str, config: &serde_json::Value, num_envs: usize) -> impl 
     move |iters| {
         let start = Instant::now();
         for _ in 0..iters {
-            shard.step_all(bytemuck::cast_slice(&tape[k % 16]), &mut rows.rows()).unwrap();
+            shard
+                .step_all(bytemuck::cast_slice(&tape[k % 16]), &mut rows.rows())
+                .unwrap();
             k += 1;
         }
         start.elapsed()
@@ -88,12 +105,20 @@ struct PipePool {
 
 impl PipePool {
     fn new(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> PipePool {
-        let shards: Vec<_> = (0..workers).map(|w| shmenv::engine::protocol::shard(w, num_envs, workers)).collect();
+        let shards: Vec<_> = (0..workers)
+            .map(|w| shmenv::engine::protocol::shard(w, num_envs, workers))
+            .collect();
         let workers = shards
             .iter()
             .map(|s| {
                 let mut child = Command::new(std::env::current_exe().unwrap())
-                    .args([PIPE_WORKER_FLAG, env, &config.to_string(), &s.len().to_string(), &s.start.to_string()])
+                    .args([
+                        PIPE_WORKER_FLAG,
+                        env,
+                        &config.to_string(),
+                        &s.len().to_string(),
+                        &s.start.to_string(),
+                    ])
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .spawn()
@@ -102,13 +127,19 @@ impl PipePool {
                 (child, i, o)
             })
             .collect();
-        PipePool { workers, shards, batch: Vec::new() }
+        PipePool {
+            workers,
+            shards,
+            batch: Vec::new(),
+        }
     }
 
     fn step(&mut self, actions: &[i64]) {
         for ((_, stdin, _), s) in self.workers.iter_mut().zip(&self.shards) {
             let bytes: &[u8] = bytemuck::cast_slice(&actions[s.clone()]);
-            stdin.write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            stdin
+                .write_all(&(bytes.len() as u32).to_le_bytes())
+                .unwrap();
             stdin.write_all(bytes).unwrap();
             stdin.flush().unwrap();
         }
@@ -117,7 +148,8 @@ impl PipePool {
             let mut len = [0u8; 4];
             stdout.read_exact(&mut len).unwrap();
             let start = self.batch.len();
-            self.batch.resize(start + u32::from_le_bytes(len) as usize, 0);
+            self.batch
+                .resize(start + u32::from_le_bytes(len) as usize, 0);
             stdout.read_exact(&mut self.batch[start..]).unwrap();
         }
     }
@@ -135,11 +167,18 @@ impl Drop for PipePool {
 
 /// The worker side of the pipe baseline: read actions, step, serialize every result array.
 fn pipe_worker(args: &[String]) {
-    let [env, config, n, first] = args else { panic!("usage: {PIPE_WORKER_FLAG} ENV CONFIG N FIRST") };
+    let [env, config, n, first] = args else {
+        panic!("usage: {PIPE_WORKER_FLAG} ENV CONFIG N FIRST")
+    };
     let config: serde_json::Value = serde_json::from_str(config).unwrap();
     let (n, first): (usize, usize) = (n.parse().unwrap(), first.parse().unwrap());
     let registry = Registry::with_builtins();
-    let mut shard = EnvShard::new(&registry, &params(env, &config, first + n), first..first + n).unwrap();
+    let mut shard = EnvShard::new(
+        &registry,
+        &params(env, &config, first + n),
+        first..first + n,
+    )
+    .unwrap();
     let mut rows = LocalRows::new(shard.spec(), n, false);
     shard.reset_all(Some(0), &mut rows.rows()).unwrap();
     let (mut stdin, mut stdout) = (std::io::stdin().lock(), std::io::stdout().lock());
@@ -164,7 +203,12 @@ fn pipe_worker(args: &[String]) {
     }
 }
 
-fn bench_pipe(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> impl FnMut(u64) -> Duration {
+fn bench_pipe(
+    env: &str,
+    config: &serde_json::Value,
+    num_envs: usize,
+    workers: usize,
+) -> impl FnMut(u64) -> Duration {
     let mut pipes = PipePool::new(env, config, num_envs, workers);
     let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
     let mut k = 0;
@@ -179,7 +223,15 @@ fn bench_pipe(env: &str, config: &serde_json::Value, num_envs: usize, workers: u
 }
 
 /// One group: shmenv and both baselines on the same env, side by side.
-fn compare(c: &mut Criterion, group: &str, env: &str, config: serde_json::Value, num_envs: usize, workers: usize, serial: bool) {
+fn compare(
+    c: &mut Criterion,
+    group: &str,
+    env: &str,
+    config: serde_json::Value,
+    num_envs: usize,
+    workers: usize,
+    serial: bool,
+) {
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(num_envs as u64));
     let id = |name: &str| BenchmarkId::new(name, format!("{num_envs}envs_{workers}w"));
@@ -188,7 +240,9 @@ fn compare(c: &mut Criterion, group: &str, env: &str, config: serde_json::Value,
     drop(f);
     if serial {
         let mut f = bench_serial(env, &config, num_envs);
-        g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| b.iter_custom(&mut f));
+        g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| {
+            b.iter_custom(&mut f)
+        });
     }
     let mut f = bench_pipe(env, &config, num_envs, workers);
     g.bench_function(id("pipe"), |b| b.iter_custom(&mut f));
@@ -209,7 +263,23 @@ fn main() {
     for n in [32, 256, 1024] {
         compare(&mut c, "cartpole", "CartPole-v1", json!({}), n, 2, true);
     }
-    compare(&mut c, "burn50us", "Burn-v0", json!({"step_us": 50}), 8, 2, true);
-    compare(&mut c, "latency_oversubscribed", "Burn-v0", json!({}), 8, 8, false);
+    compare(
+        &mut c,
+        "burn50us",
+        "Burn-v0",
+        json!({"step_us": 50}),
+        8,
+        2,
+        true,
+    );
+    compare(
+        &mut c,
+        "latency_oversubscribed",
+        "Burn-v0",
+        json!({}),
+        8,
+        8,
+        false,
+    );
     c.final_summary();
 }

@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "shmenv", version, about = "Vectorized RL envs stepped by worker processes through shared memory")]
+#[command(
+    name = "shmenv",
+    version,
+    about = "Vectorized RL envs stepped by worker processes through shared memory"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -83,8 +87,15 @@ fn list(registry: &Registry) -> Result<(), Error> {
     for id in registry.ids() {
         let entry = registry.get(&id).expect("listed id");
         let env = registry.make(&id, &json!({}))?;
-        let limit = entry.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
+        let limit = entry
+            .max_episode_steps
+            .map_or(String::new(), |k| format!(", limit {k} steps"));
+        println!(
+            "{id:<14} {}{limit}\n{:<14} {}",
+            env.spec(),
+            "",
+            entry.description
+        );
     }
     Ok(())
 }
@@ -105,13 +116,19 @@ impl<T: Element> ActionTape<T> {
                     .map(|i| {
                         let u = rng.next_f64();
                         let v = match space {
-                            Space::Discrete { n, start } => (*start + (u * *n as f64) as i64) as f64,
+                            Space::Discrete { n, start } => {
+                                (*start + (u * *n as f64) as i64) as f64
+                            }
                             Space::MultiDiscrete { nvec } => (u * nvec[i % per_env] as f64).floor(),
                             Space::MultiBinary { .. } => (u * 2.0).floor(),
                             Space::Box { .. } => {
                                 let (lo, hi) = space.box_bounds(i % per_env).expect("box");
                                 let (lo, hi) = (lo.max(-1.0), hi.min(1.0));
-                                if T::DTYPE.is_float() { lo + u * (hi - lo) } else { lo.ceil() }
+                                if T::DTYPE.is_float() {
+                                    lo + u * (hi - lo)
+                                } else {
+                                    lo.ceil()
+                                }
                             }
                         };
                         T::from_f64(v)
@@ -131,13 +148,21 @@ struct Progress {
 
 impl Progress {
     fn new(label: &'static str, quiet: bool) -> Self {
-        Progress { live: !quiet && std::io::stderr().is_terminal(), label, last: Instant::now() }
+        Progress {
+            live: !quiet && std::io::stderr().is_terminal(),
+            label,
+            last: Instant::now(),
+        }
     }
 
     fn tick(&mut self, steps: u64, seconds: f64) {
         if self.live && self.last.elapsed() >= Duration::from_millis(250) {
             self.last = Instant::now();
-            eprint!("\r{}: {:>12} steps/s after {seconds:.1} s   ", self.label, fmt_rate(steps as f64 / seconds));
+            eprint!(
+                "\r{}: {:>12} steps/s after {seconds:.1} s   ",
+                self.label,
+                fmt_rate(steps as f64 / seconds)
+            );
             let _ = std::io::stderr().flush();
         }
     }
@@ -162,7 +187,8 @@ struct PoolStepper<T> {
 
 impl<T: Element> Stepper for PoolStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
-        self.pool.step(&self.tape.batches[k % self.tape.batches.len()])?;
+        self.pool
+            .step(&self.tape.batches[k % self.tape.batches.len()])?;
         Ok(self.pool.num_envs() as u64)
     }
 }
@@ -176,8 +202,11 @@ struct SerialStepper<T> {
 
 impl<T: Element> Stepper for SerialStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
-        let actions = shmenv::engine::spec::as_bytes(&self.tape.batches[k % self.tape.batches.len()]);
-        self.shard.step_all(actions, &mut self.rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
+        let actions =
+            shmenv::engine::spec::as_bytes(&self.tape.batches[k % self.tape.batches.len()]);
+        self.shard
+            .step_all(actions, &mut self.rows.rows())
+            .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
         Ok(self.shard.range().len() as u64)
     }
 }
@@ -196,7 +225,12 @@ impl Tally {
     }
 
     /// Steps for `slice`, adding to the tally.
-    fn run(&mut self, s: &mut dyn Stepper, slice: Duration, progress: &mut Progress) -> Result<(), Error> {
+    fn run(
+        &mut self,
+        s: &mut dyn Stepper,
+        slice: Duration,
+        progress: &mut Progress,
+    ) -> Result<(), Error> {
         let start = Instant::now();
         while start.elapsed() < slice {
             for _ in 0..8 {
@@ -211,10 +245,14 @@ impl Tally {
 }
 
 fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
-    let config: serde_json::Value =
-        serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
-    let wait = WaitStrategy::from_name(&args.wait)
-        .ok_or_else(|| format!("unknown --wait {:?}: use auto, spin, yield or block", args.wait))?;
+    let config: serde_json::Value = serde_json::from_str(&args.config)
+        .map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    let wait = WaitStrategy::from_name(&args.wait).ok_or_else(|| {
+        format!(
+            "unknown --wait {:?}: use auto, spin, yield or block",
+            args.wait
+        )
+    })?;
     let mut builder = Pool::builder(&args.env)
         .config(config.clone())
         .num_envs(args.num_envs)
@@ -249,10 +287,19 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         }
         println!("{out}");
     } else {
-        println!("{} x {} on {workers} workers (wait {}), {:.1} s", args.env, args.num_envs, wait.name(), ours.seconds);
+        println!(
+            "{} x {} on {workers} workers (wait {}), {:.1} s",
+            args.env,
+            args.num_envs,
+            wait.name(),
+            ours.seconds
+        );
         println!("  shmenv pool:   {:>10} steps/s", fmt_rate(ours.rate()));
         if let (Some(b), Some(r)) = (&baseline, ratio) {
-            println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
+            println!(
+                "  serial loop:   {:>10} steps/s (same envs and actions, in-process)",
+                fmt_rate(b.rate())
+            );
             println!("  ratio:         {r:>10.2}x");
         }
     }
@@ -278,15 +325,28 @@ fn bench_typed<T: Element>(
         };
         let mut shard = EnvShard::new(registry, &params, 0..params.num_envs)?;
         let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);
-        shard.reset_all(Some(args.seed), &mut rows.rows()).map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
-        Some(SerialStepper { shard, rows, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) })
+        shard
+            .reset_all(Some(args.seed), &mut rows.rows())
+            .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
+        Some(SerialStepper {
+            shard,
+            rows,
+            tape: ActionTape::<T>::new(&action, args.num_envs, args.seed),
+        })
     } else {
         None
     };
     pool.reset()?;
-    let mut contender = PoolStepper { pool, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) };
+    let mut contender = PoolStepper {
+        pool,
+        tape: ActionTape::<T>::new(&action, args.num_envs, args.seed),
+    };
     // With a baseline, alternate short rounds of each so that machine noise hits both alike.
-    let rounds = if serial.is_some() { ((args.seconds / 0.5).round() as u32).max(3) } else { 1 };
+    let rounds = if serial.is_some() {
+        ((args.seconds / 0.5).round() as u32).max(3)
+    } else {
+        1
+    };
     let slice = Duration::from_secs_f64(args.seconds) / rounds;
     let (mut ours, mut theirs) = (Tally::default(), Tally::default());
     let mut progress = Progress::new("shmenv pool", args.json);

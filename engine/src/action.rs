@@ -47,7 +47,11 @@ pub fn validate_into<T: Element>(
 /// Index of the first value outside `space`, with what was expected there. The dtype was
 /// checked, so integer spaces are read as their storage type; the common case (all valid)
 /// is one branch-light pass that the compiler vectorizes.
-fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Option<(usize, String)> {
+fn first_invalid<T: Element>(
+    space: &Space,
+    per_env: usize,
+    actions: &[T],
+) -> Option<(usize, String)> {
     fn find<X: Copy>(a: &[X], ok: impl Fn(usize, X) -> bool) -> Option<usize> {
         if a.iter().enumerate().all(|(i, &x)| ok(i, x)) {
             None
@@ -58,25 +62,45 @@ fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Op
     match space {
         Space::Discrete { n, start } => {
             let (lo, hi) = (*start, start + n);
-            find(bytemuck::cast_slice::<T, i64>(actions), |_, x| x >= lo && x < hi)
-                .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
+            find(bytemuck::cast_slice::<T, i64>(actions), |_, x| {
+                x >= lo && x < hi
+            })
+            .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
         }
-        Space::MultiDiscrete { nvec } => {
-            find(bytemuck::cast_slice::<T, i64>(actions), |i, x| x >= 0 && x < nvec[i % per_env])
-                .map(|i| (i, format!("an integer in 0..{} ({space})", nvec[i % per_env])))
-        }
-        Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| x == 0 || x == 1)
-            .map(|i| (i, format!("0 or 1 ({space})"))),
+        Space::MultiDiscrete { nvec } => find(bytemuck::cast_slice::<T, i64>(actions), |i, x| {
+            x >= 0 && x < nvec[i % per_env]
+        })
+        .map(|i| {
+            (
+                i,
+                format!("an integer in 0..{} ({space})", nvec[i % per_env]),
+            )
+        }),
+        Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| {
+            x == 0 || x == 1
+        })
+        .map(|i| (i, format!("0 or 1 ({space})"))),
         Space::Box { dtype, .. } if dtype.is_float() => {
-            let bounds = |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            let bounds = |i: usize| {
+                space
+                    .box_bounds(i % per_env)
+                    .unwrap_or((f64::NEG_INFINITY, f64::INFINITY))
+            };
             // NaN never; an infinity only where that bound is itself infinite.
             let ok = |i: usize, x: f64| {
-                x.is_finite() || (!x.is_nan() && (if x > 0.0 { bounds(i).1 } else { -bounds(i).0 }) == f64::INFINITY)
+                x.is_finite()
+                    || (!x.is_nan()
+                        && (if x > 0.0 { bounds(i).1 } else { -bounds(i).0 }) == f64::INFINITY)
             };
-            find(actions, |i, v| ok(i, v.to_f64())).map(|i| (i, format!("a finite number ({space})")))
+            find(actions, |i, v| ok(i, v.to_f64()))
+                .map(|i| (i, format!("a finite number ({space})")))
         }
         Space::Box { .. } => {
-            let bounds = |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            let bounds = |i: usize| {
+                space
+                    .box_bounds(i % per_env)
+                    .unwrap_or((f64::NEG_INFINITY, f64::INFINITY))
+            };
             find(actions, |i, v| {
                 let (lo, hi) = bounds(i);
                 v.to_f64() >= lo && v.to_f64() <= hi
@@ -103,10 +127,32 @@ mod tests {
     fn discrete_checks_dtype_length_and_range() {
         let s = Space::discrete(2);
         assert_eq!(check(&s, 3, &[0i64, 1, 1]).unwrap(), vec![0, 1, 1]);
-        assert!(matches!(check(&s, 3, &[0i32, 1, 1]), Err(ActionError::WrongDtype { expected: DType::I64, found: DType::I32, .. })));
-        assert!(matches!(check(&s, 3, &[0i64, 1]), Err(ActionError::WrongLength { expected: 3, found: 2, .. })));
+        assert!(matches!(
+            check(&s, 3, &[0i32, 1, 1]),
+            Err(ActionError::WrongDtype {
+                expected: DType::I64,
+                found: DType::I32,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check(&s, 3, &[0i64, 1]),
+            Err(ActionError::WrongLength {
+                expected: 3,
+                found: 2,
+                ..
+            })
+        ));
         let e = check(&s, 3, &[0i64, 2, 1]).unwrap_err();
-        assert_eq!(e, ActionError::OutOfRange { env_id: 1, element: 0, value: "2".into(), expected: "an integer in 0..2 (Discrete(2))".into() });
+        assert_eq!(
+            e,
+            ActionError::OutOfRange {
+                env_id: 1,
+                element: 0,
+                value: "2".into(),
+                expected: "an integer in 0..2 (Discrete(2))".into()
+            }
+        );
         assert!(e.to_string().contains("env 1"));
         assert!(check(&Space::Discrete { n: 3, start: -1 }, 1, &[-1i64]).is_ok());
     }
@@ -114,9 +160,19 @@ mod tests {
     #[test]
     fn box_rejects_non_finite_and_multi_spaces_check_each_entry() {
         let s = Space::boxed(DType::F32, &[2], -2.0, 2.0);
-        assert!(check(&s, 2, &[0.0f32, 1.0, 5.0, -1.0]).is_ok(), "finite values out of bounds are the env's to clip");
+        assert!(
+            check(&s, 2, &[0.0f32, 1.0, 5.0, -1.0]).is_ok(),
+            "finite values out of bounds are the env's to clip"
+        );
         let e = check(&s, 2, &[0.0f32, 1.0, f32::NAN, -1.0]).unwrap_err();
-        assert!(matches!(e, ActionError::OutOfRange { env_id: 1, element: 0, .. }));
+        assert!(matches!(
+            e,
+            ActionError::OutOfRange {
+                env_id: 1,
+                element: 0,
+                ..
+            }
+        ));
         assert!(check(&s, 1, &[f32::INFINITY, 0.0]).is_err());
         let open = Space::boxed(DType::F64, &[1], f64::NEG_INFINITY, f64::INFINITY);
         assert!(check(&open, 1, &[f64::INFINITY]).is_ok());
@@ -124,7 +180,14 @@ mod tests {
         assert!(check(&ints, 1, &[10u8]).is_err());
         let md = Space::MultiDiscrete { nvec: vec![2, 5] };
         assert!(check(&md, 2, &[1i64, 4, 0, 0]).is_ok());
-        assert!(matches!(check(&md, 2, &[1i64, 4, 0, 5]), Err(ActionError::OutOfRange { env_id: 1, element: 1, .. })));
+        assert!(matches!(
+            check(&md, 2, &[1i64, 4, 0, 5]),
+            Err(ActionError::OutOfRange {
+                env_id: 1,
+                element: 1,
+                ..
+            })
+        ));
         let mb = Space::MultiBinary { n: 2 };
         assert!(check(&mb, 1, &[1i8, 0]).is_ok());
         assert!(check(&mb, 1, &[1i8, 2]).is_err());

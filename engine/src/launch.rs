@@ -119,14 +119,21 @@ impl Supervisor {
                 supervise(children, &thread_shared, stop_fd);
             })?;
         match rx.recv() {
-            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, thread: Some(thread) }),
+            Ok(Ok(pids)) => Ok(Supervisor {
+                shared,
+                pids,
+                stop,
+                thread: Some(thread),
+            }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(io::Error::other("the supervisor thread ended before spawning the workers"))
+                Err(io::Error::other(
+                    "the supervisor thread ended before spawning the workers",
+                ))
             }
         }
     }
@@ -155,7 +162,10 @@ impl Supervisor {
     /// The first worker (by index) that has exited, with how it ended.
     pub fn first_exit(&self) -> Option<(usize, WorkerExit)> {
         let exits = self.shared.exits.lock().unwrap_or_else(|p| p.into_inner());
-        exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
+        exits
+            .iter()
+            .enumerate()
+            .find_map(|(w, e)| e.map(|e| (w, e)))
     }
 
     /// Asks the supervisor to finish: workers that have not exited within
@@ -191,7 +201,14 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Ch
     // async-signal-safe functions (prctl, getppid, fcntl, _exit) on plain integers.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died before prctl took effect.
@@ -206,7 +223,12 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Ch
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", program.display())))
+    cmd.spawn().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot start worker program {}: {e}", program.display()),
+        )
+    })
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
@@ -223,14 +245,25 @@ fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
     let mut alive = vec![true; children.len()];
     let mut stop_at: Option<Instant> = None;
     loop {
-        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![libc::pollfd {
+            fd: stop_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         for (w, p) in pidfds.iter().enumerate() {
             if let (Some(p), true) = (p, alive[w]) {
-                fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                fds.push(libc::pollfd {
+                    fd: p.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             }
         }
         let timeout_ms = match stop_at {
-            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 50) as i32,
+            Some(t) => t
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .clamp(1, 50) as i32,
             None if have_pidfds => -1,
             None => 10,
         };

@@ -185,18 +185,33 @@ impl Pool {
         let region_err = |what| move |source| BuildError::Region { what, source };
         let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
             .map_err(region_err("memfd_create"))?;
-        region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
+        region.write_pod(
+            0,
+            &Header::new(
+                b.num_envs as u32,
+                num_workers as u32,
+                params_json.len() as u32,
+            ),
+        );
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor = Supervisor::start(&program, region.fd(), num_workers)
-            .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        let supervisor =
+            Supervisor::start(&program, region.fd(), num_workers).map_err(|source| {
+                BuildError::Spawn {
+                    program: program.clone(),
+                    source,
+                }
+            })?;
         let seed = b.seed.unwrap_or_else(default_seed);
         let waiter = Waiter::new(b.wait.policy(num_workers + 1, cores));
         let mut pool = Pool {
             supervisor,
             region,
             // Placeholder until the workers report the spec.
-            layout: Layout::compute(&EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)), &params),
+            layout: Layout::compute(
+                &EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)),
+                &params,
+            ),
             spec: EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)),
             params,
             program,
@@ -209,7 +224,9 @@ impl Pool {
         };
         let result = pool.handshake(b.startup_timeout);
         if result.is_err() {
-            pool.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Abandoned as u32, Ordering::Release);
+            pool.region
+                .atomic_u32(protocol::STATE_WORD)
+                .store(RegionState::Abandoned as u32, Ordering::Release);
             pool.post_all_workers();
         }
         result.map(|()| pool)
@@ -234,17 +251,26 @@ impl Pool {
                 }
             }
         }
-        let first = specs[0].to_string();
-        if let Some(other) = specs.iter().position(|s| s.to_string() != first) {
-            return Err(BuildError::SpecMismatch { worker: other, first, other: specs[other].to_string() });
+        if let Some(other) = specs.iter().position(|s| *s != specs[0]) {
+            return Err(BuildError::SpecMismatch {
+                worker: other,
+                first: specs[0].to_string(),
+                other: specs[other].to_string(),
+            });
         }
         let spec = EnvSpec::from_json(&specs[0])
             .and_then(|s| protocol::check_spaces(&s).map(|()| s))
-            .map_err(|message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") })?;
+            .map_err(|message| BuildError::WorkerFailed {
+                worker: 0,
+                message: format!("bad spec: {message}"),
+            })?;
         let layout = Layout::compute(&spec, &self.params);
         self.region
             .grow_and_seal(layout.total_size)
-            .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
+            .map_err(|source| BuildError::Region {
+                what: "grow and seal",
+                source,
+            })?;
         let mut header: Header = self.region.read_pod(0);
         header.total_size = layout.total_size as u64;
         header.layout_hash = layout.hash;
@@ -255,7 +281,9 @@ impl Pool {
             self.ended = vec![false; self.params.num_envs];
         }
         // Release: publishes the header and the grown region before workers read them.
-        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
+        self.region
+            .atomic_u32(protocol::STATE_WORD)
+            .store(RegionState::Ready as u32, Ordering::Release);
         self.post_all_workers();
         self.wait_startup(deadline)?;
         for worker in 0..w {
@@ -274,7 +302,9 @@ impl Pool {
         let w = self.params.num_workers;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
-        let result = sem.acquire(w as u32, &mut self.waiter, Some(deadline), || sup.exited_worker());
+        let result = sem.acquire(w as u32, &mut self.waiter, Some(deadline), || {
+            sup.exited_worker()
+        });
         match result {
             Ok(()) => Ok(()),
             Err(WaitOutcome::Aborted((worker, exit))) => Err(BuildError::WorkerDied {
@@ -286,7 +316,10 @@ impl Pool {
             Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
                 workers: (0..w)
                     .filter(|&i| {
-                        !matches!(self.worker_status(i), Some(WorkerStatus::Reported | WorkerStatus::Running))
+                        !matches!(
+                            self.worker_status(i),
+                            Some(WorkerStatus::Reported | WorkerStatus::Running)
+                        )
                     })
                     .collect(),
                 waited: Duration::ZERO.max(deadline.saturating_duration_since(Instant::now())),
@@ -298,16 +331,22 @@ impl Pool {
         match report {
             WorkerReport::UnknownEnv { id, registered, .. } => {
                 let closest = closest_match(&id, &registered);
-                BuildError::UnknownEnv { id, registered, closest }
+                BuildError::UnknownEnv {
+                    id,
+                    registered,
+                    closest,
+                }
             }
             WorkerReport::BadConfig { id, message } => BuildError::BadConfig { id, message },
-            WorkerReport::EnvPanicked { env_id, message } => {
-                BuildError::WorkerFailed { worker, message: format!("env {env_id} panicked: {message}") }
-            }
+            WorkerReport::EnvPanicked { env_id, message } => BuildError::WorkerFailed {
+                worker,
+                message: format!("env {env_id} panicked: {message}"),
+            },
             WorkerReport::Failed { message } => BuildError::WorkerFailed { worker, message },
-            WorkerReport::Spec(_) => {
-                BuildError::WorkerFailed { worker, message: "reported a spec instead of running".into() }
-            }
+            WorkerReport::Spec(_) => BuildError::WorkerFailed {
+                worker,
+                message: "reported a spec instead of running".into(),
+            },
         }
     }
 
@@ -379,13 +418,21 @@ impl Pool {
     /// Actions are validated before any worker sees them.
     pub fn step<T: Element>(&mut self, actions: &[T]) -> Result<Batch<'_>, StepError> {
         if let Some(reason) = &self.closed {
-            return Err(StepError::Closed { reason: reason.clone() });
+            return Err(StepError::Closed {
+                reason: reason.clone(),
+            });
         }
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
         if self.ended.iter().any(|&e| e) {
-            let env_ids = self.ended.iter().enumerate().filter(|(_, &e)| e).map(|(i, _)| i).collect();
+            let env_ids = self
+                .ended
+                .iter()
+                .enumerate()
+                .filter(|(_, &e)| e)
+                .map(|(i, _)| i)
+                .collect();
             return Err(StepError::NeedsReset { env_ids });
         }
         let n = self.params.num_envs;
@@ -393,7 +440,10 @@ impl Pool {
         // SAFETY: the action rows are written only by the trainer, and read by workers only
         // after the next command is posted (below, after this borrow ends). No batch view
         // borrows them (`&mut self`).
-        let dst = unsafe { self.region.slice_mut::<T>(rows.start, actions.len().min(rows.len() / T::DTYPE.size())) };
+        let dst = unsafe {
+            self.region
+                .slice_mut::<T>(rows.start, actions.len().min(rows.len() / T::DTYPE.size()))
+        };
         action::validate_into(&self.spec.action, n, actions, dst)?;
         self.run(Command::Step)
     }
@@ -401,9 +451,13 @@ impl Pool {
     /// Sends `command` to every worker and waits until all are done.
     fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
         if let Some(reason) = &self.closed {
-            return Err(StepError::Closed { reason: reason.clone() });
+            return Err(StepError::Closed {
+                reason: reason.clone(),
+            });
         }
-        self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
+        self.region
+            .atomic_u32(protocol::COMMAND_WORD)
+            .store(command as u32, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
         self.post_all_workers();
         let w = self.params.num_workers as u32;
@@ -422,10 +476,14 @@ impl Pool {
         for worker in 0..self.params.num_workers {
             if self.worker_status(worker) != Some(WorkerStatus::Running) {
                 let err = match self.read_report(worker) {
-                    Some(WorkerReport::EnvPanicked { env_id, message }) => StepError::EnvPanicked { env_id, message },
-                    Some(WorkerReport::Failed { message }) => {
-                        StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
+                    Some(WorkerReport::EnvPanicked { env_id, message }) => {
+                        StepError::EnvPanicked { env_id, message }
                     }
+                    Some(WorkerReport::Failed { message }) => StepError::WorkerFailed {
+                        worker,
+                        env_ids: self.shard(worker),
+                        message,
+                    },
                     other => StepError::WorkerFailed {
                         worker,
                         env_ids: self.shard(worker),
@@ -440,18 +498,29 @@ impl Pool {
         if !self.ended.is_empty() {
             if command == Command::Step {
                 let batch = self.batch(0..self.params.num_envs);
-                let ended: Vec<bool> =
-                    batch.terminated.iter().zip(batch.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
+                let ended: Vec<bool> = batch
+                    .terminated
+                    .iter()
+                    .zip(batch.truncated)
+                    .map(|(&a, &b)| a != 0 || b != 0)
+                    .collect();
                 self.ended = ended;
             } else {
                 self.ended.fill(false);
             }
         }
-        Ok(Batch { view: self.batch(0..self.params.num_envs) })
+        Ok(Batch {
+            view: self.batch(0..self.params.num_envs),
+        })
     }
 
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
-        StepError::WorkerDied { worker, pid: self.supervisor.pids()[worker], env_ids: self.shard(worker), exit }
+        StepError::WorkerDied {
+            worker,
+            pid: self.supervisor.pids()[worker],
+            env_ids: self.shard(worker),
+            exit,
+        }
     }
 
     fn batch(&self, env_ids: Range<usize>) -> BatchData<'_> {
@@ -480,7 +549,10 @@ impl Pool {
 
     fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
         let base = protocol::worker_control(w) + worker_block::SEMAPHORE;
-        Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4))
+        Semaphore::new(
+            self.region.atomic_u32(base),
+            self.region.atomic_u32(base + 4),
+        )
     }
 
     fn post_all_workers(&self) {
@@ -490,18 +562,24 @@ impl Pool {
     }
 
     fn worker_status(&self, w: usize) -> Option<WorkerStatus> {
-        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
+        let word = self
+            .region
+            .atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
         WorkerStatus::from_word(word.load(Ordering::Acquire))
     }
 
     /// Reads worker `w`'s report; `None` if its length or JSON is invalid.
     fn read_report(&self, w: usize) -> Option<WorkerReport> {
-        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
+        let len_word = self
+            .region
+            .atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
         let len = len_word.load(Ordering::Acquire) as usize;
         if len > protocol::REPORT_CAPACITY {
             return None;
         }
-        let bytes = self.region.read_bytes(protocol::report_offset(self.params.num_workers, w), len);
+        let bytes = self
+            .region
+            .read_bytes(protocol::report_offset(self.params.num_workers, w), len);
         serde_json::from_slice(&bytes).ok()
     }
 
@@ -512,7 +590,9 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Relaxed);
+        self.region
+            .atomic_u32(protocol::COMMAND_WORD)
+            .store(Command::Close as u32, Ordering::Relaxed);
         self.post_all_workers();
         self.supervisor.shutdown();
     }
@@ -534,11 +614,23 @@ pub(crate) struct BatchData<'a> {
 }
 
 impl<'a> BatchData<'a> {
-    pub(crate) fn obs<T: Element>(&self, name: &str, final_obs: bool) -> Result<crate::ArrayView<'a, T>, ViewError> {
-        let k = self.spec.obs_index(name).ok_or_else(|| ViewError::UnknownName {
-            name: name.into(),
-            available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
-        })?;
+    pub(crate) fn obs<T: Element>(
+        &self,
+        name: &str,
+        final_obs: bool,
+    ) -> Result<crate::ArrayView<'a, T>, ViewError> {
+        let k = self
+            .spec
+            .obs_index(name)
+            .ok_or_else(|| ViewError::UnknownName {
+                name: name.into(),
+                available: self
+                    .spec
+                    .observations
+                    .iter()
+                    .map(|o| o.name.clone())
+                    .collect(),
+            })?;
         let slot = if final_obs {
             self.layout.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
         } else {
@@ -546,36 +638,55 @@ impl<'a> BatchData<'a> {
         };
         let space = &self.spec.observations[k].space;
         if space.dtype() != T::DTYPE {
-            return Err(ViewError::WrongDtype { name: name.into(), actual: space.dtype(), requested: T::DTYPE });
+            return Err(ViewError::WrongDtype {
+                name: name.into(),
+                actual: space.dtype(),
+                requested: T::DTYPE,
+            });
         }
         let rows = slot.rows(self.env_ids.clone());
         let mut shape = vec![self.env_ids.len()];
         shape.extend(space.shape());
         // SAFETY: same argument as in `Pool::batch`: the views borrow the pool, and no
         // worker writes result rows between its completion post and the next command.
-        let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };
+        let data = unsafe {
+            self.region
+                .slice::<T>(rows.start, rows.len() / T::DTYPE.size())
+        };
         Ok(crate::ArrayView::new(data, shape))
     }
 }
 
 fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
-    Semaphore::new(r.atomic_u32(protocol::TRAINER_SEMAPHORE), r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4))
+    Semaphore::new(
+        r.atomic_u32(protocol::TRAINER_SEMAPHORE),
+        r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4),
+    )
 }
 
 fn default_seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     t ^ (std::process::id() as u64).rotate_left(32)
 }
 
 /// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
 pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
     fn distance(a: &str, b: &str) -> usize {
-        let (a, b): (Vec<char>, Vec<char>) = (a.to_lowercase().chars().collect(), b.to_lowercase().chars().collect());
+        let (a, b): (Vec<char>, Vec<char>) = (
+            a.to_lowercase().chars().collect(),
+            b.to_lowercase().chars().collect(),
+        );
         let mut prev: Vec<usize> = (0..=b.len()).collect();
         for (i, ca) in a.iter().enumerate() {
             let mut cur = vec![i + 1];
             for (j, cb) in b.iter().enumerate() {
-                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+                cur.push(
+                    (prev[j] + usize::from(ca != cb))
+                        .min(prev[j + 1] + 1)
+                        .min(cur[j] + 1),
+                );
             }
             prev = cur;
         }
@@ -595,9 +706,19 @@ mod tests {
 
     #[test]
     fn closest_match_finds_typos_and_ignores_strangers() {
-        let reg = vec!["CartPole-v1".to_string(), "Pendulum-v1".to_string(), "Burn-v0".to_string()];
-        assert_eq!(closest_match("cartpole-v0", &reg).as_deref(), Some("CartPole-v1"));
-        assert_eq!(closest_match("Pendulum", &reg).as_deref(), Some("Pendulum-v1"));
+        let reg = vec![
+            "CartPole-v1".to_string(),
+            "Pendulum-v1".to_string(),
+            "Burn-v0".to_string(),
+        ];
+        assert_eq!(
+            closest_match("cartpole-v0", &reg).as_deref(),
+            Some("CartPole-v1")
+        );
+        assert_eq!(
+            closest_match("Pendulum", &reg).as_deref(),
+            Some("Pendulum-v1")
+        );
         assert_eq!(closest_match("Humanoid-v4", &reg), None);
     }
 }

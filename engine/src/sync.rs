@@ -66,7 +66,10 @@ impl<'a> Semaphore<'a> {
     pub fn try_acquire(&self, n: u32) -> bool {
         let mut c = self.count.load(Ordering::Acquire);
         while c >= n {
-            match self.count.compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .count
+                .compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return true,
                 Err(actual) => c = actual,
             }
@@ -201,9 +204,14 @@ impl WaitStrategy {
 
     /// Parses a name produced by [`WaitStrategy::name`].
     pub fn from_name(s: &str) -> Option<WaitStrategy> {
-        [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block]
-            .into_iter()
-            .find(|w| w.name() == s)
+        [
+            WaitStrategy::Auto,
+            WaitStrategy::Spin,
+            WaitStrategy::Yield,
+            WaitStrategy::Block,
+        ]
+        .into_iter()
+        .find(|w| w.name() == s)
     }
 
     /// The concrete phase budgets for `processes` runnable processes on `cores` cores.
@@ -216,7 +224,12 @@ impl WaitStrategy {
             WaitStrategy::Yield => (Duration::ZERO, ms(10), false),
             WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, false),
         };
-        WaitPolicy { spin, yield_for, block_slice: ms(10), adaptive }
+        WaitPolicy {
+            spin,
+            yield_for,
+            block_slice: ms(10),
+            adaptive,
+        }
     }
 }
 
@@ -245,7 +258,10 @@ pub struct Waiter {
 impl Waiter {
     /// A waiter following `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
-        Waiter { policy, avg_wait_ns: 0 }
+        Waiter {
+            policy,
+            avg_wait_ns: 0,
+        }
     }
 
     /// The policy.
@@ -328,7 +344,12 @@ mod tests {
 
     #[test]
     fn every_strategy_hands_off_between_threads() {
-        for strategy in [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block] {
+        for strategy in [
+            WaitStrategy::Auto,
+            WaitStrategy::Spin,
+            WaitStrategy::Yield,
+            WaitStrategy::Block,
+        ] {
             let ping = words();
             let pong = words();
             let (p2, q2) = (ping.clone(), pong.clone());
@@ -385,7 +406,12 @@ mod tests {
             (calls > 3).then_some("dead")
         });
         assert_eq!(r, Err(WaitOutcome::Aborted("dead")));
-        let r = s.acquire(1, &mut waiter, Some(Instant::now() + Duration::from_millis(30)), || None::<()>);
+        let r = s.acquire(
+            1,
+            &mut waiter,
+            Some(Instant::now() + Duration::from_millis(30)),
+            || None::<()>,
+        );
         assert_eq!(r, Err(WaitOutcome::TimedOut));
     }
 

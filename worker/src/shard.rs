@@ -45,26 +45,38 @@ pub struct EnvShard {
 impl EnvShard {
     /// Builds envs `range` of the pool described by `params`. All envs of the shard must
     /// report the same spec.
-    pub fn new(registry: &Registry, params: &PoolParams, range: Range<usize>) -> Result<EnvShard, ShardError> {
+    pub fn new(
+        registry: &Registry,
+        params: &PoolParams,
+        range: Range<usize>,
+    ) -> Result<EnvShard, ShardError> {
         let mut envs = Vec::with_capacity(range.len());
         for _ in range.clone() {
             envs.push(registry.make(&params.env_id, &params.config)?);
         }
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
         let spec = EnvSpec {
-            max_episode_steps: registry.get(&params.env_id).and_then(|e| e.max_episode_steps),
+            max_episode_steps: registry
+                .get(&params.env_id)
+                .and_then(|e| e.max_episode_steps),
             ..spec
         };
         for (i, e) in envs.iter().enumerate().skip(1) {
             let other = e.spec();
             if other.observations != spec.observations || other.action != spec.action {
-                return Err(ShardError::SpecMismatch { env_id: range.start + i });
+                return Err(ShardError::SpecMismatch {
+                    env_id: range.start + i,
+                });
             }
         }
         spec.validate().map_err(ShardError::BadSpec)?;
         let n = range.len();
         Ok(EnvShard {
-            obs_row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
+            obs_row_bytes: spec
+                .observations
+                .iter()
+                .map(|o| o.space.value_bytes())
+                .collect(),
             action_row_bytes: spec.action.value_bytes(),
             time_limit: params.max_episode_steps.or(spec.max_episode_steps),
             spec,
@@ -94,7 +106,11 @@ impl EnvShard {
 
     /// Resets every env; with `Some(base)` env `i` is seeded with `base + i` (wrapping).
     /// On a panic inside an env, returns the env id and the message.
-    pub fn reset_all(&mut self, base_seed: Option<u64>, rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+    pub fn reset_all(
+        &mut self,
+        base_seed: Option<u64>,
+        rows: &mut ShardRows<'_>,
+    ) -> Result<(), (usize, String)> {
         for i in 0..self.envs.len() {
             let env_id = self.range.start + i;
             let seed = base_seed.map(|b| b.wrapping_add(env_id as u64));
@@ -118,7 +134,11 @@ impl EnvShard {
     }
 
     /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`).
-    pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+    pub fn step_all(
+        &mut self,
+        actions: &[u8],
+        rows: &mut ShardRows<'_>,
+    ) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
         for i in 0..self.envs.len() {
             let env_id = self.range.start + i;
@@ -134,7 +154,8 @@ impl EnvShard {
             let t = guard(env_id, || self.envs[i].step(action, &mut obs))?;
             self.running_return[i] += t.reward as f64;
             self.running_length[i] += 1;
-            let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
+            let truncated =
+                t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
             rows.rewards[i] = t.reward;
             rows.terminated[i] = t.terminated as u8;
             rows.truncated[i] = truncated as u8;
@@ -146,7 +167,8 @@ impl EnvShard {
                     AutoReset::NextStep => self.needs_reset[i] = true,
                     AutoReset::SameStep => {
                         for (k, &rb) in self.obs_row_bytes.iter().enumerate() {
-                            rows.final_obs[k][i * rb..(i + 1) * rb].copy_from_slice(&rows.obs[k][i * rb..(i + 1) * rb]);
+                            rows.final_obs[k][i * rb..(i + 1) * rb]
+                                .copy_from_slice(&rows.obs[k][i * rb..(i + 1) * rb]);
                         }
                         let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
                         guard(env_id, || self.envs[i].reset(None, &mut obs))?;
@@ -214,11 +236,19 @@ impl LocalRows {
     /// Rows for `n` envs of `spec`.
     pub fn new(spec: &EnvSpec, n: usize, same_step: bool) -> LocalRows {
         // u64 backing keeps every array 8-byte aligned for any dtype.
-        let obs_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes() * n).collect();
+        let obs_bytes: Vec<usize> = spec
+            .observations
+            .iter()
+            .map(|o| o.space.value_bytes() * n)
+            .collect();
         let alloc = |b: &usize| vec![0u64; b.div_ceil(8)];
         LocalRows {
             obs: obs_bytes.iter().map(alloc).collect(),
-            final_obs: if same_step { obs_bytes.iter().map(alloc).collect() } else { Vec::new() },
+            final_obs: if same_step {
+                obs_bytes.iter().map(alloc).collect()
+            } else {
+                Vec::new()
+            },
             rewards: vec![0.0; n],
             terminated: vec![0; n],
             truncated: vec![0; n],
@@ -233,8 +263,18 @@ impl LocalRows {
     pub fn rows(&mut self) -> ShardRows<'_> {
         let bytes = &self.obs_bytes;
         ShardRows {
-            obs: self.obs.iter_mut().zip(bytes).map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b]).collect(),
-            final_obs: self.final_obs.iter_mut().zip(bytes).map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b]).collect(),
+            obs: self
+                .obs
+                .iter_mut()
+                .zip(bytes)
+                .map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b])
+                .collect(),
+            final_obs: self
+                .final_obs
+                .iter_mut()
+                .zip(bytes)
+                .map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b])
+                .collect(),
             rewards: &mut self.rewards,
             terminated: &mut self.terminated,
             truncated: &mut self.truncated,

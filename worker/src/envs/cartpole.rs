@@ -49,9 +49,20 @@ impl CartPole {
 
 impl Env for CartPole {
     fn spec(&self) -> EnvSpec {
-        let high = [X_THRESHOLD * 2.0, f64::INFINITY, THETA_THRESHOLD * 2.0, f64::INFINITY].map(|h| h as f32 as f64);
+        let high = [
+            X_THRESHOLD * 2.0,
+            f64::INFINITY,
+            THETA_THRESHOLD * 2.0,
+            f64::INFINITY,
+        ]
+        .map(|h| h as f32 as f64);
         EnvSpec::single(
-            Space::Box { dtype: DType::F32, shape: vec![4], low: high.map(|h| -h).to_vec(), high: high.to_vec() },
+            Space::Box {
+                dtype: DType::F32,
+                shape: vec![4],
+                low: high.map(|h| -h).to_vec(),
+                high: high.to_vec(),
+            },
             Space::discrete(2),
         )
     }
@@ -69,26 +80,56 @@ impl Env for CartPole {
 
     fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
         let [x, x_dot, theta, theta_dot] = self.state;
-        let force = if action.discrete() == 1 { FORCE_MAG } else { -FORCE_MAG };
+        let force = if action.discrete() == 1 {
+            FORCE_MAG
+        } else {
+            -FORCE_MAG
+        };
         let (sintheta, costheta) = theta.sin_cos();
         let temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS;
         let thetaacc = (GRAVITY * sintheta - costheta * temp)
             / (LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS));
         let xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS;
-        self.state = [x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc];
+        self.state = [
+            x + TAU * x_dot,
+            x_dot + TAU * xacc,
+            theta + TAU * theta_dot,
+            theta_dot + TAU * thetaacc,
+        ];
         let [x, _, theta, _] = self.state;
-        let terminated = x < -X_THRESHOLD || x > X_THRESHOLD || theta < -THETA_THRESHOLD || theta > THETA_THRESHOLD;
+        // Written as Gymnasium writes it (a NaN state does not terminate there either).
+        #[allow(clippy::manual_range_contains)]
+        let terminated = x < -X_THRESHOLD
+            || x > X_THRESHOLD
+            || theta < -THETA_THRESHOLD
+            || theta > THETA_THRESHOLD;
         let sb = self.sutton_barto_reward;
         let reward = if !terminated {
-            if sb { 0.0 } else { 1.0 }
+            if sb {
+                0.0
+            } else {
+                1.0
+            }
         } else if self.steps_beyond_terminated.is_none() {
             self.steps_beyond_terminated = Some(0);
-            if sb { -1.0 } else { 1.0 }
+            if sb {
+                -1.0
+            } else {
+                1.0
+            }
         } else {
             self.steps_beyond_terminated = self.steps_beyond_terminated.map(|k| k + 1);
-            if sb { -1.0 } else { 0.0 }
+            if sb {
+                -1.0
+            } else {
+                0.0
+            }
         };
         self.write_obs(obs);
-        Transition { reward, terminated, truncated: false }
+        Transition {
+            reward,
+            terminated,
+            truncated: false,
+        }
     }
 }
