@@ -30,9 +30,16 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
     }
 }
 
-fn actions(num_envs: usize, k: usize) -> Vec<i64> {
-    (0..num_envs)
-        .map(|i| ((i * 7 + k * 13) % 5 % 2) as i64)
+/// A tape of 16 random action batches (Discrete(2)); random, so that no branch predictor
+/// learns them, and identical for every contender.
+fn tape(num_envs: usize) -> Vec<Vec<i64>> {
+    let mut rng = shmenv::worker::rng::Pcg64::from_seed(7);
+    (0..16)
+        .map(|_| {
+            (0..num_envs)
+                .map(|_| (rng.next_u64() >> 63) as i64)
+                .collect()
+        })
         .collect()
 }
 
@@ -61,7 +68,7 @@ fn bench_pool(
         .build()
         .expect("pool builds (run `cargo build --release` first)");
     pool.reset().unwrap();
-    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let tape = tape(num_envs);
     let mut k = 0;
     move |iters| {
         let start = Instant::now();
@@ -82,7 +89,7 @@ fn bench_serial(
     let mut shard = EnvShard::new(&registry, &params(env, config, num_envs), 0..num_envs).unwrap();
     let mut rows = LocalRows::new(shard.spec(), num_envs, false);
     shard.reset_all(Some(0), &mut rows.rows()).unwrap();
-    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let tape = tape(num_envs);
     let mut k = 0;
     move |iters| {
         let start = Instant::now();
@@ -210,7 +217,7 @@ fn bench_pipe(
     workers: usize,
 ) -> impl FnMut(u64) -> Duration {
     let mut pipes = PipePool::new(env, config, num_envs, workers);
-    let tape: Vec<Vec<i64>> = (0..16).map(|k| actions(num_envs, k)).collect();
+    let tape = tape(num_envs);
     let mut k = 0;
     move |iters| {
         let start = Instant::now();
