@@ -217,19 +217,19 @@ impl WaitStrategy {
     /// The concrete phase budgets for `processes` runnable processes on `cores` cores.
     pub fn policy(self, processes: usize, cores: usize) -> WaitPolicy {
         let ms = Duration::from_millis;
-        let (spin, yield_for, adaptive) = match self {
-            WaitStrategy::Auto if processes <= cores => (Duration::from_micros(50), ms(1), true),
-            WaitStrategy::Auto => (Duration::ZERO, ms(1), true),
-            WaitStrategy::Spin => (ms(10), Duration::ZERO, false),
-            WaitStrategy::Yield => (Duration::ZERO, ms(10), false),
-            WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, false),
+        let us = Duration::from_micros;
+        let (spin, yield_for, sleep_early_after) = match self {
+            // A core each: spinning costs nobody; sleep early only when waits are long.
+            WaitStrategy::Auto if processes <= cores => (us(50), ms(1), Some(ms(2))),
+            // Shared cores: never spin; a waiter that keeps yielding through long waits
+            // takes a fair share of a core from the worker it waits for, so past ~100 us
+            // (about four futex wake-ups here) sleeping is cheaper.
+            WaitStrategy::Auto => (Duration::ZERO, ms(1), Some(us(100))),
+            WaitStrategy::Spin => (ms(10), Duration::ZERO, None),
+            WaitStrategy::Yield => (Duration::ZERO, ms(10), None),
+            WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, None),
         };
-        WaitPolicy {
-            spin,
-            yield_for,
-            block_slice: ms(10),
-            adaptive,
-        }
+        WaitPolicy { spin, yield_for, block_slice: ms(10), sleep_early_after }
     }
 }
 
@@ -243,8 +243,9 @@ pub struct WaitPolicy {
     pub yield_for: Duration,
     /// Longest single futex sleep.
     pub block_slice: Duration,
-    /// Skip spinning and yielding while recent waits were much longer than both.
-    pub adaptive: bool,
+    /// Adaptive: while the average recent wait exceeds this, skip spinning and sleep after
+    /// a short yield. `None` for the fixed strategies.
+    pub sleep_early_after: Option<Duration>,
 }
 
 /// Per-process waiting state: the policy plus a running average of recent wait times.
@@ -280,15 +281,15 @@ impl Waiter {
     }
 
     /// Spin and yield budgets for the next wait. An adaptive waiter whose recent waits
-    /// were over twice the spin+yield budget goes to sleep after a short yield instead:
-    /// it would sleep anyway, and burning the core only slows whoever it waits for.
+    /// were long goes to sleep after a short yield instead: burning the core (or a share
+    /// of it) only slows whoever it waits for.
     fn budgets(&self) -> (Duration, Duration) {
         let p = self.policy;
-        let busy = p.spin + p.yield_for;
-        if p.adaptive && Duration::from_nanos(self.avg_wait_ns) > busy * 2 {
-            (Duration::ZERO, Duration::from_micros(20).min(p.yield_for))
-        } else {
-            (p.spin, p.yield_for)
+        match p.sleep_early_after {
+            Some(limit) if Duration::from_nanos(self.avg_wait_ns) > limit => {
+                (Duration::ZERO, Duration::from_micros(20).min(p.yield_for))
+            }
+            _ => (p.spin, p.yield_for),
         }
     }
 }
