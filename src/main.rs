@@ -6,7 +6,7 @@
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use shmenv::worker::{EnvShard, LocalRows, Registry};
-use shmenv::{DType, Element, Pool, Space, WaitStrategy};
+use shmenv::{CpuAffinity, DType, Element, Pool, Space, WaitStrategy};
 use shmenv_engine::protocol::{AutoReset, PoolParams};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -60,6 +60,9 @@ struct BenchArgs {
     /// Base seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Worker CPU affinity: auto (a core per worker when there are enough) or none.
+    #[arg(long, default_value = "auto")]
+    affinity: String,
 }
 
 fn main() -> ExitCode {
@@ -253,7 +256,13 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             args.wait
         )
     })?;
+    let affinity = match args.affinity.as_str() {
+        "auto" => CpuAffinity::Auto,
+        "none" => CpuAffinity::None,
+        other => return Err(format!("unknown --affinity {other:?}: use auto or none").into()),
+    };
     let mut builder = Pool::builder(&args.env)
+        .cpu_affinity(affinity)
         .config(config.clone())
         .num_envs(args.num_envs)
         .seed(args.seed)
@@ -277,7 +286,7 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if args.json {
         let mut out = json!({
             "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": args.num_envs,
-            "workers": workers, "wait": wait.name(), "seconds": ours.seconds, "steps": ours.steps,
+            "workers": workers, "wait": wait.name(), "affinity": args.affinity, "seconds": ours.seconds, "steps": ours.steps,
             "steps_per_sec": ours.rate(),
         });
         if let (Some(b), Some(r)) = (&baseline, ratio) {

@@ -85,7 +85,12 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
     /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
-    pub fn start(program: &Path, region_fd: RawFd, num_workers: usize) -> io::Result<Supervisor> {
+    pub fn start(
+        program: &Path,
+        region_fd: RawFd,
+        cpus: Vec<Option<usize>>,
+    ) -> io::Result<Supervisor> {
+        let num_workers = cpus.len();
         // SAFETY: eventfd with valid flags; returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -105,8 +110,8 @@ impl Supervisor {
             .name("shmenv-supervisor".into())
             .spawn(move || {
                 let mut children = Vec::with_capacity(num_workers);
-                for w in 0..num_workers {
-                    match spawn_worker(&program, region_fd, w) {
+                for (w, &cpu) in cpus.iter().enumerate() {
+                    match spawn_worker(&program, region_fd, w, cpu) {
                         Ok(child) => children.push(child),
                         Err(e) => {
                             kill_and_reap(&mut children);
@@ -186,9 +191,25 @@ impl Drop for Supervisor {
     }
 }
 
-fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Child> {
+fn spawn_worker(
+    program: &Path,
+    region_fd: RawFd,
+    index: usize,
+    cpu: Option<usize>,
+) -> io::Result<Child> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    let cpu_set = cpu.map(|c| {
+        // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET only writes
+        // bit `c` of it and `c` comes from the allowed set or the caller (checked below).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if c < libc::CPU_SETSIZE as usize {
+                libc::CPU_SET(c, &mut set);
+            }
+            set
+        }
+    });
     let mut cmd = Command::new(program);
     cmd.arg(WORKER_FLAG)
         .arg(index.to_string())
@@ -198,7 +219,8 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Ch
         // Worker prints go to the trainer's stderr so they never mix with its stdout.
         .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
     // SAFETY: the closure runs in the child between fork and exec and calls only
-    // async-signal-safe functions (prctl, getppid, fcntl, _exit) on plain integers.
+    // async-signal-safe functions (prctl, getppid, sched_setaffinity, fcntl, _exit) on
+    // plain integers and a cpu set prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(
@@ -214,6 +236,10 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize) -> io::Result<Ch
             // The parent may have died before prctl took effect.
             if libc::getppid() != parent {
                 libc::_exit(1);
+            }
+            // Pin (best effort: a refused mask leaves the worker unpinned).
+            if let Some(set) = &cpu_set {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
             }
             // Keep the region fd open across exec in the child only (the fd table is the
             // child's own copy; the trainer's fd stays close-on-exec).
@@ -299,6 +325,53 @@ fn kill_and_reap(children: &mut [Child]) {
         }
         let _ = c.wait();
     }
+}
+
+/// Which cores the worker processes run on. The trainer is never pinned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CpuAffinity {
+    /// When every worker can have a core of its own (`num_workers` <= the cores this
+    /// process may use), pin worker `w` to the `w`-th of them; otherwise do not pin.
+    /// Measured here (2 cores, 2 workers + trainer): Burn-v0 50 us x 8 envs 1.78x -> 1.90x
+    /// of the serial loop, because two workers can no longer end up sharing a core while the
+    /// trainer holds the other. Use `None` when several pools share a machine.
+    #[default]
+    Auto,
+    /// Let the scheduler place workers.
+    None,
+    /// Pin worker `w` to core `cores[w % cores.len()]`.
+    Cores(Vec<usize>),
+}
+
+impl CpuAffinity {
+    /// The core of each of `num_workers` workers (`None`: not pinned).
+    pub fn assign(&self, num_workers: usize) -> Vec<Option<usize>> {
+        let allowed = allowed_cpus();
+        match self {
+            CpuAffinity::Auto if !allowed.is_empty() && num_workers <= allowed.len() => {
+                allowed.iter().take(num_workers).map(|&c| Some(c)).collect()
+            }
+            CpuAffinity::Cores(cores) if !cores.is_empty() => (0..num_workers)
+                .map(|w| Some(cores[w % cores.len()]))
+                .collect(),
+            _ => vec![None; num_workers],
+        }
+    }
+}
+
+/// The cores this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain bits; sched_getaffinity fills it for this process.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET only reads the set.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
 }
 
 /// Finds the default worker program `shmenv-worker`: `$SHMENV_WORKER_PROGRAM`, then next

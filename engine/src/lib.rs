@@ -19,7 +19,7 @@ pub mod sync;
 
 pub use batch::{ArrayView, Batch, Episode, Flags};
 pub use error::{ActionError, BuildError, StepError, ViewError};
-pub use launch::WorkerExit;
+pub use launch::{CpuAffinity, WorkerExit};
 pub use pool::{Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};

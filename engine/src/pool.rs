@@ -3,7 +3,7 @@
 use crate::action;
 use crate::batch::Batch;
 use crate::error::{BuildError, StepError, ViewError};
-use crate::launch::{self, Supervisor, WorkerExit};
+use crate::launch::{self, CpuAffinity, Supervisor, WorkerExit};
 use crate::protocol::{
     self, worker_block, AutoReset, Command, Header, Layout, PoolParams, RegionState, WorkerReport,
     WorkerStatus,
@@ -28,6 +28,7 @@ pub struct PoolBuilder {
     max_episode_steps: Option<u32>,
     worker_program: Option<PathBuf>,
     wait: WaitStrategy,
+    affinity: CpuAffinity,
     startup_timeout: Duration,
 }
 
@@ -81,6 +82,13 @@ impl PoolBuilder {
     /// How the trainer and workers wait for each other (default [`WaitStrategy::Auto`]).
     pub fn wait(mut self, strategy: WaitStrategy) -> Self {
         self.wait = strategy;
+        self
+    }
+
+    /// Which cores the workers run on (default [`CpuAffinity::Auto`]: a core each when
+    /// there are enough).
+    pub fn cpu_affinity(mut self, affinity: CpuAffinity) -> Self {
+        self.affinity = affinity;
         self
     }
 
@@ -140,6 +148,7 @@ impl Pool {
             max_episode_steps: None,
             worker_program: None,
             wait: WaitStrategy::Auto,
+            affinity: CpuAffinity::Auto,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -195,13 +204,11 @@ impl Pool {
         );
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor =
-            Supervisor::start(&program, region.fd(), num_workers).map_err(|source| {
-                BuildError::Spawn {
-                    program: program.clone(),
-                    source,
-                }
-            })?;
+        let supervisor = Supervisor::start(&program, region.fd(), b.affinity.assign(num_workers))
+            .map_err(|source| BuildError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
         let seed = b.seed.unwrap_or_else(default_seed);
         let waiter = Waiter::new(b.wait.policy(num_workers + 1, cores));
         let mut pool = Pool {

@@ -229,7 +229,12 @@ impl WaitStrategy {
             WaitStrategy::Yield => (Duration::ZERO, ms(10), None),
             WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, None),
         };
-        WaitPolicy { spin, yield_for, block_slice: ms(10), sleep_early_after }
+        WaitPolicy {
+            spin,
+            yield_for,
+            block_slice: ms(10),
+            sleep_early_after,
+        }
     }
 }
 
