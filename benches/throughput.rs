@@ -34,23 +34,13 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
 /// learns them, and identical for every contender.
 fn tape(num_envs: usize) -> Vec<Vec<i64>> {
     let mut rng = shmenv::worker::rng::Pcg64::from_seed(7);
-    (0..16)
-        .map(|_| {
-            (0..num_envs)
-                .map(|_| (rng.next_u64() >> 63) as i64)
-                .collect()
-        })
-        .collect()
+    (0..16).map(|_| (0..num_envs).map(|_| (rng.next_u64() >> 63) as i64).collect()).collect()
 }
 
 fn worker_program() -> std::path::PathBuf {
     // Benches run from target/release/deps; the worker program is in target/release.
     let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("shmenv-worker")
+    exe.parent().unwrap().parent().unwrap().join("shmenv-worker")
 }
 
 fn bench_pool(
@@ -80,11 +70,7 @@ fn bench_pool(
     }
 }
 
-fn bench_serial(
-    env: &str,
-    config: &serde_json::Value,
-    num_envs: usize,
-) -> impl FnMut(u64) -> Duration {
+fn bench_serial(env: &str, config: &serde_json::Value, num_envs: usize) -> impl FnMut(u64) -> Duration {
     let registry = Registry::with_builtins();
     let mut shard = EnvShard::new(&registry, &params(env, config, num_envs), 0..num_envs).unwrap();
     let mut rows = LocalRows::new(shard.spec(), num_envs, false);
@@ -94,9 +80,7 @@ fn bench_serial(
     move |iters| {
         let start = Instant::now();
         for _ in 0..iters {
-            shard
-                .step_all(bytemuck::cast_slice(&tape[k % 16]), &mut rows.rows())
-                .unwrap();
+            shard.step_all(bytemuck::cast_slice(&tape[k % 16]), &mut rows.rows()).unwrap();
             k += 1;
         }
         start.elapsed()
@@ -112,9 +96,8 @@ struct PipePool {
 
 impl PipePool {
     fn new(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> PipePool {
-        let shards: Vec<_> = (0..workers)
-            .map(|w| shmenv::engine::protocol::shard(w, num_envs, workers))
-            .collect();
+        let shards: Vec<_> =
+            (0..workers).map(|w| shmenv::engine::protocol::shard(w, num_envs, workers)).collect();
         let workers = shards
             .iter()
             .map(|s| {
@@ -134,19 +117,13 @@ impl PipePool {
                 (child, i, o)
             })
             .collect();
-        PipePool {
-            workers,
-            shards,
-            batch: Vec::new(),
-        }
+        PipePool { workers, shards, batch: Vec::new() }
     }
 
     fn step(&mut self, actions: &[i64]) {
         for ((_, stdin, _), s) in self.workers.iter_mut().zip(&self.shards) {
             let bytes: &[u8] = bytemuck::cast_slice(&actions[s.clone()]);
-            stdin
-                .write_all(&(bytes.len() as u32).to_le_bytes())
-                .unwrap();
+            stdin.write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
             stdin.write_all(bytes).unwrap();
             stdin.flush().unwrap();
         }
@@ -155,8 +132,7 @@ impl PipePool {
             let mut len = [0u8; 4];
             stdout.read_exact(&mut len).unwrap();
             let start = self.batch.len();
-            self.batch
-                .resize(start + u32::from_le_bytes(len) as usize, 0);
+            self.batch.resize(start + u32::from_le_bytes(len) as usize, 0);
             stdout.read_exact(&mut self.batch[start..]).unwrap();
         }
     }
@@ -174,18 +150,11 @@ impl Drop for PipePool {
 
 /// The worker side of the pipe baseline: read actions, step, serialize every result array.
 fn pipe_worker(args: &[String]) {
-    let [env, config, n, first] = args else {
-        panic!("usage: {PIPE_WORKER_FLAG} ENV CONFIG N FIRST")
-    };
+    let [env, config, n, first] = args else { panic!("usage: {PIPE_WORKER_FLAG} ENV CONFIG N FIRST") };
     let config: serde_json::Value = serde_json::from_str(config).unwrap();
     let (n, first): (usize, usize) = (n.parse().unwrap(), first.parse().unwrap());
     let registry = Registry::with_builtins();
-    let mut shard = EnvShard::new(
-        &registry,
-        &params(env, &config, first + n),
-        first..first + n,
-    )
-    .unwrap();
+    let mut shard = EnvShard::new(&registry, &params(env, &config, first + n), first..first + n).unwrap();
     let mut rows = LocalRows::new(shard.spec(), n, false);
     shard.reset_all(Some(0), &mut rows.rows()).unwrap();
     let (mut stdin, mut stdout) = (std::io::stdin().lock(), std::io::stdout().lock());
@@ -247,9 +216,7 @@ fn compare(
     drop(f);
     if serial {
         let mut f = bench_serial(env, &config, num_envs);
-        g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| {
-            b.iter_custom(&mut f)
-        });
+        g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| b.iter_custom(&mut f));
     }
     let mut f = bench_pipe(env, &config, num_envs, workers);
     g.bench_function(id("pipe"), |b| b.iter_custom(&mut f));
@@ -270,23 +237,7 @@ fn main() {
     for n in [32, 256, 1024] {
         compare(&mut c, "cartpole", "CartPole-v1", json!({}), n, 2, true);
     }
-    compare(
-        &mut c,
-        "burn50us",
-        "Burn-v0",
-        json!({"step_us": 50}),
-        8,
-        2,
-        true,
-    );
-    compare(
-        &mut c,
-        "latency_oversubscribed",
-        "Burn-v0",
-        json!({}),
-        8,
-        8,
-        false,
-    );
+    compare(&mut c, "burn50us", "Burn-v0", json!({"step_us": 50}), 8, 2, true);
+    compare(&mut c, "latency_oversubscribed", "Burn-v0", json!({}), 8, 8, false);
     c.final_summary();
 }

@@ -8,9 +8,7 @@
 //!
 //! Run with `cargo run --release --example custom_env`.
 
-use shmenv::worker::{
-    host, ActionIn, Config, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition,
-};
+use shmenv::worker::{host, ActionIn, Config, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 use shmenv::{DType, EnvSpec, ObsArray, Pool, Space};
 use std::process::ExitCode;
 
@@ -28,9 +26,7 @@ impl GridWalk {
         let c = Config::new(config, &["size"])?;
         let size = c.u64("size", 8)?;
         if !(2..=1000).contains(&size) {
-            return Err(ConfigError(format!(
-                "config key \"size\" must be in 2..=1000, got {size}"
-            )));
+            return Err(ConfigError(format!("config key \"size\" must be in 2..=1000, got {size}")));
         }
         Ok(GridWalk {
             size: size as i32,
@@ -51,14 +47,8 @@ impl Env for GridWalk {
         let cell = Space::boxed(DType::I32, &[2], 0.0, (self.size - 1) as f64);
         EnvSpec {
             observations: vec![
-                ObsArray {
-                    name: "position".into(),
-                    space: cell.clone(),
-                },
-                ObsArray {
-                    name: "goal".into(),
-                    space: cell,
-                },
+                ObsArray { name: "position".into(), space: cell.clone() },
+                ObsArray { name: "goal".into(), space: cell },
             ],
             action: Space::discrete(4),
             max_episode_steps: None,
@@ -85,11 +75,7 @@ impl Env for GridWalk {
         self.pos[axis] = (self.pos[axis] + delta).clamp(0, self.size - 1);
         self.write(obs);
         let arrived = self.pos == self.goal;
-        Transition {
-            reward: if arrived { 1.0 } else { -0.01 },
-            terminated: arrived,
-            truncated: false,
-        }
+        Transition { reward: if arrived { 1.0 } else { -0.01 }, terminated: arrived, truncated: false }
     }
 }
 
@@ -141,9 +127,6 @@ fn train() -> Result<(), Box<dyn std::error::Error>> {
             total += ep.episode_return;
         }
     }
-    println!(
-        "{episodes} episodes ended, mean return {:.3}",
-        total / episodes.max(1) as f64
-    );
+    println!("{episodes} episodes ended, mean return {:.3}", total / episodes.max(1) as f64);
     Ok(())
 }

@@ -33,8 +33,7 @@
 
 pub use shmenv_engine as engine;
 pub use shmenv_engine::{
-    ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec,
-    Episode, Flags, ObsArray, Pool, PoolBuilder, Space, StepError, ViewError, WaitStrategy,
-    WorkerExit,
+    ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
+    Flags, ObsArray, Pool, PoolBuilder, Space, StepError, ViewError, WaitStrategy, WorkerExit,
 };
 pub use shmenv_worker as worker;

@@ -90,15 +90,8 @@ fn list(registry: &Registry) -> Result<(), Error> {
     for id in registry.ids() {
         let entry = registry.get(&id).expect("listed id");
         let env = registry.make(&id, &json!({}))?;
-        let limit = entry
-            .max_episode_steps
-            .map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!(
-            "{id:<14} {}{limit}\n{:<14} {}",
-            env.spec(),
-            "",
-            entry.description
-        );
+        let limit = entry.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
+        println!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
     }
     Ok(())
 }
@@ -119,9 +112,7 @@ impl<T: Element> ActionTape<T> {
                     .map(|i| {
                         let u = rng.next_f64();
                         let v = match space {
-                            Space::Discrete { n, start } => {
-                                (*start + (u * *n as f64) as i64) as f64
-                            }
+                            Space::Discrete { n, start } => (*start + (u * *n as f64) as i64) as f64,
                             Space::MultiDiscrete { nvec } => (u * nvec[i % per_env] as f64).floor(),
                             Space::MultiBinary { .. } => (u * 2.0).floor(),
                             Space::Box { .. } => {
@@ -151,11 +142,7 @@ struct Progress {
 
 impl Progress {
     fn new(label: &'static str, quiet: bool) -> Self {
-        Progress {
-            live: !quiet && std::io::stderr().is_terminal(),
-            label,
-            last: Instant::now(),
-        }
+        Progress { live: !quiet && std::io::stderr().is_terminal(), label, last: Instant::now() }
     }
 
     fn tick(&mut self, steps: u64, seconds: f64) {
@@ -190,8 +177,7 @@ struct PoolStepper<T> {
 
 impl<T: Element> Stepper for PoolStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
-        self.pool
-            .step(&self.tape.batches[k % self.tape.batches.len()])?;
+        self.pool.step(&self.tape.batches[k % self.tape.batches.len()])?;
         Ok(self.pool.num_envs() as u64)
     }
 }
@@ -205,8 +191,7 @@ struct SerialStepper<T> {
 
 impl<T: Element> Stepper for SerialStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
-        let actions =
-            shmenv::engine::spec::as_bytes(&self.tape.batches[k % self.tape.batches.len()]);
+        let actions = shmenv::engine::spec::as_bytes(&self.tape.batches[k % self.tape.batches.len()]);
         self.shard
             .step_all(actions, &mut self.rows.rows())
             .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
@@ -228,12 +213,7 @@ impl Tally {
     }
 
     /// Steps for `slice`, adding to the tally.
-    fn run(
-        &mut self,
-        s: &mut dyn Stepper,
-        slice: Duration,
-        progress: &mut Progress,
-    ) -> Result<(), Error> {
+    fn run(&mut self, s: &mut dyn Stepper, slice: Duration, progress: &mut Progress) -> Result<(), Error> {
         let start = Instant::now();
         while start.elapsed() < slice {
             for _ in 0..8 {
@@ -248,14 +228,10 @@ impl Tally {
 }
 
 fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
-    let config: serde_json::Value = serde_json::from_str(&args.config)
-        .map_err(|e| format!("--config is not valid JSON: {e}"))?;
-    let wait = WaitStrategy::from_name(&args.wait).ok_or_else(|| {
-        format!(
-            "unknown --wait {:?}: use auto, spin, yield or block",
-            args.wait
-        )
-    })?;
+    let config: serde_json::Value =
+        serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    let wait = WaitStrategy::from_name(&args.wait)
+        .ok_or_else(|| format!("unknown --wait {:?}: use auto, spin, yield or block", args.wait))?;
     let affinity = match args.affinity.as_str() {
         "auto" => CpuAffinity::Auto,
         "none" => CpuAffinity::None,
@@ -337,25 +313,14 @@ fn bench_typed<T: Element>(
         shard
             .reset_all(Some(args.seed), &mut rows.rows())
             .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
-        Some(SerialStepper {
-            shard,
-            rows,
-            tape: ActionTape::<T>::new(&action, args.num_envs, args.seed),
-        })
+        Some(SerialStepper { shard, rows, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) })
     } else {
         None
     };
     pool.reset()?;
-    let mut contender = PoolStepper {
-        pool,
-        tape: ActionTape::<T>::new(&action, args.num_envs, args.seed),
-    };
+    let mut contender = PoolStepper { pool, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) };
     // With a baseline, alternate short rounds of each so that machine noise hits both alike.
-    let rounds = if serial.is_some() {
-        ((args.seconds / 0.5).round() as u32).max(3)
-    } else {
-        1
-    };
+    let rounds = if serial.is_some() { ((args.seconds / 0.5).round() as u32).max(3) } else { 1 };
     let slice = Duration::from_secs_f64(args.seconds) / rounds;
     let (mut ours, mut theirs) = (Tally::default(), Tally::default());
     let mut progress = Progress::new("shmenv pool", args.json);

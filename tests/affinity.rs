@@ -9,12 +9,7 @@ use std::time::Duration;
 
 fn allowed(pid: u32) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim()
-        .to_string()
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string()
 }
 
 #[test]
@@ -23,17 +18,9 @@ fn workers_are_pinned_as_configured() {
     let mine = allowed(std::process::id());
     let cores = std::thread::available_parallelism().unwrap().get();
 
-    let pool = builder("CartPole-v1")
-        .num_envs(4)
-        .num_workers(1)
-        .cpu_affinity(CpuAffinity::None)
-        .build()
-        .unwrap();
-    assert_eq!(
-        allowed(pool.worker_pids()[0]),
-        mine,
-        "unpinned workers keep the trainer's mask"
-    );
+    let pool =
+        builder("CartPole-v1").num_envs(4).num_workers(1).cpu_affinity(CpuAffinity::None).build().unwrap();
+    assert_eq!(allowed(pool.worker_pids()[0]), mine, "unpinned workers keep the trainer's mask");
 
     let pool = builder("CartPole-v1")
         .num_envs(4)
@@ -43,29 +30,14 @@ fn workers_are_pinned_as_configured() {
         .unwrap();
     assert_eq!(allowed(pool.worker_pids()[0]), "0");
 
-    let pool = builder("CartPole-v1")
-        .num_envs(4)
-        .num_workers(cores.min(4))
-        .build()
-        .unwrap();
+    let pool = builder("CartPole-v1").num_envs(4).num_workers(cores.min(4)).build().unwrap();
     let masks: Vec<String> = pool.worker_pids().iter().map(|&p| allowed(p)).collect();
-    assert!(
-        masks.iter().all(|m| m.parse::<usize>().is_ok()),
-        "Auto pins each worker to one core: {masks:?}"
-    );
+    assert!(masks.iter().all(|m| m.parse::<usize>().is_ok()), "Auto pins each worker to one core: {masks:?}");
     let mut distinct = masks.clone();
     distinct.dedup();
-    assert_eq!(
-        distinct.len(),
-        masks.len(),
-        "Auto gives each worker its own core: {masks:?}"
-    );
+    assert_eq!(distinct.len(), masks.len(), "Auto gives each worker its own core: {masks:?}");
 
     // More workers than cores: Auto does not pin.
-    let pool = builder("CartPole-v1")
-        .num_envs(cores + 1)
-        .num_workers(cores + 1)
-        .build()
-        .unwrap();
+    let pool = builder("CartPole-v1").num_envs(cores + 1).num_workers(cores + 1).build().unwrap();
     assert!(pool.worker_pids().iter().all(|&p| allowed(p) == mine));
 }

@@ -20,18 +20,8 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case {
-            env: "CartPole-v1",
-            config: json!({}),
-            limit: None,
-            steps: 80,
-        },
-        Case {
-            env: "Pendulum-v1",
-            config: json!({"g": 9.81}),
-            limit: Some(13),
-            steps: 40,
-        },
+        Case { env: "CartPole-v1", config: json!({}), limit: None, steps: 80 },
+        Case { env: "Pendulum-v1", config: json!({"g": 9.81}), limit: Some(13), steps: 40 },
         Case {
             env: "Burn-v0",
             config: json!({"obs_shape": [2, 3], "obs_dtype": "u8", "episode_len": 9}),
@@ -50,10 +40,7 @@ fn actions<T: Element>(space: &shmenv::Space, n: usize, rng: &mut Pcg64) -> (Vec
             _ => T::from_f64(rng.uniform(-3.0, 3.0)),
         })
         .collect();
-    let rows = v
-        .chunks(per)
-        .map(|c| bytemuck::cast_slice::<T, u8>(c).to_vec())
-        .collect();
+    let rows = v.chunks(per).map(|c| bytemuck::cast_slice::<T, u8>(c).to_vec()).collect();
     (v, rows)
 }
 
@@ -83,11 +70,7 @@ fn run_case(case: &Case, workers: usize, mode: AutoReset) {
     let mut reference = Reference::new(case.env, case.config.clone(), n, mode, case.limit);
     let ctx = format!("{} with {workers} workers, {mode:?}", case.env);
     let batch = pool.reset().unwrap();
-    assert_eq!(
-        batch_rows(&batch),
-        reference.reset(Some(11)),
-        "{ctx}: reset"
-    );
+    assert_eq!(batch_rows(&batch), reference.reset(Some(11)), "{ctx}: reset");
     let mut rng = Pcg64::from_seed(99);
     let is_float = pool.spec().action.dtype().is_float();
     let mut episodes_ended = 0;
@@ -111,11 +94,8 @@ fn run_case(case: &Case, workers: usize, mode: AutoReset) {
                 if mode == AutoReset::Disabled && !ended.is_empty() {
                     // Stepping an ended env is refused until reset, and nothing is sent.
                     let zeros = vec![0i64; n];
-                    let err = if is_float {
-                        pool.step(&vec![0f32; n]).err()
-                    } else {
-                        pool.step(&zeros).err()
-                    };
+                    let err =
+                        if is_float { pool.step(&vec![0f32; n]).err() } else { pool.step(&zeros).err() };
                     match err {
                         Some(StepError::NeedsReset { env_ids }) => {
                             assert_eq!(env_ids, ended, "{ctx}")
@@ -123,21 +103,14 @@ fn run_case(case: &Case, workers: usize, mode: AutoReset) {
                         other => panic!("{ctx}: expected NeedsReset, got {other:?}"),
                     }
                     let batch = pool.reset().unwrap();
-                    assert_eq!(
-                        batch_rows(&batch),
-                        reference.reset(None),
-                        "{ctx}: reset after end"
-                    );
+                    assert_eq!(batch_rows(&batch), reference.reset(None), "{ctx}: reset after end");
                 }
             }
             Err(e) => panic!("{ctx}: step {step} failed: {e}"),
         }
         step += 1;
     }
-    assert!(
-        episodes_ended > 0,
-        "{ctx}: no episode ended; the case does not exercise auto-reset"
-    );
+    assert!(episodes_ended > 0, "{ctx}: no episode ended; the case does not exercise auto-reset");
 }
 
 #[test]
@@ -145,11 +118,7 @@ fn pool_equals_in_process_stepping_for_every_env_mode_and_worker_count() {
     let _w = Watchdog::new("equivalence", Duration::from_secs(240));
     for case in cases() {
         for workers in [1, 2, 3] {
-            for mode in [
-                AutoReset::NextStep,
-                AutoReset::SameStep,
-                AutoReset::Disabled,
-            ] {
+            for mode in [AutoReset::NextStep, AutoReset::SameStep, AutoReset::Disabled] {
                 run_case(&case, workers, mode);
             }
         }
@@ -162,71 +131,33 @@ fn same_seed_gives_identical_batches_for_any_worker_count() {
     let n = 7;
     let mut runs: Vec<Vec<u8>> = Vec::new();
     for workers in [1, 2, 3, 7] {
-        let mut pool = builder("CartPole-v1")
-            .num_envs(n)
-            .num_workers(workers)
-            .seed(2024)
-            .build()
-            .unwrap();
+        let mut pool = builder("CartPole-v1").num_envs(n).num_workers(workers).seed(2024).build().unwrap();
         let mut trace = Vec::new();
         let b = pool.reset().unwrap();
-        trace.extend_from_slice(bytemuck::cast_slice(
-            b.observations::<f32>().unwrap().as_slice(),
-        ));
+        trace.extend_from_slice(bytemuck::cast_slice(b.observations::<f32>().unwrap().as_slice()));
         let mut rng = Pcg64::from_seed(5);
         for _ in 0..200 {
             let a: Vec<i64> = (0..n).map(|_| (rng.next_u64() & 1) as i64).collect();
             let b = pool.step(&a).unwrap();
-            trace.extend_from_slice(bytemuck::cast_slice(
-                b.observations::<f32>().unwrap().as_slice(),
-            ));
+            trace.extend_from_slice(bytemuck::cast_slice(b.observations::<f32>().unwrap().as_slice()));
             trace.extend_from_slice(bytemuck::cast_slice(b.rewards()));
             trace.extend_from_slice(b.terminated().as_bytes());
             trace.extend_from_slice(b.truncated().as_bytes());
         }
         runs.push(trace);
     }
-    assert!(
-        runs.windows(2).all(|w| w[0] == w[1]),
-        "batches differ between worker counts"
-    );
+    assert!(runs.windows(2).all(|w| w[0] == w[1]), "batches differ between worker counts");
 }
 
 #[test]
 fn reset_with_seed_restarts_the_streams_and_views_are_zero_copy() {
     let _w = Watchdog::new("reseed", Duration::from_secs(60));
-    let mut pool = builder("Pendulum-v1")
-        .num_envs(4)
-        .num_workers(2)
-        .seed(3)
-        .build()
-        .unwrap();
-    let first = pool
-        .reset()
-        .unwrap()
-        .observations::<f32>()
-        .unwrap()
-        .as_slice()
-        .to_vec();
-    let second = pool
-        .reset()
-        .unwrap()
-        .observations::<f32>()
-        .unwrap()
-        .as_slice()
-        .to_vec();
+    let mut pool = builder("Pendulum-v1").num_envs(4).num_workers(2).seed(3).build().unwrap();
+    let first = pool.reset().unwrap().observations::<f32>().unwrap().as_slice().to_vec();
+    let second = pool.reset().unwrap().observations::<f32>().unwrap().as_slice().to_vec();
     assert_ne!(first, second, "a plain reset continues each env's stream");
-    let again = pool
-        .reset_with_seed(3)
-        .unwrap()
-        .observations::<f32>()
-        .unwrap()
-        .as_slice()
-        .to_vec();
-    assert_eq!(
-        first, again,
-        "reseeding with the same seed restarts the streams"
-    );
+    let again = pool.reset_with_seed(3).unwrap().observations::<f32>().unwrap().as_slice().to_vec();
+    assert_eq!(first, again, "reseeding with the same seed restarts the streams");
     let range = pool.region_range();
     let batch = pool.step(&[0.5f32, -0.5, 1.0, 0.0]).unwrap();
     let obs = batch.observations::<f32>().unwrap();

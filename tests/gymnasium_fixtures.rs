@@ -40,67 +40,33 @@ fn check_obs(got: &[f32], want: &[Vec<f64>], obs_tol: f32, what: &str) {
 
 fn replay(name: &str, workers: usize, obs_tol: f32, reward_tol: f32) {
     let fx = load(name);
-    let mut pool = builder(&fx.env_id)
-        .num_envs(fx.num_envs)
-        .num_workers(workers)
-        .seed(fx.seed)
-        .build()
-        .unwrap();
+    let mut pool =
+        builder(&fx.env_id).num_envs(fx.num_envs).num_workers(workers).seed(fx.seed).build().unwrap();
     let batch = pool.reset().unwrap();
-    check_obs(
-        batch.observations::<f32>().unwrap().as_slice(),
-        &fx.reset_obs,
-        obs_tol,
-        "reset",
-    );
+    check_obs(batch.observations::<f32>().unwrap().as_slice(), &fx.reset_obs, obs_tol, "reset");
     let mut truncations = 0;
     for (t, actions) in fx.actions.iter().enumerate() {
         let batch = if fx.env_id == "Pendulum-v1" {
-            let a: Vec<f32> = actions
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r[0].as_f64().unwrap() as f32)
-                .collect();
+            let a: Vec<f32> =
+                actions.as_array().unwrap().iter().map(|r| r[0].as_f64().unwrap() as f32).collect();
             pool.step(&a).unwrap()
         } else {
-            let a: Vec<i64> = actions
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_i64().unwrap())
-                .collect();
+            let a: Vec<i64> = actions.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
             pool.step(&a).unwrap()
         };
         let what = format!("{} step {t}", fx.env_id);
-        check_obs(
-            batch.observations::<f32>().unwrap().as_slice(),
-            &fx.obs[t],
-            obs_tol,
-            &what,
-        );
+        check_obs(batch.observations::<f32>().unwrap().as_slice(), &fx.obs[t], obs_tol, &what);
         for (i, (&g, &w)) in batch.rewards().iter().zip(&fx.rewards[t]).enumerate() {
             assert!(
                 (g - w as f32).abs() <= reward_tol * (w as f32).abs().max(1.0),
                 "{what}: env {i} reward {g} vs {w}"
             );
         }
-        assert_eq!(
-            batch.terminated().to_vec(),
-            fx.terminated[t],
-            "{what}: terminated"
-        );
-        assert_eq!(
-            batch.truncated().to_vec(),
-            fx.truncated[t],
-            "{what}: truncated"
-        );
+        assert_eq!(batch.terminated().to_vec(), fx.terminated[t], "{what}: terminated");
+        assert_eq!(batch.truncated().to_vec(), fx.truncated[t], "{what}: truncated");
         truncations += fx.truncated[t].iter().filter(|&&x| x).count();
     }
-    assert!(
-        truncations > 0,
-        "the fixture should reach the time limit at least once"
-    );
+    assert!(truncations > 0, "the fixture should reach the time limit at least once");
 }
 
 #[test]

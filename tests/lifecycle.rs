@@ -18,44 +18,27 @@ fn kill(pid: u32, sig: i32) {
 }
 
 fn sigkill_between_steps() {
-    let mut pool = builder("CartPole-v1")
-        .num_envs(6)
-        .num_workers(3)
-        .seed(0)
-        .build()
-        .unwrap();
+    let mut pool = builder("CartPole-v1").num_envs(6).num_workers(3).seed(0).build().unwrap();
     pool.reset().unwrap();
     pool.step(&[0i64; 6]).unwrap();
     let victim = pool.worker_pids()[1];
     kill(victim, libc::SIGKILL);
     let err = pool.step(&[0i64; 6]).unwrap_err();
     match &err {
-        StepError::WorkerDied {
-            worker,
-            pid,
-            env_ids,
-            exit,
-        } => {
+        StepError::WorkerDied { worker, pid, env_ids, exit } => {
             assert_eq!((*worker, *pid, env_ids.clone()), (1, victim, 2..4));
             assert_eq!(*exit, WorkerExit::Signal(libc::SIGKILL));
         }
         other => panic!("expected WorkerDied, got {other:?}"),
     }
     assert!(err.to_string().contains("killed by signal 9"), "{err}");
-    assert!(matches!(
-        pool.step(&[0i64; 6]),
-        Err(StepError::Closed { .. })
-    ));
+    assert!(matches!(pool.step(&[0i64; 6]), Err(StepError::Closed { .. })));
 }
 
 fn sigkill_mid_step() {
     // Each step burns 20 ms of CPU, so the kill lands while workers are stepping.
-    let mut pool = builder("Burn-v0")
-        .config(json!({"step_us": 20000}))
-        .num_envs(2)
-        .num_workers(2)
-        .build()
-        .unwrap();
+    let mut pool =
+        builder("Burn-v0").config(json!({"step_us": 20000})).num_envs(2).num_workers(2).build().unwrap();
     pool.reset().unwrap();
     let victim = pool.worker_pids()[0];
     let killer = std::thread::spawn(move || {
@@ -70,31 +53,17 @@ fn sigkill_mid_step() {
         }
     }
     killer.join().unwrap();
-    assert!(
-        matches!(result, Err(StepError::WorkerDied { worker: 0, .. })),
-        "{result:?}"
-    );
+    assert!(matches!(result, Err(StepError::WorkerDied { worker: 0, .. })), "{result:?}");
 }
 
 fn worker_exit_and_abort_are_reported() {
-    for (fault, expected) in [
-        ("exit", WorkerExit::Code(17)),
-        ("abort", WorkerExit::Signal(libc::SIGABRT)),
-    ] {
+    for (fault, expected) in [("exit", WorkerExit::Code(17)), ("abort", WorkerExit::Signal(libc::SIGABRT))] {
         let config = json!({"fault": fault, "fault_step": 2, "fault_seed": 1});
-        let mut pool = builder("Burn-v0")
-            .config(config)
-            .num_envs(2)
-            .num_workers(2)
-            .seed(0)
-            .build()
-            .unwrap();
+        let mut pool = builder("Burn-v0").config(config).num_envs(2).num_workers(2).seed(0).build().unwrap();
         pool.reset().unwrap();
         pool.step(&[0i64; 2]).unwrap();
         match pool.step(&[0i64; 2]) {
-            Err(StepError::WorkerDied {
-                worker: 1, exit, ..
-            }) => assert_eq!(exit, expected, "{fault}"),
+            Err(StepError::WorkerDied { worker: 1, exit, .. }) => assert_eq!(exit, expected, "{fault}"),
             other => panic!("{fault}: expected WorkerDied of worker 1, got {other:?}"),
         }
     }
@@ -102,12 +71,7 @@ fn worker_exit_and_abort_are_reported() {
 
 fn many_pools_leave_nothing_behind() {
     for i in 0..50 {
-        let mut pool = builder("CartPole-v1")
-            .num_envs(4)
-            .num_workers(2)
-            .seed(i)
-            .build()
-            .unwrap();
+        let mut pool = builder("CartPole-v1").num_envs(4).num_workers(2).seed(i).build().unwrap();
         pool.reset().unwrap();
         pool.step(&[1i64; 4]).unwrap();
     }
@@ -116,18 +80,7 @@ fn many_pools_leave_nothing_behind() {
 fn workers_die_with_their_trainer() {
     // A trainer process (the CLI) with 2 workers, killed while stepping.
     let mut trainer = std::process::Command::new(env!("CARGO_BIN_EXE_shmenv"))
-        .args([
-            "bench",
-            "--env",
-            "Burn-v0",
-            "--num-envs",
-            "2",
-            "--workers",
-            "2",
-            "--seconds",
-            "60",
-            "--json",
-        ])
+        .args(["bench", "--env", "Burn-v0", "--num-envs", "2", "--workers", "2", "--seconds", "60", "--json"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -137,10 +90,7 @@ fn workers_die_with_their_trainer() {
         if w.len() == 2 {
             break w;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the trainer did not start its workers"
-        );
+        assert!(Instant::now() < deadline, "the trainer did not start its workers");
         std::thread::sleep(Duration::from_millis(20));
     };
     kill(trainer.id(), libc::SIGKILL);
@@ -159,10 +109,7 @@ fn grandchildren(parent: u32) -> Vec<u32> {
             continue;
         };
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            let rest = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r.to_string())
-                .unwrap_or_default();
+            let rest = stat.rsplit_once(')').map(|(_, r)| r.to_string()).unwrap_or_default();
             if rest.split_whitespace().nth(1) == Some(&parent.to_string()) {
                 out.push(pid);
             }
@@ -174,11 +121,9 @@ fn grandchildren(parent: u32) -> Vec<u32> {
 /// Running (not gone, not a zombie waiting for an init that does not reap).
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(
-            stat.rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next()),
-            Some("Z" | "X")
-        ),
+        Ok(stat) => {
+            !matches!(stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z" | "X"))
+        }
         Err(_) => false,
     }
 }
@@ -198,11 +143,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     many_pools_leave_nothing_behind();
     workers_die_with_their_trainer();
 
-    assert_eq!(
-        child_pids(),
-        Vec::<u32>::new(),
-        "child processes left behind"
-    );
+    assert_eq!(child_pids(), Vec::<u32>::new(), "child processes left behind");
     assert_eq!(open_fds(), fds, "fds leaked");
     assert_eq!(dev_shm_entries(), shm, "/dev/shm changed");
 }

@@ -1,19 +1,11 @@
 //! Action validation: every action is checked against the action space before any worker
-//! sees it, and copied into the action rows in the same pass.
+//! sees it (and before anything is copied into the region).
 
 use crate::error::ActionError;
 use crate::spec::{Element, Space};
 
-/// Checks `actions` (all envs, row-major) against `space` and copies them into `dst`.
-///
-/// On error `dst` may be partly written; that is harmless because no worker reads the
-/// action rows until it is sent a command.
-pub fn validate_into<T: Element>(
-    space: &Space,
-    num_envs: usize,
-    actions: &[T],
-    dst: &mut [T],
-) -> Result<(), ActionError> {
+/// Checks `actions` (all envs, row-major) against `space`: dtype, length, and every value.
+pub fn validate<T: Element>(space: &Space, num_envs: usize, actions: &[T]) -> Result<(), ActionError> {
     if T::DTYPE != space.dtype() {
         return Err(ActionError::WrongDtype {
             expected: space.dtype(),
@@ -31,7 +23,6 @@ pub fn validate_into<T: Element>(
             space: space.to_string(),
         });
     }
-    debug_assert_eq!(dst.len(), actions.len());
     if let Some((i, expected)) = first_invalid(space, per_env, actions) {
         return Err(ActionError::OutOfRange {
             env_id: i / per_env.max(1),
@@ -40,18 +31,13 @@ pub fn validate_into<T: Element>(
             expected,
         });
     }
-    dst.copy_from_slice(actions);
     Ok(())
 }
 
 /// Index of the first value outside `space`, with what was expected there. The dtype was
 /// checked, so integer spaces are read as their storage type; the common case (all valid)
 /// is one branch-light pass that the compiler vectorizes.
-fn first_invalid<T: Element>(
-    space: &Space,
-    per_env: usize,
-    actions: &[T],
-) -> Option<(usize, String)> {
+fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Option<(usize, String)> {
     fn find<X: Copy>(a: &[X], ok: impl Fn(usize, X) -> bool) -> Option<usize> {
         if a.iter().enumerate().all(|(i, &x)| ok(i, x)) {
             None
@@ -62,45 +48,28 @@ fn first_invalid<T: Element>(
     match space {
         Space::Discrete { n, start } => {
             let (lo, hi) = (*start, start + n);
-            find(bytemuck::cast_slice::<T, i64>(actions), |_, x| {
-                x >= lo && x < hi
-            })
-            .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
+            find(bytemuck::cast_slice::<T, i64>(actions), |_, x| x >= lo && x < hi)
+                .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
         }
-        Space::MultiDiscrete { nvec } => find(bytemuck::cast_slice::<T, i64>(actions), |i, x| {
-            x >= 0 && x < nvec[i % per_env]
-        })
-        .map(|i| {
-            (
-                i,
-                format!("an integer in 0..{} ({space})", nvec[i % per_env]),
-            )
-        }),
-        Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| {
-            x == 0 || x == 1
-        })
-        .map(|i| (i, format!("0 or 1 ({space})"))),
+        Space::MultiDiscrete { nvec } => {
+            find(bytemuck::cast_slice::<T, i64>(actions), |i, x| x >= 0 && x < nvec[i % per_env])
+                .map(|i| (i, format!("an integer in 0..{} ({space})", nvec[i % per_env])))
+        }
+        Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| x == 0 || x == 1)
+            .map(|i| (i, format!("0 or 1 ({space})"))),
         Space::Box { dtype, .. } if dtype.is_float() => {
-            let bounds = |i: usize| {
-                space
-                    .box_bounds(i % per_env)
-                    .unwrap_or((f64::NEG_INFINITY, f64::INFINITY))
-            };
+            let bounds =
+                |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
             // NaN never; an infinity only where that bound is itself infinite.
             let ok = |i: usize, x: f64| {
                 x.is_finite()
-                    || (!x.is_nan()
-                        && (if x > 0.0 { bounds(i).1 } else { -bounds(i).0 }) == f64::INFINITY)
+                    || (!x.is_nan() && (if x > 0.0 { bounds(i).1 } else { -bounds(i).0 }) == f64::INFINITY)
             };
-            find(actions, |i, v| ok(i, v.to_f64()))
-                .map(|i| (i, format!("a finite number ({space})")))
+            find(actions, |i, v| ok(i, v.to_f64())).map(|i| (i, format!("a finite number ({space})")))
         }
         Space::Box { .. } => {
-            let bounds = |i: usize| {
-                space
-                    .box_bounds(i % per_env)
-                    .unwrap_or((f64::NEG_INFINITY, f64::INFINITY))
-            };
+            let bounds =
+                |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
             find(actions, |i, v| {
                 let (lo, hi) = bounds(i);
                 v.to_f64() >= lo && v.to_f64() <= hi
@@ -119,8 +88,7 @@ mod tests {
     use crate::spec::DType;
 
     fn check<T: Element>(space: &Space, n: usize, a: &[T]) -> Result<Vec<T>, ActionError> {
-        let mut dst = vec![T::zeroed(); a.len()];
-        validate_into(space, n, a, &mut dst).map(|_| dst)
+        validate(space, n, a).map(|()| a.to_vec())
     }
 
     #[test]
@@ -129,19 +97,11 @@ mod tests {
         assert_eq!(check(&s, 3, &[0i64, 1, 1]).unwrap(), vec![0, 1, 1]);
         assert!(matches!(
             check(&s, 3, &[0i32, 1, 1]),
-            Err(ActionError::WrongDtype {
-                expected: DType::I64,
-                found: DType::I32,
-                ..
-            })
+            Err(ActionError::WrongDtype { expected: DType::I64, found: DType::I32, .. })
         ));
         assert!(matches!(
             check(&s, 3, &[0i64, 1]),
-            Err(ActionError::WrongLength {
-                expected: 3,
-                found: 2,
-                ..
-            })
+            Err(ActionError::WrongLength { expected: 3, found: 2, .. })
         ));
         let e = check(&s, 3, &[0i64, 2, 1]).unwrap_err();
         assert_eq!(
@@ -165,14 +125,7 @@ mod tests {
             "finite values out of bounds are the env's to clip"
         );
         let e = check(&s, 2, &[0.0f32, 1.0, f32::NAN, -1.0]).unwrap_err();
-        assert!(matches!(
-            e,
-            ActionError::OutOfRange {
-                env_id: 1,
-                element: 0,
-                ..
-            }
-        ));
+        assert!(matches!(e, ActionError::OutOfRange { env_id: 1, element: 0, .. }));
         assert!(check(&s, 1, &[f32::INFINITY, 0.0]).is_err());
         let open = Space::boxed(DType::F64, &[1], f64::NEG_INFINITY, f64::INFINITY);
         assert!(check(&open, 1, &[f64::INFINITY]).is_ok());
@@ -182,11 +135,7 @@ mod tests {
         assert!(check(&md, 2, &[1i64, 4, 0, 0]).is_ok());
         assert!(matches!(
             check(&md, 2, &[1i64, 4, 0, 5]),
-            Err(ActionError::OutOfRange {
-                env_id: 1,
-                element: 1,
-                ..
-            })
+            Err(ActionError::OutOfRange { env_id: 1, element: 1, .. })
         ));
         let mb = Space::MultiBinary { n: 2 };
         assert!(check(&mb, 1, &[1i8, 0]).is_ok());

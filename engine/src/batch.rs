@@ -192,19 +192,12 @@ impl<'a> Batch<'a> {
     /// The episodes that ended at this step.
     pub fn episodes(&self) -> impl Iterator<Item = Episode> + 'a {
         let v = &self.view;
-        let (term, trunc, ret, len, ids) = (
-            v.terminated,
-            v.truncated,
-            v.episode_return,
-            v.episode_length,
-            v.env_ids.clone(),
-        );
-        (0..ids.len())
-            .filter(move |&i| term[i] != 0 || trunc[i] != 0)
-            .map(move |i| Episode {
-                env_id: ids.start + i,
-                episode_return: ret[i],
-                length: len[i],
-            })
+        let (term, trunc, ret, len, ids) =
+            (v.terminated, v.truncated, v.episode_return, v.episode_length, v.env_ids.clone());
+        (0..ids.len()).filter(move |&i| term[i] != 0 || trunc[i] != 0).map(move |i| Episode {
+            env_id: ids.start + i,
+            episode_return: ret[i],
+            length: len[i],
+        })
     }
 }

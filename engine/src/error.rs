@@ -160,7 +160,9 @@ pub enum StepError {
     #[error("step() called before reset(): call pool.reset() first")]
     NotReset,
     /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
-    #[error("envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() before stepping them")]
+    #[error(
+        "envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() before stepping them"
+    )]
     NeedsReset {
         /// The ended envs.
         env_ids: Vec<usize>,

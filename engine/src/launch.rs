@@ -85,11 +85,7 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
     /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
-    pub fn start(
-        program: &Path,
-        region_fd: RawFd,
-        cpus: Vec<Option<usize>>,
-    ) -> io::Result<Supervisor> {
+    pub fn start(program: &Path, region_fd: RawFd, cpus: Vec<Option<usize>>) -> io::Result<Supervisor> {
         let num_workers = cpus.len();
         // SAFETY: eventfd with valid flags; returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -106,39 +102,30 @@ impl Supervisor {
         let (tx, rx) = mpsc::channel();
         let program = program.to_path_buf();
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("shmenv-supervisor".into())
-            .spawn(move || {
-                let mut children = Vec::with_capacity(num_workers);
-                for (w, &cpu) in cpus.iter().enumerate() {
-                    match spawn_worker(&program, region_fd, w, cpu) {
-                        Ok(child) => children.push(child),
-                        Err(e) => {
-                            kill_and_reap(&mut children);
-                            let _ = tx.send(Err(e));
-                            return;
-                        }
+        let thread = std::thread::Builder::new().name("shmenv-supervisor".into()).spawn(move || {
+            let mut children = Vec::with_capacity(num_workers);
+            for (w, &cpu) in cpus.iter().enumerate() {
+                match spawn_worker(&program, region_fd, w, cpu) {
+                    Ok(child) => children.push(child),
+                    Err(e) => {
+                        kill_and_reap(&mut children);
+                        let _ = tx.send(Err(e));
+                        return;
                     }
                 }
-                let _ = tx.send(Ok(children.iter().map(|c| c.id()).collect::<Vec<_>>()));
-                supervise(children, &thread_shared, stop_fd);
-            })?;
+            }
+            let _ = tx.send(Ok(children.iter().map(|c| c.id()).collect::<Vec<_>>()));
+            supervise(children, &thread_shared, stop_fd);
+        })?;
         match rx.recv() {
-            Ok(Ok(pids)) => Ok(Supervisor {
-                shared,
-                pids,
-                stop,
-                thread: Some(thread),
-            }),
+            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, thread: Some(thread) }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(io::Error::other(
-                    "the supervisor thread ended before spawning the workers",
-                ))
+                Err(io::Error::other("the supervisor thread ended before spawning the workers"))
             }
         }
     }
@@ -167,10 +154,7 @@ impl Supervisor {
     /// The first worker (by index) that has exited, with how it ended.
     pub fn first_exit(&self) -> Option<(usize, WorkerExit)> {
         let exits = self.shared.exits.lock().unwrap_or_else(|p| p.into_inner());
-        exits
-            .iter()
-            .enumerate()
-            .find_map(|(w, e)| e.map(|e| (w, e)))
+        exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
     }
 
     /// Asks the supervisor to finish: workers that have not exited within
@@ -191,12 +175,7 @@ impl Drop for Supervisor {
     }
 }
 
-fn spawn_worker(
-    program: &Path,
-    region_fd: RawFd,
-    index: usize,
-    cpu: Option<usize>,
-) -> io::Result<Child> {
+fn spawn_worker(program: &Path, region_fd: RawFd, index: usize, cpu: Option<usize>) -> io::Result<Child> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     let cpu_set = cpu.map(|c| {
@@ -223,14 +202,7 @@ fn spawn_worker(
     // plain integers and a cpu set prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died before prctl took effect.
@@ -250,10 +222,7 @@ fn spawn_worker(
         });
     }
     cmd.spawn().map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot start worker program {}: {e}", program.display()),
-        )
+        io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", program.display()))
     })
 }
 
@@ -271,25 +240,14 @@ fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
     let mut alive = vec![true; children.len()];
     let mut stop_at: Option<Instant> = None;
     loop {
-        let mut fds = vec![libc::pollfd {
-            fd: stop_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
         for (w, p) in pidfds.iter().enumerate() {
             if let (Some(p), true) = (p, alive[w]) {
-                fds.push(libc::pollfd {
-                    fd: p.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
         }
         let timeout_ms = match stop_at {
-            Some(t) => t
-                .saturating_duration_since(Instant::now())
-                .as_millis()
-                .clamp(1, 50) as i32,
+            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 50) as i32,
             None if have_pidfds => -1,
             None => 10,
         };
@@ -351,9 +309,9 @@ impl CpuAffinity {
             CpuAffinity::Auto if !allowed.is_empty() && num_workers <= allowed.len() => {
                 allowed.iter().take(num_workers).map(|&c| Some(c)).collect()
             }
-            CpuAffinity::Cores(cores) if !cores.is_empty() => (0..num_workers)
-                .map(|w| Some(cores[w % cores.len()]))
-                .collect(),
+            CpuAffinity::Cores(cores) if !cores.is_empty() => {
+                (0..num_workers).map(|w| Some(cores[w % cores.len()])).collect()
+            }
             _ => vec![None; num_workers],
         }
     }
@@ -364,14 +322,11 @@ fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain bits; sched_getaffinity fills it for this process.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
         return Vec::new();
     }
     // SAFETY: CPU_ISSET only reads the set.
-    (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }
 
 /// Finds the default worker program `shmenv-worker`: `$SHMENV_WORKER_PROGRAM`, then next

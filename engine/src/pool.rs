@@ -194,167 +194,42 @@ impl Pool {
         let region_err = |what| move |source| BuildError::Region { what, source };
         let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
             .map_err(region_err("memfd_create"))?;
-        region.write_pod(
-            0,
-            &Header::new(
-                b.num_envs as u32,
-                num_workers as u32,
-                params_json.len() as u32,
-            ),
-        );
+        region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
         let supervisor = Supervisor::start(&program, region.fd(), b.affinity.assign(num_workers))
-            .map_err(|source| BuildError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        let seed = b.seed.unwrap_or_else(default_seed);
-        let waiter = Waiter::new(b.wait.policy(num_workers + 1, cores));
-        let mut pool = Pool {
+            .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        let mut startup = Startup {
             supervisor,
             region,
-            // Placeholder until the workers report the spec.
-            layout: Layout::compute(
-                &EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)),
-                &params,
-            ),
-            spec: EnvSpec::single(crate::Space::discrete(1), crate::Space::discrete(1)),
             params,
             program,
-            seed,
+            waiter: Waiter::new(b.wait.policy(num_workers + 1, cores)),
+        };
+        let (spec, layout) = match startup.handshake(b.startup_timeout) {
+            Ok(agreed) => agreed,
+            Err(e) => {
+                startup.abandon();
+                return Err(e);
+            }
+        };
+        let Startup { supervisor, region, params, program, waiter } = startup;
+        let ended =
+            if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
+        Ok(Pool {
+            supervisor,
+            region,
+            layout,
+            spec,
+            params,
+            program,
+            seed: b.seed.unwrap_or_else(default_seed),
             waiter,
             first_reset_done: false,
             has_reset: false,
             closed: None,
-            ended: Vec::new(),
-        };
-        let result = pool.handshake(b.startup_timeout);
-        if result.is_err() {
-            pool.region
-                .atomic_u32(protocol::STATE_WORD)
-                .store(RegionState::Abandoned as u32, Ordering::Release);
-            pool.post_all_workers();
-        }
-        result.map(|()| pool)
-    }
-
-    /// Start-up: collect every worker's spec, lay out the data part, hand it over.
-    fn handshake(&mut self, timeout: Duration) -> Result<(), BuildError> {
-        let w = self.params.num_workers;
-        let deadline = Instant::now() + timeout;
-        self.wait_startup(deadline)?;
-        let mut specs = Vec::with_capacity(w);
-        for worker in 0..w {
-            let report = self.read_report(worker);
-            match report {
-                Some(WorkerReport::Spec(spec)) => specs.push(spec),
-                Some(other) => return Err(self.build_error(worker, other)),
-                None => {
-                    return Err(BuildError::WorkerFailed {
-                        worker,
-                        message: "its report is unreadable (corrupt region?)".into(),
-                    })
-                }
-            }
-        }
-        if let Some(other) = specs.iter().position(|s| *s != specs[0]) {
-            return Err(BuildError::SpecMismatch {
-                worker: other,
-                first: specs[0].to_string(),
-                other: specs[other].to_string(),
-            });
-        }
-        let spec = EnvSpec::from_json(&specs[0])
-            .and_then(|s| protocol::check_spaces(&s).map(|()| s))
-            .map_err(|message| BuildError::WorkerFailed {
-                worker: 0,
-                message: format!("bad spec: {message}"),
-            })?;
-        let layout = Layout::compute(&spec, &self.params);
-        self.region
-            .grow_and_seal(layout.total_size)
-            .map_err(|source| BuildError::Region {
-                what: "grow and seal",
-                source,
-            })?;
-        let mut header: Header = self.region.read_pod(0);
-        header.total_size = layout.total_size as u64;
-        header.layout_hash = layout.hash;
-        self.region.write_pod(0, &header);
-        self.layout = layout;
-        self.spec = spec;
-        if self.params.autoreset == AutoReset::Disabled {
-            self.ended = vec![false; self.params.num_envs];
-        }
-        // Release: publishes the header and the grown region before workers read them.
-        self.region
-            .atomic_u32(protocol::STATE_WORD)
-            .store(RegionState::Ready as u32, Ordering::Release);
-        self.post_all_workers();
-        self.wait_startup(deadline)?;
-        for worker in 0..w {
-            let status = self.worker_status(worker);
-            if status != Some(WorkerStatus::Running) {
-                let report = self.read_report(worker).unwrap_or(WorkerReport::Failed {
-                    message: format!("unexpected status {status:?} after start-up"),
-                });
-                return Err(self.build_error(worker, report));
-            }
-        }
-        Ok(())
-    }
-
-    fn wait_startup(&mut self, deadline: Instant) -> Result<(), BuildError> {
-        let w = self.params.num_workers;
-        let sem = trainer_semaphore(&self.region);
-        let sup = &self.supervisor;
-        let result = sem.acquire(w as u32, &mut self.waiter, Some(deadline), || {
-            sup.exited_worker()
-        });
-        match result {
-            Ok(()) => Ok(()),
-            Err(WaitOutcome::Aborted((worker, exit))) => Err(BuildError::WorkerDied {
-                worker,
-                pid: self.supervisor.pids()[worker],
-                exit,
-                program: self.program.clone(),
-            }),
-            Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
-                workers: (0..w)
-                    .filter(|&i| {
-                        !matches!(
-                            self.worker_status(i),
-                            Some(WorkerStatus::Reported | WorkerStatus::Running)
-                        )
-                    })
-                    .collect(),
-                waited: Duration::ZERO.max(deadline.saturating_duration_since(Instant::now())),
-            }),
-        }
-    }
-
-    fn build_error(&self, worker: usize, report: WorkerReport) -> BuildError {
-        match report {
-            WorkerReport::UnknownEnv { id, registered, .. } => {
-                let closest = closest_match(&id, &registered);
-                BuildError::UnknownEnv {
-                    id,
-                    registered,
-                    closest,
-                }
-            }
-            WorkerReport::BadConfig { id, message } => BuildError::BadConfig { id, message },
-            WorkerReport::EnvPanicked { env_id, message } => BuildError::WorkerFailed {
-                worker,
-                message: format!("env {env_id} panicked: {message}"),
-            },
-            WorkerReport::Failed { message } => BuildError::WorkerFailed { worker, message },
-            WorkerReport::Spec(_) => BuildError::WorkerFailed {
-                worker,
-                message: "reported a spec instead of running".into(),
-            },
-        }
+            ended,
+        })
     }
 
     /// The env spec the workers reported.
@@ -425,48 +300,35 @@ impl Pool {
     /// Actions are validated before any worker sees them.
     pub fn step<T: Element>(&mut self, actions: &[T]) -> Result<Batch<'_>, StepError> {
         if let Some(reason) = &self.closed {
-            return Err(StepError::Closed {
-                reason: reason.clone(),
-            });
+            return Err(StepError::Closed { reason: reason.clone() });
         }
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
         if self.ended.iter().any(|&e| e) {
-            let env_ids = self
-                .ended
-                .iter()
-                .enumerate()
-                .filter(|(_, &e)| e)
-                .map(|(i, _)| i)
-                .collect();
+            let env_ids = self.ended.iter().enumerate().filter(|(_, &e)| e).map(|(i, _)| i).collect();
             return Err(StepError::NeedsReset { env_ids });
         }
         let n = self.params.num_envs;
+        action::validate(&self.spec.action, n, actions)?;
+        // After validation `actions` is exactly the action rows, in the space's dtype.
         let rows = self.layout.actions.rows(0..n);
-        // SAFETY: the action rows are written only by the trainer, and read by workers only
-        // after the next command is posted (below, after this borrow ends). No batch view
-        // borrows them (`&mut self`).
-        let dst = unsafe {
-            self.region
-                .slice_mut::<T>(rows.start, actions.len().min(rows.len() / T::DTYPE.size()))
-        };
-        action::validate_into(&self.spec.action, n, actions, dst)?;
+        // SAFETY: the action rows are written only by the trainer and read by workers only
+        // after the next post (below, after this borrow ends); no batch view borrows them
+        // (`&mut self`).
+        let dst = unsafe { self.region.slice_mut::<T>(rows.start, actions.len()) };
+        dst.copy_from_slice(actions);
         self.run(Command::Step)
     }
 
     /// Sends `command` to every worker and waits until all are done.
     fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
         if let Some(reason) = &self.closed {
-            return Err(StepError::Closed {
-                reason: reason.clone(),
-            });
+            return Err(StepError::Closed { reason: reason.clone() });
         }
-        self.region
-            .atomic_u32(protocol::COMMAND_WORD)
-            .store(command as u32, Ordering::Relaxed);
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
-        self.post_all_workers();
+        self.control().post_all();
         let w = self.params.num_workers as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
@@ -481,16 +343,14 @@ impl Pool {
         }
         // Any worker that failed still posted; find it.
         for worker in 0..self.params.num_workers {
-            if self.worker_status(worker) != Some(WorkerStatus::Running) {
-                let err = match self.read_report(worker) {
+            if self.control().status(worker) != Some(WorkerStatus::Running) {
+                let err = match self.control().report(worker) {
                     Some(WorkerReport::EnvPanicked { env_id, message }) => {
                         StepError::EnvPanicked { env_id, message }
                     }
-                    Some(WorkerReport::Failed { message }) => StepError::WorkerFailed {
-                        worker,
-                        env_ids: self.shard(worker),
-                        message,
-                    },
+                    Some(WorkerReport::Failed { message }) => {
+                        StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
+                    }
                     other => StepError::WorkerFailed {
                         worker,
                         env_ids: self.shard(worker),
@@ -505,20 +365,14 @@ impl Pool {
         if !self.ended.is_empty() {
             if command == Command::Step {
                 let batch = self.batch(0..self.params.num_envs);
-                let ended: Vec<bool> = batch
-                    .terminated
-                    .iter()
-                    .zip(batch.truncated)
-                    .map(|(&a, &b)| a != 0 || b != 0)
-                    .collect();
+                let ended: Vec<bool> =
+                    batch.terminated.iter().zip(batch.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
                 self.ended = ended;
             } else {
                 self.ended.fill(false);
             }
         }
-        Ok(Batch {
-            view: self.batch(0..self.params.num_envs),
-        })
+        Ok(Batch { view: self.batch(0..self.params.num_envs) })
     }
 
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
@@ -554,40 +408,8 @@ impl Pool {
         }
     }
 
-    fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
-        let base = protocol::worker_control(w) + worker_block::SEMAPHORE;
-        Semaphore::new(
-            self.region.atomic_u32(base),
-            self.region.atomic_u32(base + 4),
-        )
-    }
-
-    fn post_all_workers(&self) {
-        for w in 0..self.params.num_workers {
-            self.worker_semaphore(w).post();
-        }
-    }
-
-    fn worker_status(&self, w: usize) -> Option<WorkerStatus> {
-        let word = self
-            .region
-            .atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
-        WorkerStatus::from_word(word.load(Ordering::Acquire))
-    }
-
-    /// Reads worker `w`'s report; `None` if its length or JSON is invalid.
-    fn read_report(&self, w: usize) -> Option<WorkerReport> {
-        let len_word = self
-            .region
-            .atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
-        let len = len_word.load(Ordering::Acquire) as usize;
-        if len > protocol::REPORT_CAPACITY {
-            return None;
-        }
-        let bytes = self
-            .region
-            .read_bytes(protocol::report_offset(self.params.num_workers, w), len);
-        serde_json::from_slice(&bytes).ok()
+    fn control(&self) -> Control<'_> {
+        Control { region: &self.region, num_workers: self.params.num_workers }
     }
 
     /// Closes the pool: asks workers to exit, waits up to a second, kills stragglers and
@@ -597,11 +419,161 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.region
-            .atomic_u32(protocol::COMMAND_WORD)
-            .store(Command::Close as u32, Ordering::Relaxed);
-        self.post_all_workers();
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Relaxed);
+        self.control().post_all();
         self.supervisor.shutdown();
+    }
+}
+
+/// A pool whose workers have not yet agreed on a spec. Dropping it (after `abandon`)
+/// stops and reaps the workers: `supervisor` is declared first so it goes first.
+struct Startup {
+    supervisor: Supervisor,
+    region: Region,
+    params: PoolParams,
+    program: PathBuf,
+    waiter: Waiter,
+}
+
+impl Startup {
+    fn control(&self) -> Control<'_> {
+        Control { region: &self.region, num_workers: self.params.num_workers }
+    }
+
+    /// Collects every worker's spec, lays out the data part and hands it over.
+    fn handshake(&mut self, timeout: Duration) -> Result<(EnvSpec, Layout), BuildError> {
+        let deadline = Instant::now() + timeout;
+        self.wait_all(deadline, timeout)?;
+        let mut specs = Vec::with_capacity(self.params.num_workers);
+        for worker in 0..self.params.num_workers {
+            match self.control().report(worker) {
+                Some(WorkerReport::Spec(spec)) => specs.push(spec),
+                Some(other) => return Err(build_error(worker, other)),
+                None => {
+                    let message = "its report is unreadable (corrupt region?)".into();
+                    return Err(BuildError::WorkerFailed { worker, message });
+                }
+            }
+        }
+        if let Some(other) = specs.iter().position(|s| *s != specs[0]) {
+            return Err(BuildError::SpecMismatch {
+                worker: other,
+                first: specs[0].to_string(),
+                other: specs[other].to_string(),
+            });
+        }
+        let spec =
+            EnvSpec::from_json(&specs[0]).and_then(|s| protocol::check_spaces(&s).map(|()| s)).map_err(
+                |message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") },
+            )?;
+        let layout = Layout::compute(&spec, &self.params);
+        self.region
+            .grow_and_seal(layout.total_size)
+            .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
+        let mut header: Header = self.region.read_pod(0);
+        header.total_size = layout.total_size as u64;
+        header.layout_hash = layout.hash;
+        self.region.write_pod(0, &header);
+        // Release: publishes the header and the grown region before workers read them.
+        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
+        self.control().post_all();
+        self.wait_all(deadline, timeout)?;
+        for worker in 0..self.params.num_workers {
+            let status = self.control().status(worker);
+            if status != Some(WorkerStatus::Running) {
+                let report = self.control().report(worker).unwrap_or(WorkerReport::Failed {
+                    message: format!("unexpected status {status:?} after start-up"),
+                });
+                return Err(build_error(worker, report));
+            }
+        }
+        Ok((spec, layout))
+    }
+
+    /// Waits until every worker has posted once (reported, or attached).
+    fn wait_all(&mut self, deadline: Instant, timeout: Duration) -> Result<(), BuildError> {
+        let n = self.params.num_workers;
+        let sem = trainer_semaphore(&self.region);
+        let sup = &self.supervisor;
+        match sem.acquire(n as u32, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
+            Ok(()) => Ok(()),
+            Err(WaitOutcome::Aborted((worker, exit))) => Err(BuildError::WorkerDied {
+                worker,
+                pid: self.supervisor.pids()[worker],
+                exit,
+                program: self.program.clone(),
+            }),
+            Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
+                workers: (0..n)
+                    .filter(|&w| {
+                        !matches!(
+                            self.control().status(w),
+                            Some(WorkerStatus::Reported | WorkerStatus::Running)
+                        )
+                    })
+                    .collect(),
+                waited: timeout,
+            }),
+        }
+    }
+
+    /// Tells every worker that the pool will not start; they exit.
+    fn abandon(&self) {
+        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Abandoned as u32, Ordering::Release);
+        self.control().post_all();
+    }
+}
+
+fn build_error(worker: usize, report: WorkerReport) -> BuildError {
+    match report {
+        WorkerReport::UnknownEnv { id, registered, .. } => {
+            let closest = closest_match(&id, &registered);
+            BuildError::UnknownEnv { id, registered, closest }
+        }
+        WorkerReport::BadConfig { id, message } => BuildError::BadConfig { id, message },
+        WorkerReport::EnvPanicked { env_id, message } => {
+            BuildError::WorkerFailed { worker, message: format!("env {env_id} panicked: {message}") }
+        }
+        WorkerReport::Failed { message } => BuildError::WorkerFailed { worker, message },
+        WorkerReport::Spec(_) => {
+            BuildError::WorkerFailed { worker, message: "reported a spec instead of running".into() }
+        }
+    }
+}
+
+/// The control words of a region: semaphores, statuses and reports.
+struct Control<'a> {
+    region: &'a Region,
+    num_workers: usize,
+}
+
+impl Control<'_> {
+    fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
+        let base = protocol::worker_control(w) + worker_block::SEMAPHORE;
+        Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4))
+    }
+
+    /// Posts every worker's semaphore (a Release publishing everything written before).
+    fn post_all(&self) {
+        for w in 0..self.num_workers {
+            self.worker_semaphore(w).post();
+        }
+    }
+
+    fn status(&self, w: usize) -> Option<WorkerStatus> {
+        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
+        WorkerStatus::from_word(word.load(Ordering::Acquire))
+    }
+
+    /// Worker `w`'s report; `None` if its length or JSON is invalid (the bytes are untrusted).
+    fn report(&self, w: usize) -> Option<WorkerReport> {
+        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
+        let len = len_word.load(Ordering::Acquire) as usize;
+        if len > protocol::REPORT_CAPACITY {
+            return None;
+        }
+        let bytes = self.region.read_bytes(protocol::report_offset(self.num_workers, w), len);
+        serde_json::from_slice(&bytes).ok()
     }
 }
 
@@ -626,18 +598,10 @@ impl<'a> BatchData<'a> {
         name: &str,
         final_obs: bool,
     ) -> Result<crate::ArrayView<'a, T>, ViewError> {
-        let k = self
-            .spec
-            .obs_index(name)
-            .ok_or_else(|| ViewError::UnknownName {
-                name: name.into(),
-                available: self
-                    .spec
-                    .observations
-                    .iter()
-                    .map(|o| o.name.clone())
-                    .collect(),
-            })?;
+        let k = self.spec.obs_index(name).ok_or_else(|| ViewError::UnknownName {
+            name: name.into(),
+            available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
+        })?;
         let slot = if final_obs {
             self.layout.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
         } else {
@@ -656,44 +620,31 @@ impl<'a> BatchData<'a> {
         shape.extend(space.shape());
         // SAFETY: same argument as in `Pool::batch`: the views borrow the pool, and no
         // worker writes result rows between its completion post and the next command.
-        let data = unsafe {
-            self.region
-                .slice::<T>(rows.start, rows.len() / T::DTYPE.size())
-        };
+        let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };
         Ok(crate::ArrayView::new(data, shape))
     }
 }
 
 fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
-    Semaphore::new(
-        r.atomic_u32(protocol::TRAINER_SEMAPHORE),
-        r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4),
-    )
+    Semaphore::new(r.atomic_u32(protocol::TRAINER_SEMAPHORE), r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4))
 }
 
 fn default_seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     t ^ (std::process::id() as u64).rotate_left(32)
 }
 
 /// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
 pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
     fn distance(a: &str, b: &str) -> usize {
-        let (a, b): (Vec<char>, Vec<char>) = (
-            a.to_lowercase().chars().collect(),
-            b.to_lowercase().chars().collect(),
-        );
+        let (a, b): (Vec<char>, Vec<char>) =
+            (a.to_lowercase().chars().collect(), b.to_lowercase().chars().collect());
         let mut prev: Vec<usize> = (0..=b.len()).collect();
         for (i, ca) in a.iter().enumerate() {
             let mut cur = vec![i + 1];
             for (j, cb) in b.iter().enumerate() {
-                cur.push(
-                    (prev[j] + usize::from(ca != cb))
-                        .min(prev[j + 1] + 1)
-                        .min(cur[j] + 1),
-                );
+                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
             }
             prev = cur;
         }
@@ -713,19 +664,16 @@ mod tests {
 
     #[test]
     fn closest_match_finds_typos_and_ignores_strangers() {
-        let reg = vec![
-            "CartPole-v1".to_string(),
-            "Pendulum-v1".to_string(),
-            "Burn-v0".to_string(),
-        ];
-        assert_eq!(
-            closest_match("cartpole-v0", &reg).as_deref(),
-            Some("CartPole-v1")
-        );
-        assert_eq!(
-            closest_match("Pendulum", &reg).as_deref(),
-            Some("Pendulum-v1")
-        );
+        let reg = vec!["CartPole-v1".to_string(), "Pendulum-v1".to_string(), "Burn-v0".to_string()];
+        assert_eq!(closest_match("cartpole-v0", &reg).as_deref(), Some("CartPole-v1"));
+        assert_eq!(closest_match("Pendulum", &reg).as_deref(), Some("Pendulum-v1"));
         assert_eq!(closest_match("Humanoid-v4", &reg), None);
     }
 }
+
+/// A pool can move to another thread (workers are tied to its supervisor thread, not to
+/// the thread that built it).
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Pool>();
+};

@@ -65,9 +65,7 @@ pub enum RegionState {
 impl RegionState {
     /// Decodes a state word; unknown values are `None` (the word is untrusted).
     pub fn from_word(w: u32) -> Option<Self> {
-        [Self::Bootstrapping, Self::Ready, Self::Abandoned]
-            .into_iter()
-            .find(|s| *s as u32 == w)
+        [Self::Bootstrapping, Self::Ready, Self::Abandoned].into_iter().find(|s| *s as u32 == w)
     }
 }
 
@@ -89,9 +87,7 @@ pub enum Command {
 impl Command {
     /// Decodes a command word; unknown values are `None` (the word is untrusted).
     pub fn from_word(w: u32) -> Option<Self> {
-        [Self::Reset, Self::ResetSeeded, Self::Step, Self::Close]
-            .into_iter()
-            .find(|c| *c as u32 == w)
+        [Self::Reset, Self::ResetSeeded, Self::Step, Self::Close].into_iter().find(|c| *c as u32 == w)
     }
 }
 
@@ -127,9 +123,7 @@ pub enum WorkerStatus {
 impl WorkerStatus {
     /// Decodes a status word; unknown values are `None` (the word is untrusted).
     pub fn from_word(w: u32) -> Option<Self> {
-        [Self::Starting, Self::Reported, Self::Running, Self::Failed]
-            .into_iter()
-            .find(|s| *s as u32 == w)
+        [Self::Starting, Self::Reported, Self::Running, Self::Failed].into_iter().find(|s| *s as u32 == w)
     }
 }
 
@@ -182,13 +176,8 @@ impl Header {
         if self.magic != MAGIC {
             return Err(HeaderError::BadMagic { found: self.magic });
         }
-        if self.version != LAYOUT_VERSION
-            || self.header_size as usize != std::mem::size_of::<Header>()
-        {
-            return Err(HeaderError::VersionMismatch {
-                found: self.version,
-                expected: LAYOUT_VERSION,
-            });
+        if self.version != LAYOUT_VERSION || self.header_size as usize != std::mem::size_of::<Header>() {
+            return Err(HeaderError::VersionMismatch { found: self.version, expected: LAYOUT_VERSION });
         }
         if self.num_workers == 0 || self.num_envs < self.num_workers {
             return Err(HeaderError::Corrupt(format!(
@@ -204,10 +193,7 @@ impl Header {
             )));
         }
         if self.params_len as usize > PARAMS_CAPACITY {
-            return Err(HeaderError::Corrupt(format!(
-                "params length {}",
-                self.params_len
-            )));
+            return Err(HeaderError::Corrupt(format!("params length {}", self.params_len)));
         }
         Ok(())
     }
@@ -392,24 +378,14 @@ impl Layout {
         let n = params.num_envs;
         let mut cursor = bootstrap_size(params.num_workers);
         let mut array = |row_bytes: usize| {
-            let slot = ArraySlot {
-                offset: cursor,
-                row_bytes,
-            };
+            let slot = ArraySlot { offset: cursor, row_bytes };
             cursor = round_up(cursor + row_bytes * n, CACHE_LINE);
             slot
         };
         let actions = array(spec.action.value_bytes());
-        let obs: Vec<ArraySlot> = spec
-            .observations
-            .iter()
-            .map(|o| array(o.space.value_bytes()))
-            .collect();
+        let obs: Vec<ArraySlot> = spec.observations.iter().map(|o| array(o.space.value_bytes())).collect();
         let final_obs = if params.autoreset == AutoReset::SameStep {
-            spec.observations
-                .iter()
-                .map(|o| array(o.space.value_bytes()))
-                .collect()
+            spec.observations.iter().map(|o| array(o.space.value_bytes())).collect()
         } else {
             Vec::new()
         };
@@ -449,18 +425,14 @@ impl Layout {
     }
 
     fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
-        [&self.actions]
-            .into_iter()
-            .chain(self.obs.iter())
-            .chain(self.final_obs.iter())
-            .chain([
-                &self.rewards,
-                &self.terminated,
-                &self.truncated,
-                &self.episode_return,
-                &self.episode_length,
-                &self.elapsed_steps,
-            ])
+        [&self.actions].into_iter().chain(self.obs.iter()).chain(self.final_obs.iter()).chain([
+            &self.rewards,
+            &self.terminated,
+            &self.truncated,
+            &self.episode_return,
+            &self.episode_length,
+            &self.elapsed_steps,
+        ])
     }
 }
 
@@ -537,10 +509,7 @@ mod tests {
                     name: "a".into(),
                     space: Space::boxed(DType::U8, &[3, 5], 0.0, 255.0),
                 },
-                crate::spec::ObsArray {
-                    name: "b".into(),
-                    space: Space::discrete(4),
-                },
+                crate::spec::ObsArray { name: "b".into(), space: Space::discrete(4) },
             ],
             action: Space::boxed(DType::F32, &[3], -1.0, 1.0),
             max_episode_steps: None,
@@ -553,9 +522,7 @@ mod tests {
         for pair in ranges.windows(2) {
             assert!(pair[0].end <= pair[1].start);
         }
-        assert!(ranges
-            .iter()
-            .all(|r| r.start % CACHE_LINE == 0 && r.end <= l.total_size));
+        assert!(ranges.iter().all(|r| r.start % CACHE_LINE == 0 && r.end <= l.total_size));
         assert_eq!(l.total_size % PAGE, 0);
         assert_eq!(l.obs[0].row_bytes, 15);
         // The hash depends on the spec and the parameters.
@@ -569,25 +536,13 @@ mod tests {
         let len = bootstrap_size(2);
         assert_eq!(h.validate(len), Ok(()));
         let bad = Header { magic: 1, ..h };
-        assert!(matches!(
-            bad.validate(len),
-            Err(HeaderError::BadMagic { .. })
-        ));
+        assert!(matches!(bad.validate(len), Err(HeaderError::BadMagic { .. })));
         let bad = Header { version: 99, ..h };
-        assert!(matches!(
-            bad.validate(len),
-            Err(HeaderError::VersionMismatch { found: 99, .. })
-        ));
-        let bad = Header {
-            num_workers: 0,
-            ..h
-        };
+        assert!(matches!(bad.validate(len), Err(HeaderError::VersionMismatch { found: 99, .. })));
+        let bad = Header { num_workers: 0, ..h };
         assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
         assert!(matches!(h.validate(100), Err(HeaderError::Corrupt(_))));
-        let bad = Header {
-            params_len: u32::MAX,
-            ..h
-        };
+        let bad = Header { params_len: u32::MAX, ..h };
         assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
     }
 

@@ -39,9 +39,8 @@ impl Region {
     pub fn create(name: &str, len: usize) -> io::Result<Region> {
         let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
         // SAFETY: `cname` is a valid NUL-terminated string; the flags are valid for memfd_create.
-        let fd = cvt(unsafe {
-            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        })?;
+        let fd =
+            cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
         // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         file.set_len(len as u64)?;
@@ -61,9 +60,7 @@ impl Region {
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let seals = get_seals(&file)?;
         if seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(io::Error::other(
-                "the region fd is not sealed against shrinking",
-            ));
+            return Err(io::Error::other("the region fd is not sealed against shrinking"));
         }
         let len = file.metadata()?.len() as usize;
         let map = map_file(&file, len)?;
@@ -74,10 +71,7 @@ impl Region {
     /// and pre-faults every page, so no step pays a page fault.
     pub fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
         self.file.set_len(len as u64)?;
-        add_seals(
-            &self.file,
-            libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
-        )?;
+        add_seals(&self.file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
         self.map = map_file(&self.file, len)?;
         if self.map.advise(Advice::PopulateWrite).is_err() {
             // Kernels before 5.14: touch each page instead.
@@ -123,18 +117,9 @@ impl Region {
     }
 
     fn check(&self, offset: usize, len: usize, align: usize) -> *mut u8 {
-        let end = offset
-            .checked_add(len)
-            .expect("region access overflows usize");
-        assert!(
-            end <= self.map.len(),
-            "region access {offset}..{end} outside {} bytes",
-            self.map.len()
-        );
-        assert!(
-            offset % align == 0,
-            "region access at {offset} is not {align}-aligned"
-        );
+        let end = offset.checked_add(len).expect("region access overflows usize");
+        assert!(end <= self.map.len(), "region access {offset}..{end} outside {} bytes", self.map.len());
+        assert!(offset % align == 0, "region access at {offset} is not {align}-aligned");
         // SAFETY: `offset + len <= map.len()`, so the pointer stays inside the mapping.
         unsafe { self.map.as_mut_ptr().add(offset) }
     }
@@ -183,9 +168,7 @@ impl Region {
     /// # Safety
     /// No process may write these bytes while the slice lives (see the module contract).
     pub unsafe fn slice<T: bytemuck::Pod>(&self, offset: usize, count: usize) -> &[T] {
-        let bytes = count
-            .checked_mul(std::mem::size_of::<T>())
-            .expect("slice length overflows");
+        let bytes = count.checked_mul(std::mem::size_of::<T>()).expect("slice length overflows");
         let ptr = self.check(offset, bytes, std::mem::align_of::<T>());
         // SAFETY: in bounds and aligned (checked); `T: Pod` so any bytes are a valid `T`;
         // no concurrent writer by the caller's promise; lifetime tied to the mapping.
@@ -199,9 +182,7 @@ impl Region {
     /// (see the module contract).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut<T: bytemuck::Pod>(&self, offset: usize, count: usize) -> &mut [T] {
-        let bytes = count
-            .checked_mul(std::mem::size_of::<T>())
-            .expect("slice length overflows");
+        let bytes = count.checked_mul(std::mem::size_of::<T>()).expect("slice length overflows");
         let ptr = self.check(offset, bytes, std::mem::align_of::<T>());
         // SAFETY: as for `slice`, plus exclusivity by the caller's promise.
         unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), count) }
@@ -236,13 +217,8 @@ mod tests {
         let mut other = Region::from_inherited_fd(dup).unwrap();
         assert_eq!(other.len(), 3 * 4096);
         assert_eq!(other.read_bytes(0, 5), b"hello");
-        other
-            .atomic_u32(8192)
-            .store(7, std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(
-            r.atomic_u32(8192).load(std::sync::atomic::Ordering::SeqCst),
-            7
-        );
+        other.atomic_u32(8192).store(7, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(r.atomic_u32(8192).load(std::sync::atomic::Ordering::SeqCst), 7);
         // Sealed: neither side can resize it any more.
         assert!(r.file.set_len(4096).is_err());
         assert!(other.file.set_len(8 * 4096).is_err());

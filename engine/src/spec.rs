@@ -149,12 +149,7 @@ fn encode_bound(v: f64) -> serde_json::Value {
 impl Space {
     /// A `Box` space with the same bounds for every element.
     pub fn boxed(dtype: DType, shape: &[usize], low: f64, high: f64) -> Space {
-        Space::Box {
-            dtype,
-            shape: shape.to_vec(),
-            low: vec![low],
-            high: vec![high],
-        }
+        Space::Box { dtype, shape: shape.to_vec(), low: vec![low], high: vec![high] }
     }
 
     /// A `Discrete(n)` space starting at 0.
@@ -194,9 +189,7 @@ impl Space {
     /// Checks that the space is well-formed (bounds lengths, positive sizes).
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Space::Box {
-                shape, low, high, ..
-            } => {
+            Space::Box { shape, low, high, .. } => {
                 let n: usize = shape.iter().product();
                 for (what, b) in [("low", low), ("high", high)] {
                     if b.len() != 1 && b.len() != n {
@@ -209,9 +202,9 @@ impl Space {
                 Ok(())
             }
             Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
-            Space::MultiDiscrete { nvec } if nvec.iter().any(|&k| k <= 0) => Err(format!(
-                "MultiDiscrete nvec entries must be > 0, got {nvec:?}"
-            )),
+            Space::MultiDiscrete { nvec } if nvec.iter().any(|&k| k <= 0) => {
+                Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"))
+            }
             _ => Ok(()),
         }
     }
@@ -230,12 +223,7 @@ impl Space {
     /// Canonical JSON form (non-finite bounds spelled as strings).
     pub fn to_json(&self) -> serde_json::Value {
         match self {
-            Space::Box {
-                dtype,
-                shape,
-                low,
-                high,
-            } => serde_json::json!({
+            Space::Box { dtype, shape, low, high } => serde_json::json!({
                 "type": "Box", "dtype": dtype, "shape": shape,
                 "low": low.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
                 "high": high.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
@@ -247,10 +235,10 @@ impl Space {
     /// Parses the canonical JSON form.
     pub fn from_json(v: &serde_json::Value) -> Result<Space, String> {
         let space = if v.get("type").and_then(|t| t.as_str()) == Some("Box") {
-            let dtype: DType = serde_json::from_value(v["dtype"].clone())
-                .map_err(|e| format!("Box dtype: {e}"))?;
-            let shape: Vec<usize> = serde_json::from_value(v["shape"].clone())
-                .map_err(|e| format!("Box shape: {e}"))?;
+            let dtype: DType =
+                serde_json::from_value(v["dtype"].clone()).map_err(|e| format!("Box dtype: {e}"))?;
+            let shape: Vec<usize> =
+                serde_json::from_value(v["shape"].clone()).map_err(|e| format!("Box shape: {e}"))?;
             let bounds = |key: &str| -> Result<Vec<f64>, String> {
                 v[key]
                     .as_array()
@@ -264,12 +252,7 @@ impl Space {
                     })
                     .collect()
             };
-            Space::Box {
-                dtype,
-                shape,
-                low: bounds("low")?,
-                high: bounds("high")?,
-            }
+            Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
         } else {
             serde_json::from_value(v.clone()).map_err(|e| format!("bad space {v}: {e}"))?
         };
@@ -281,12 +264,7 @@ impl Space {
 impl fmt::Display for Space {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Space::Box {
-                dtype,
-                shape,
-                low,
-                high,
-            } => {
+            Space::Box { dtype, shape, low, high } => {
                 let show = |b: &Vec<f64>| {
                     if b.len() == 1 || b.iter().all(|x| x.to_bits() == b[0].to_bits()) {
                         format!("{}", b[0])
@@ -329,10 +307,7 @@ impl EnvSpec {
     /// A spec with one observation array named `"obs"`.
     pub fn single(observation: Space, action: Space) -> EnvSpec {
         EnvSpec {
-            observations: vec![ObsArray {
-                name: "obs".into(),
-                space: observation,
-            }],
+            observations: vec![ObsArray { name: "obs".into(), space: observation }],
             action,
             max_episode_steps: None,
         }
@@ -350,18 +325,11 @@ impl EnvSpec {
         }
         for (i, o) in self.observations.iter().enumerate() {
             if o.name.is_empty() || self.observations[..i].iter().any(|p| p.name == o.name) {
-                return Err(format!(
-                    "observation array names must be unique and non-empty: {:?}",
-                    o.name
-                ));
+                return Err(format!("observation array names must be unique and non-empty: {:?}", o.name));
             }
-            o.space
-                .validate()
-                .map_err(|e| format!("observation {:?}: {e}", o.name))?;
+            o.space.validate().map_err(|e| format!("observation {:?}: {e}", o.name))?;
         }
-        self.action
-            .validate()
-            .map_err(|e| format!("action space: {e}"))
+        self.action.validate().map_err(|e| format!("action space: {e}"))
     }
 
     /// Canonical JSON form; two workers agree iff their JSON strings are equal.
@@ -377,17 +345,12 @@ impl EnvSpec {
 
     /// Parses the canonical JSON form.
     pub fn from_json(v: &serde_json::Value) -> Result<EnvSpec, String> {
-        let obs = v["observations"]
-            .as_array()
-            .ok_or("spec.observations must be a list")?;
+        let obs = v["observations"].as_array().ok_or("spec.observations must be a list")?;
         let observations = obs
             .iter()
             .map(|o| {
                 Ok(ObsArray {
-                    name: o["name"]
-                        .as_str()
-                        .ok_or("observation name must be a string")?
-                        .to_string(),
+                    name: o["name"].as_str().ok_or("observation name must be a string")?.to_string(),
                     space: Space::from_json(&o["space"])?,
                 })
             })
@@ -395,16 +358,10 @@ impl EnvSpec {
         let max_episode_steps = match &v["max_episode_steps"] {
             serde_json::Value::Null => None,
             x => Some(
-                x.as_u64()
-                    .and_then(|k| u32::try_from(k).ok())
-                    .ok_or("max_episode_steps must be a u32")?,
+                x.as_u64().and_then(|k| u32::try_from(k).ok()).ok_or("max_episode_steps must be a u32")?,
             ),
         };
-        let spec = EnvSpec {
-            observations,
-            action: Space::from_json(&v["action"])?,
-            max_episode_steps,
-        };
+        let spec = EnvSpec { observations, action: Space::from_json(&v["action"])?, max_episode_steps };
         spec.validate()?;
         Ok(spec)
     }
@@ -417,13 +374,7 @@ impl fmt::Display for EnvSpec {
         } else {
             write!(f, "obs {{")?;
             for (i, o) in self.observations.iter().enumerate() {
-                write!(
-                    f,
-                    "{}{}: {}",
-                    if i > 0 { ", " } else { "" },
-                    o.name,
-                    o.space
-                )?;
+                write!(f, "{}{}: {}", if i > 0 { ", " } else { "" }, o.name, o.space)?;
             }
             write!(f, "}}")?;
         }
@@ -456,10 +407,7 @@ mod tests {
         assert_eq!(Space::discrete(2).dtype(), DType::I64);
         assert_eq!(Space::discrete(2).shape(), Vec::<usize>::new());
         assert_eq!(Space::MultiBinary { n: 5 }.value_bytes(), 5);
-        assert_eq!(
-            Space::boxed(DType::F64, &[2, 3], 0.0, 1.0).value_bytes(),
-            48
-        );
+        assert_eq!(Space::boxed(DType::F64, &[2, 3], 0.0, 1.0).value_bytes(), 48);
         assert!(Space::Discrete { n: 0, start: 0 }.validate().is_err());
     }
 }

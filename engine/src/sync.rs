@@ -66,10 +66,7 @@ impl<'a> Semaphore<'a> {
     pub fn try_acquire(&self, n: u32) -> bool {
         let mut c = self.count.load(Ordering::Acquire);
         while c >= n {
-            match self
-                .count
-                .compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.count.compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return true,
                 Err(actual) => c = actual,
             }
@@ -204,14 +201,9 @@ impl WaitStrategy {
 
     /// Parses a name produced by [`WaitStrategy::name`].
     pub fn from_name(s: &str) -> Option<WaitStrategy> {
-        [
-            WaitStrategy::Auto,
-            WaitStrategy::Spin,
-            WaitStrategy::Yield,
-            WaitStrategy::Block,
-        ]
-        .into_iter()
-        .find(|w| w.name() == s)
+        [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block]
+            .into_iter()
+            .find(|w| w.name() == s)
     }
 
     /// The concrete phase budgets for `processes` runnable processes on `cores` cores.
@@ -229,12 +221,7 @@ impl WaitStrategy {
             WaitStrategy::Yield => (Duration::ZERO, ms(10), None),
             WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, None),
         };
-        WaitPolicy {
-            spin,
-            yield_for,
-            block_slice: ms(10),
-            sleep_early_after,
-        }
+        WaitPolicy { spin, yield_for, block_slice: ms(10), sleep_early_after }
     }
 }
 
@@ -264,10 +251,7 @@ pub struct Waiter {
 impl Waiter {
     /// A waiter following `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
-        Waiter {
-            policy,
-            avg_wait_ns: 0,
-        }
+        Waiter { policy, avg_wait_ns: 0 }
     }
 
     /// The policy.
@@ -350,12 +334,7 @@ mod tests {
 
     #[test]
     fn every_strategy_hands_off_between_threads() {
-        for strategy in [
-            WaitStrategy::Auto,
-            WaitStrategy::Spin,
-            WaitStrategy::Yield,
-            WaitStrategy::Block,
-        ] {
+        for strategy in [WaitStrategy::Auto, WaitStrategy::Spin, WaitStrategy::Yield, WaitStrategy::Block] {
             let ping = words();
             let pong = words();
             let (p2, q2) = (ping.clone(), pong.clone());
@@ -412,12 +391,7 @@ mod tests {
             (calls > 3).then_some("dead")
         });
         assert_eq!(r, Err(WaitOutcome::Aborted("dead")));
-        let r = s.acquire(
-            1,
-            &mut waiter,
-            Some(Instant::now() + Duration::from_millis(30)),
-            || None::<()>,
-        );
+        let r = s.acquire(1, &mut waiter, Some(Instant::now() + Duration::from_millis(30)), || None::<()>);
         assert_eq!(r, Err(WaitOutcome::TimedOut));
     }
 

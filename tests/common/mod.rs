@@ -78,11 +78,7 @@ impl Reference {
         let envs: Vec<Box<dyn Env>> = (0..n).map(|_| reg.make(env_id, &config).unwrap()).collect();
         let spec = envs[0].spec();
         Reference {
-            row_bytes: spec
-                .observations
-                .iter()
-                .map(|o| o.space.value_bytes())
-                .collect(),
+            row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
             action_space: spec.action.clone(),
             limit: limit.or(reg.get(env_id).unwrap().max_episode_steps),
             envs,
@@ -94,17 +90,11 @@ impl Reference {
     }
 
     fn obs_buffers(&self) -> Vec<Vec<u64>> {
-        self.row_bytes
-            .iter()
-            .map(|b| vec![0u64; b.div_ceil(8).max(1)])
-            .collect()
+        self.row_bytes.iter().map(|b| vec![0u64; b.div_ceil(8).max(1)]).collect()
     }
 
     fn bytes(bufs: &[Vec<u64>], row_bytes: &[usize]) -> Vec<Vec<u8>> {
-        bufs.iter()
-            .zip(row_bytes)
-            .map(|(b, &n)| bytemuck::cast_slice::<u64, u8>(b)[..n].to_vec())
-            .collect()
+        bufs.iter().zip(row_bytes).map(|(b, &n)| bytemuck::cast_slice::<u64, u8>(b)[..n].to_vec()).collect()
     }
 
     /// Resets every env; `Some(seed)` seeds env i with seed + i, `None` continues streams.
@@ -112,15 +102,11 @@ impl Reference {
         (0..self.envs.len())
             .map(|i| {
                 let mut bufs = self.obs_buffers();
-                let mut slices: Vec<&mut [u8]> = bufs
-                    .iter_mut()
-                    .map(|b| bytemuck::cast_slice_mut(b))
-                    .collect();
+                let mut slices: Vec<&mut [u8]> =
+                    bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
                 let rb = self.row_bytes.clone();
-                self.envs[i].reset(
-                    seed.map(|s| s.wrapping_add(i as u64)),
-                    &mut ObsOut::new(&mut slices, &rb, 0),
-                );
+                self.envs[i]
+                    .reset(seed.map(|s| s.wrapping_add(i as u64)), &mut ObsOut::new(&mut slices, &rb, 0));
                 drop(slices);
                 self.pending_reset[i] = false;
                 self.len[i] = 0;
@@ -144,10 +130,8 @@ impl Reference {
         (0..self.envs.len())
             .map(|i| {
                 let mut bufs = self.obs_buffers();
-                let mut slices: Vec<&mut [u8]> = bufs
-                    .iter_mut()
-                    .map(|b| bytemuck::cast_slice_mut(b))
-                    .collect();
+                let mut slices: Vec<&mut [u8]> =
+                    bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
                 if self.pending_reset[i] {
                     self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
                     drop(slices);
@@ -188,10 +172,8 @@ impl Reference {
                         AutoReset::SameStep => {
                             row.final_obs = Some(row.obs.clone());
                             let mut bufs = self.obs_buffers();
-                            let mut slices: Vec<&mut [u8]> = bufs
-                                .iter_mut()
-                                .map(|b| bytemuck::cast_slice_mut(b))
-                                .collect();
+                            let mut slices: Vec<&mut [u8]> =
+                                bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
                             self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
                             drop(slices);
                             row.obs = Self::bytes(&bufs, &rb);
@@ -211,26 +193,16 @@ impl Reference {
 /// The rows of a pool batch, in the reference's form.
 pub fn batch_rows(batch: &shmenv::Batch<'_>) -> Vec<Row> {
     let spec = batch.spec();
-    let same_step = !matches!(
-        batch.final_obs::<u8>(&spec.observations[0].name),
-        Err(shmenv::ViewError::NoFinalObs)
-    );
+    let same_step =
+        !matches!(batch.final_obs::<u8>(&spec.observations[0].name), Err(shmenv::ViewError::NoFinalObs));
     let obs_bytes = |name: &str, final_obs: bool| -> Vec<u8> {
         macro_rules! get {
             ($t:ty) => {{
-                let v = if final_obs {
-                    batch.final_obs::<$t>(name)
-                } else {
-                    batch.obs::<$t>(name)
-                }
-                .unwrap();
+                let v = if final_obs { batch.final_obs::<$t>(name) } else { batch.obs::<$t>(name) }.unwrap();
                 bytemuck::cast_slice::<$t, u8>(v.as_slice()).to_vec()
             }};
         }
-        match spec.observations[spec.obs_index(name).unwrap()]
-            .space
-            .dtype()
-        {
+        match spec.observations[spec.obs_index(name).unwrap()].space.dtype() {
             shmenv::DType::F32 => get!(f32),
             shmenv::DType::F64 => get!(f64),
             shmenv::DType::U8 => get!(u8),
@@ -240,32 +212,15 @@ pub fn batch_rows(batch: &shmenv::Batch<'_>) -> Vec<Row> {
             shmenv::DType::I64 => get!(i64),
         }
     };
-    let arrays: Vec<Vec<u8>> = spec
-        .observations
-        .iter()
-        .map(|o| obs_bytes(&o.name, false))
-        .collect();
-    let finals: Vec<Vec<u8>> = if same_step {
-        spec.observations
-            .iter()
-            .map(|o| obs_bytes(&o.name, true))
-            .collect()
-    } else {
-        vec![]
-    };
-    let row_bytes: Vec<usize> = spec
-        .observations
-        .iter()
-        .map(|o| o.space.value_bytes())
-        .collect();
+    let arrays: Vec<Vec<u8>> = spec.observations.iter().map(|o| obs_bytes(&o.name, false)).collect();
+    let finals: Vec<Vec<u8>> =
+        if same_step { spec.observations.iter().map(|o| obs_bytes(&o.name, true)).collect() } else { vec![] };
+    let row_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes()).collect();
     (0..batch.len())
         .map(|i| {
             let done = batch.terminated().get(i) || batch.truncated().get(i);
             let cut = |a: &Vec<Vec<u8>>| {
-                a.iter()
-                    .zip(&row_bytes)
-                    .map(|(v, &b)| v[i * b..(i + 1) * b].to_vec())
-                    .collect()
+                a.iter().zip(&row_bytes).map(|(v, &b)| v[i * b..(i + 1) * b].to_vec()).collect()
             };
             Row {
                 obs: cut(&arrays),
@@ -291,11 +246,7 @@ pub fn child_pids() -> Vec<u32> {
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             // Field 4 (after the parenthesised command) is the parent pid.
             if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
-                let ppid: u32 = rest
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or(0);
+                let ppid: u32 = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
                 if ppid == me {
                     out.push(pid);
                 }
@@ -313,10 +264,6 @@ pub fn open_fds() -> usize {
 /// Entries in /dev/shm.
 pub fn dev_shm_entries() -> Vec<String> {
     std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default()
 }

@@ -20,21 +20,11 @@ impl<'a> Config<'a> {
         let map = match value {
             Value::Object(m) => m.clone(),
             Value::Null => Map::new(),
-            other => {
-                return Err(ConfigError(format!(
-                    "config must be a JSON object, got {other}"
-                )))
-            }
+            other => return Err(ConfigError(format!("config must be a JSON object, got {other}"))),
         };
         if let Some(bad) = map.keys().find(|k| !known.contains(&k.as_str())) {
-            let valid = if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            };
-            return Err(ConfigError(format!(
-                "unknown config key {bad:?}; valid keys: {valid}"
-            )));
+            let valid = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(ConfigError(format!("unknown config key {bad:?}; valid keys: {valid}")));
         }
         Ok(Config { map, known })
     }
@@ -46,14 +36,12 @@ impl<'a> Config<'a> {
         what: &str,
         parse: impl Fn(&Value) -> Option<T>,
     ) -> Result<T, ConfigError> {
-        debug_assert!(
-            self.known.contains(&key),
-            "{key} is not declared as a known key"
-        );
+        debug_assert!(self.known.contains(&key), "{key} is not declared as a known key");
         match self.map.get(key) {
             None => Ok(default),
-            Some(v) => parse(v)
-                .ok_or_else(|| ConfigError(format!("config key {key:?} must be {what}, got {v}"))),
+            Some(v) => {
+                parse(v).ok_or_else(|| ConfigError(format!("config key {key:?} must be {what}, got {v}")))
+            }
         }
     }
 
@@ -81,18 +69,14 @@ impl<'a> Config<'a> {
     ) -> Result<&'static str, ConfigError> {
         let what = format!("one of {choices:?}");
         self.typed(key, default, &what, |v| {
-            v.as_str()
-                .and_then(|s| choices.iter().copied().find(|c| *c == s))
+            v.as_str().and_then(|s| choices.iter().copied().find(|c| *c == s))
         })
     }
 
     /// A list of positive integers.
     pub fn dims(&self, key: &str, default: &[usize]) -> Result<Vec<usize>, ConfigError> {
         self.typed(key, default.to_vec(), "a list of positive integers", |v| {
-            v.as_array()?
-                .iter()
-                .map(|d| d.as_u64().filter(|&d| d > 0).map(|d| d as usize))
-                .collect()
+            v.as_array()?.iter().map(|d| d.as_u64().filter(|&d| d > 0).map(|d| d as usize)).collect()
         })
     }
 }
@@ -104,16 +88,10 @@ mod tests {
 
     #[test]
     fn unknown_and_ill_typed_keys_name_the_key() {
-        let e = Config::new(&json!({"stepus": 3}), &["step_us"])
-            .err()
-            .unwrap();
+        let e = Config::new(&json!({"stepus": 3}), &["step_us"]).err().unwrap();
         assert_eq!(e.0, "unknown config key \"stepus\"; valid keys: step_us");
         let c = Config::new(&json!({"step_us": "fast"}), &["step_us"]).unwrap();
-        assert!(c
-            .u64("step_us", 0)
-            .unwrap_err()
-            .0
-            .contains("\"step_us\" must be a non-negative integer"));
+        assert!(c.u64("step_us", 0).unwrap_err().0.contains("\"step_us\" must be a non-negative integer"));
         let c = Config::new(&json!({"shape": [2, 0]}), &["shape"]).unwrap();
         assert!(c.dims("shape", &[1]).is_err());
         assert!(Config::new(&json!([1]), &[]).is_err());

@@ -67,11 +67,7 @@ pub struct ObsOut<'a, 'b> {
 impl<'a, 'b> ObsOut<'a, 'b> {
     /// The rows of env `row` in `arrays` (each array `[rows, row_bytes[k]]`).
     pub fn new(arrays: &'a mut [&'b mut [u8]], row_bytes: &'a [usize], row: usize) -> Self {
-        ObsOut {
-            arrays,
-            row_bytes,
-            row,
-        }
+        ObsOut { arrays, row_bytes, row }
     }
 
     /// Observation array `k` (its index in [`EnvSpec::observations`]) as `&mut [T]`.
@@ -83,10 +79,7 @@ impl<'a, 'b> ObsOut<'a, 'b> {
         let rb = self.row_bytes[k];
         let bytes = &mut self.arrays[k][self.row * rb..(self.row + 1) * rb];
         bytemuck::try_cast_slice_mut(bytes).unwrap_or_else(|e| {
-            panic!(
-                "observation array {k} is not a [{}] row ({e:?}): check the env's spec",
-                T::DTYPE
-            )
+            panic!("observation array {k} is not a [{}] row ({e:?}): check the env's spec", T::DTYPE)
         })
     }
 

@@ -16,8 +16,8 @@ use crate::registry::{MakeError, Registry};
 use crate::shard::{EnvShard, ShardError, ShardRows};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState,
-    WorkerReport, WorkerStatus,
+    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, WorkerReport,
+    WorkerStatus,
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
@@ -37,11 +37,9 @@ pub fn is_worker_invocation() -> bool {
 pub fn run(registry: &Registry) -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let parsed = match args.as_slice() {
-        [_, flag, index, fd, parent] if flag == WORKER_FLAG => index
-            .parse::<usize>()
-            .ok()
-            .zip(fd.parse::<i32>().ok())
-            .zip(parent.parse::<i32>().ok()),
+        [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
+            index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())
+        }
         _ => None,
     };
     let Some(((index, fd), parent)) = parsed else {
@@ -114,9 +112,7 @@ impl Worker {
     }
 
     fn set_status(&self, status: WorkerStatus) {
-        let word = self
-            .region
-            .atomic_u32(protocol::worker_control(self.index) + worker_block::STATUS);
+        let word = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::STATUS);
         word.store(status as u32, Ordering::Release);
     }
 
@@ -129,13 +125,8 @@ impl Worker {
             })
             .expect("report serializes");
         }
-        self.region.write_bytes(
-            protocol::report_offset(self.params.num_workers, self.index),
-            &json,
-        );
-        let len = self
-            .region
-            .atomic_u32(protocol::worker_control(self.index) + worker_block::REPORT_LEN);
+        self.region.write_bytes(protocol::report_offset(self.params.num_workers, self.index), &json);
+        let len = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::REPORT_LEN);
         len.store(json.len() as u32, Ordering::Release);
         self.set_status(status);
         self.post_trainer();
@@ -152,10 +143,7 @@ impl Worker {
     fn next_command(&mut self) -> Result<(), Stop> {
         let parent = self.parent;
         let base = protocol::worker_control(self.index) + worker_block::SEMAPHORE;
-        let sem = Semaphore::new(
-            self.region.atomic_u32(base),
-            self.region.atomic_u32(base + 4),
-        );
+        let sem = Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4));
         // SAFETY: getppid has no preconditions.
         let check = || (unsafe { libc::getppid() } != parent).then_some(Stop::ParentGone);
         match sem.acquire(1, &mut self.waiter, None, check) {
@@ -175,39 +163,24 @@ impl Worker {
                         WorkerReport::UnknownEnv { id, registered }
                     }
                     ShardError::Make(MakeError::BadConfig { id, source }) => {
-                        WorkerReport::BadConfig {
-                            id,
-                            message: source.to_string(),
-                        }
+                        WorkerReport::BadConfig { id, message: source.to_string() }
                     }
-                    other => WorkerReport::Failed {
-                        message: other.to_string(),
-                    },
+                    other => WorkerReport::Failed { message: other.to_string() },
                 };
                 return self.fail(report);
             }
         };
-        self.report(
-            &WorkerReport::Spec(shard.spec().to_json()),
-            WorkerStatus::Reported,
-        );
+        self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
             return ExitCode::SUCCESS;
         }
-        let state = self
-            .region
-            .atomic_u32(protocol::STATE_WORD)
-            .load(Ordering::Acquire);
+        let state = self.region.atomic_u32(protocol::STATE_WORD).load(Ordering::Acquire);
         if RegionState::from_word(state) != Some(RegionState::Ready) {
             return ExitCode::SUCCESS; // Abandoned: the trainer refused the pool.
         }
         let layout = match self.map_data_part(shard.spec()) {
             Ok(l) => l,
-            Err(e) => {
-                return self.fail(WorkerReport::Failed {
-                    message: e.to_string(),
-                })
-            }
+            Err(e) => return self.fail(WorkerReport::Failed { message: e.to_string() }),
         };
         self.set_status(WorkerStatus::Running);
         self.post_trainer();
@@ -227,11 +200,9 @@ impl Worker {
             || header.total_size != layout.total_size as u64
             || self.region.len() != layout.total_size
         {
-            return Err(HeaderError::LayoutMismatch {
-                trainer: header.layout_hash,
-                worker: layout.hash,
-            }
-            .into());
+            return Err(
+                HeaderError::LayoutMismatch { trainer: header.layout_hash, worker: layout.hash }.into()
+            );
         }
         Ok(layout)
     }
@@ -242,10 +213,7 @@ impl Worker {
             if let Err(stop) = self.next_command() {
                 return stop;
             }
-            let word = self
-                .region
-                .atomic_u32(protocol::COMMAND_WORD)
-                .load(Ordering::Relaxed);
+            let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
             let result = match Command::from_word(word) {
                 Some(Command::Close) => return Stop::Close,
                 Some(Command::Step) => {
@@ -268,9 +236,7 @@ impl Worker {
                 }
                 None => {
                     self.report(
-                        &WorkerReport::Failed {
-                            message: format!("unknown command word {word}"),
-                        },
+                        &WorkerReport::Failed { message: format!("unknown command word {word}") },
                         WorkerStatus::Failed,
                     );
                     return Stop::Failed;
@@ -279,10 +245,7 @@ impl Worker {
             match result {
                 Ok(()) => self.post_trainer(),
                 Err((env_id, message)) => {
-                    self.report(
-                        &WorkerReport::EnvPanicked { env_id, message },
-                        WorkerStatus::Failed,
-                    );
+                    self.report(&WorkerReport::EnvPanicked { env_id, message }, WorkerStatus::Failed);
                     let _ = self.next_command();
                     return Stop::Failed;
                 }
@@ -302,29 +265,17 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
     if index >= num_workers {
         return Err(AttachError::BadIndex { index, num_workers });
     }
-    let bytes = region.read_bytes(
-        protocol::params_offset(num_workers),
-        header.params_len as usize,
-    );
+    let bytes = region.read_bytes(protocol::params_offset(num_workers), header.params_len as usize);
     let params: PoolParams =
         serde_json::from_slice(&bytes).map_err(|e| AttachError::BadParams(e.to_string()))?;
     if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {
-        return Err(AttachError::BadParams(
-            "params disagree with the header".into(),
-        ));
+        return Err(AttachError::BadParams("params disagree with the header".into()));
     }
-    let strategy = WaitStrategy::from_name(&params.wait).ok_or_else(|| {
-        AttachError::BadParams(format!("unknown wait strategy {:?}", params.wait))
-    })?;
+    let strategy = WaitStrategy::from_name(&params.wait)
+        .ok_or_else(|| AttachError::BadParams(format!("unknown wait strategy {:?}", params.wait)))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let waiter = Waiter::new(strategy.policy(num_workers + 1, cores));
-    Ok(Worker {
-        region,
-        index,
-        parent,
-        params,
-        waiter,
-    })
+    Ok(Worker { region, index, parent, params, waiter })
 }
 
 /// This shard's result rows in the region.
@@ -365,16 +316,9 @@ mod tests {
     use super::*;
 
     fn region_with(header: Header, params: &[u8]) -> Region {
-        let r = Region::create(
-            "test",
-            protocol::bootstrap_size(header.num_workers.max(1) as usize),
-        )
-        .unwrap();
+        let r = Region::create("test", protocol::bootstrap_size(header.num_workers.max(1) as usize)).unwrap();
         r.write_pod(0, &header);
-        r.write_bytes(
-            protocol::params_offset(header.num_workers.max(1) as usize),
-            params,
-        );
+        r.write_bytes(protocol::params_offset(header.num_workers.max(1) as usize), params);
         r
     }
 
@@ -386,20 +330,10 @@ mod tests {
         let old = Header { version: 0, ..good };
         let e = attach_checks(region_with(old, params), 0, 1).err().unwrap();
         assert!(e.to_string().contains("layout version 0"), "{e}");
-        let e = attach_checks(region_with(good, params), 1, 1)
-            .err()
-            .unwrap();
-        assert!(matches!(
-            e,
-            AttachError::BadIndex {
-                index: 1,
-                num_workers: 1
-            }
-        ));
+        let e = attach_checks(region_with(good, params), 1, 1).err().unwrap();
+        assert!(matches!(e, AttachError::BadIndex { index: 1, num_workers: 1 }));
         let bad = b"{\"env_id\": 3}";
-        let e = attach_checks(region_with(Header::new(2, 1, bad.len() as u32), bad), 0, 1)
-            .err()
-            .unwrap();
+        let e = attach_checks(region_with(Header::new(2, 1, bad.len() as u32), bad), 0, 1).err().unwrap();
         assert!(matches!(e, AttachError::BadParams(_)));
     }
 }

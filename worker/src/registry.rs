@@ -78,13 +78,10 @@ impl Registry {
 
     /// Builds env `id` from `config`.
     pub fn make(&self, id: &str, config: &Value) -> Result<Box<dyn Env>, MakeError> {
-        let entry = self.entries.get(id).ok_or_else(|| MakeError::UnknownEnv {
-            id: id.into(),
-            registered: self.ids(),
-        })?;
-        (entry.factory)(config).map_err(|source| MakeError::BadConfig {
-            id: id.into(),
-            source,
-        })
+        let entry = self
+            .entries
+            .get(id)
+            .ok_or_else(|| MakeError::UnknownEnv { id: id.into(), registered: self.ids() })?;
+        (entry.factory)(config).map_err(|source| MakeError::BadConfig { id: id.into(), source })
     }
 }

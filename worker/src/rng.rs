@@ -17,11 +17,8 @@ fn seed_sequence_state(seed: u64) -> [u64; 4] {
     const POOL: usize = 4;
 
     // The seed as little-endian u32 words (at least one word).
-    let entropy: Vec<u32> = if seed >> 32 == 0 {
-        vec![seed as u32]
-    } else {
-        vec![seed as u32, (seed >> 32) as u32]
-    };
+    let entropy: Vec<u32> =
+        if seed >> 32 == 0 { vec![seed as u32] } else { vec![seed as u32, (seed >> 32) as u32] };
 
     let mut hash_const = INIT_A;
     let mut hashmix = |value: u32| -> u32 {
@@ -31,9 +28,7 @@ fn seed_sequence_state(seed: u64) -> [u64; 4] {
         v ^ (v >> XSHIFT)
     };
     let mix = |x: u32, y: u32| -> u32 {
-        let r = MIX_MULT_L
-            .wrapping_mul(x)
-            .wrapping_sub(MIX_MULT_R.wrapping_mul(y));
+        let r = MIX_MULT_L.wrapping_mul(x).wrapping_sub(MIX_MULT_R.wrapping_mul(y));
         r ^ (r >> XSHIFT)
     };
     let mut pool = [0u32; POOL];
@@ -81,10 +76,7 @@ impl Pcg64 {
         let s = seed_sequence_state(seed);
         let init_state = (s[0] as u128) << 64 | s[1] as u128;
         let init_seq = (s[2] as u128) << 64 | s[3] as u128;
-        let mut rng = Pcg64 {
-            state: 0,
-            inc: (init_seq << 1) | 1,
-        };
+        let mut rng = Pcg64 { state: 0, inc: (init_seq << 1) | 1 };
         rng.step();
         rng.state = rng.state.wrapping_add(init_state);
         rng.step();
@@ -123,16 +115,10 @@ mod tests {
         // python -c "import numpy as np; g=np.random.default_rng(0); print([g.random() for _ in range(3)])"
         let mut g = Pcg64::from_seed(0);
         let got: Vec<f64> = (0..3).map(|_| g.next_f64()).collect();
-        assert_eq!(
-            got,
-            vec![0.6369616873214543, 0.2697867137638703, 0.04097352393619469]
-        );
+        assert_eq!(got, vec![0.6369616873214543, 0.2697867137638703, 0.04097352393619469]);
         // np.random.default_rng(42).random()
         assert_eq!(Pcg64::from_seed(42).next_f64(), 0.7739560485559633);
         // A seed wider than 32 bits: np.random.default_rng(2**40 + 5).random()
-        assert_eq!(
-            Pcg64::from_seed((1 << 40) + 5).next_f64(),
-            0.004739459374490829
-        );
+        assert_eq!(Pcg64::from_seed((1 << 40) + 5).next_f64(), 0.004739459374490829);
     }
 }

@@ -56,27 +56,19 @@ impl EnvShard {
         }
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
         let spec = EnvSpec {
-            max_episode_steps: registry
-                .get(&params.env_id)
-                .and_then(|e| e.max_episode_steps),
+            max_episode_steps: registry.get(&params.env_id).and_then(|e| e.max_episode_steps),
             ..spec
         };
         for (i, e) in envs.iter().enumerate().skip(1) {
             let other = e.spec();
             if other.observations != spec.observations || other.action != spec.action {
-                return Err(ShardError::SpecMismatch {
-                    env_id: range.start + i,
-                });
+                return Err(ShardError::SpecMismatch { env_id: range.start + i });
             }
         }
         spec.validate().map_err(ShardError::BadSpec)?;
         let n = range.len();
         Ok(EnvShard {
-            obs_row_bytes: spec
-                .observations
-                .iter()
-                .map(|o| o.space.value_bytes())
-                .collect(),
+            obs_row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
             action_row_bytes: spec.action.value_bytes(),
             time_limit: params.max_episode_steps.or(spec.max_episode_steps),
             spec,
@@ -134,11 +126,7 @@ impl EnvShard {
     }
 
     /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`).
-    pub fn step_all(
-        &mut self,
-        actions: &[u8],
-        rows: &mut ShardRows<'_>,
-    ) -> Result<(), (usize, String)> {
+    pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
         for i in 0..self.envs.len() {
             let env_id = self.range.start + i;
@@ -154,8 +142,7 @@ impl EnvShard {
             let t = guard(env_id, || self.envs[i].step(action, &mut obs))?;
             self.running_return[i] += t.reward as f64;
             self.running_length[i] += 1;
-            let truncated =
-                t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
+            let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
             rows.rewards[i] = t.reward;
             rows.terminated[i] = t.terminated as u8;
             rows.truncated[i] = truncated as u8;
@@ -236,19 +223,11 @@ impl LocalRows {
     /// Rows for `n` envs of `spec`.
     pub fn new(spec: &EnvSpec, n: usize, same_step: bool) -> LocalRows {
         // u64 backing keeps every array 8-byte aligned for any dtype.
-        let obs_bytes: Vec<usize> = spec
-            .observations
-            .iter()
-            .map(|o| o.space.value_bytes() * n)
-            .collect();
+        let obs_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes() * n).collect();
         let alloc = |b: &usize| vec![0u64; b.div_ceil(8)];
         LocalRows {
             obs: obs_bytes.iter().map(alloc).collect(),
-            final_obs: if same_step {
-                obs_bytes.iter().map(alloc).collect()
-            } else {
-                Vec::new()
-            },
+            final_obs: if same_step { obs_bytes.iter().map(alloc).collect() } else { Vec::new() },
             rewards: vec![0.0; n],
             terminated: vec![0; n],
             truncated: vec![0; n],
@@ -302,5 +281,66 @@ impl LocalRows {
     /// Truncated flags.
     pub fn truncated(&self) -> &[u8] {
         &self.truncated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::Transition;
+    use crate::registry::EnvEntry;
+    use shmenv_engine::spec::Space;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    /// An env whose action space changes with every instance: a bug the shard must catch.
+    struct Fickle(i64);
+
+    static MADE: AtomicI64 = AtomicI64::new(2);
+
+    impl Env for Fickle {
+        fn spec(&self) -> EnvSpec {
+            EnvSpec::single(Space::discrete(2), Space::discrete(self.0))
+        }
+        fn reset(&mut self, _: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+            obs.array::<i64>(0)[0] = 0;
+        }
+        fn step(&mut self, _: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+            obs.array::<i64>(0)[0] = 1;
+            Transition::default()
+        }
+    }
+
+    fn params(n: usize) -> PoolParams {
+        PoolParams {
+            env_id: "Fickle-v0".into(),
+            config: serde_json::json!({}),
+            num_envs: n,
+            num_workers: 1,
+            autoreset: AutoReset::NextStep,
+            max_episode_steps: None,
+            wait: "auto".into(),
+        }
+    }
+
+    #[test]
+    fn envs_of_a_shard_must_report_the_same_spaces() {
+        let mut reg = Registry::new();
+        reg.register(
+            "Fickle-v0",
+            EnvEntry {
+                description: "test",
+                factory: |_| Ok(Box::new(Fickle(MADE.fetch_add(1, Ordering::Relaxed)))),
+                max_episode_steps: None,
+            },
+        );
+        let err = EnvShard::new(&reg, &params(3), 0..3).err().expect("mismatch detected");
+        assert!(matches!(err, ShardError::SpecMismatch { env_id: 1 }), "{err}");
+        assert!(matches!(EnvShard::new(&reg, &params(1), 0..0), Err(ShardError::Empty)));
+    }
+
+    #[test]
+    fn a_panicking_env_is_caught_with_its_id() {
+        let r = guard(7, || -> () { panic!("boom {}", 1) });
+        assert_eq!(r, Err((7, "boom 1".to_string())));
     }
 }

@@ -36,32 +36,19 @@ impl Burn {
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
             config,
-            &[
-                "step_us",
-                "obs_shape",
-                "obs_dtype",
-                "episode_len",
-                "fault",
-                "fault_step",
-                "fault_seed",
-            ],
+            &["step_us", "obs_shape", "obs_dtype", "episode_len", "fault", "fault_step", "fault_seed"],
         )?;
         let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit"])? {
             "none" => None,
             kind => Some(Fault {
                 kind,
                 step: c.u64("fault_step", 1)?,
-                seed: config
-                    .get("fault_seed")
-                    .map(|_| c.u64("fault_seed", 0))
-                    .transpose()?,
+                seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
             }),
         };
         let episode_len = c.u64("episode_len", 200)?;
         if episode_len == 0 {
-            return Err(ConfigError(
-                "config key \"episode_len\" must be at least 1".into(),
-            ));
+            return Err(ConfigError("config key \"episode_len\" must be at least 1".into()));
         }
         Ok(Burn {
             step_cost: Duration::from_micros(c.u64("step_us", 0)?),
@@ -118,10 +105,7 @@ impl Burn {
 }
 
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
@@ -129,20 +113,9 @@ fn thread_cpu_time() -> Duration {
 
 impl Env for Burn {
     fn spec(&self) -> EnvSpec {
-        let high = if self.dtype == DType::U8 {
-            255.0
-        } else {
-            f64::INFINITY
-        };
-        let low = if self.dtype == DType::U8 {
-            0.0
-        } else {
-            f64::NEG_INFINITY
-        };
-        EnvSpec::single(
-            Space::boxed(self.dtype, &self.obs_shape, low, high),
-            Space::discrete(2),
-        )
+        let high = if self.dtype == DType::U8 { 255.0 } else { f64::INFINITY };
+        let low = if self.dtype == DType::U8 { 0.0 } else { f64::NEG_INFINITY };
+        EnvSpec::single(Space::boxed(self.dtype, &self.obs_shape, low, high), Space::discrete(2))
     }
 
     fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
@@ -160,10 +133,7 @@ impl Env for Burn {
         if let Some(f) = self.fault {
             if self.steps_since_seed == f.step && f.seed.is_none_or(|s| s == self.seed) {
                 match f.kind {
-                    "panic" => panic!(
-                        "Burn-v0 fault injected at step {} (seed {})",
-                        f.step, self.seed
-                    ),
+                    "panic" => panic!("Burn-v0 fault injected at step {} (seed {})", f.step, self.seed),
                     "abort" => std::process::abort(),
                     _ => std::process::exit(17),
                 }
@@ -171,10 +141,6 @@ impl Env for Burn {
         }
         self.t += 1 + action.discrete() as u64;
         self.write_obs(obs);
-        Transition {
-            reward: 1.0,
-            terminated: self.t >= self.episode_len,
-            truncated: false,
-        }
+        Transition { reward: 1.0, terminated: self.t >= self.episode_len, truncated: false }
     }
 }

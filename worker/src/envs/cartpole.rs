@@ -49,13 +49,8 @@ impl CartPole {
 
 impl Env for CartPole {
     fn spec(&self) -> EnvSpec {
-        let high = [
-            X_THRESHOLD * 2.0,
-            f64::INFINITY,
-            THETA_THRESHOLD * 2.0,
-            f64::INFINITY,
-        ]
-        .map(|h| h as f32 as f64);
+        let high =
+            [X_THRESHOLD * 2.0, f64::INFINITY, THETA_THRESHOLD * 2.0, f64::INFINITY].map(|h| h as f32 as f64);
         EnvSpec::single(
             Space::Box {
                 dtype: DType::F32,
@@ -80,29 +75,19 @@ impl Env for CartPole {
 
     fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
         let [x, x_dot, theta, theta_dot] = self.state;
-        let force = if action.discrete() == 1 {
-            FORCE_MAG
-        } else {
-            -FORCE_MAG
-        };
+        let force = if action.discrete() == 1 { FORCE_MAG } else { -FORCE_MAG };
         let (sintheta, costheta) = theta.sin_cos();
         let temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS;
         let thetaacc = (GRAVITY * sintheta - costheta * temp)
             / (LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS));
         let xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS;
-        self.state = [
-            x + TAU * x_dot,
-            x_dot + TAU * xacc,
-            theta + TAU * theta_dot,
-            theta_dot + TAU * thetaacc,
-        ];
+        self.state =
+            [x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc];
         let [x, _, theta, _] = self.state;
         // Written as Gymnasium writes it (a NaN state does not terminate there either).
         #[allow(clippy::manual_range_contains)]
-        let terminated = x < -X_THRESHOLD
-            || x > X_THRESHOLD
-            || theta < -THETA_THRESHOLD
-            || theta > THETA_THRESHOLD;
+        let terminated =
+            x < -X_THRESHOLD || x > X_THRESHOLD || theta < -THETA_THRESHOLD || theta > THETA_THRESHOLD;
         let sb = self.sutton_barto_reward;
         let reward = if !terminated {
             if sb {
@@ -126,10 +111,6 @@ impl Env for CartPole {
             }
         };
         self.write_obs(obs);
-        Transition {
-            reward,
-            terminated,
-            truncated: false,
-        }
+        Transition { reward, terminated, truncated: false }
     }
 }

@@ -27,8 +27,7 @@ pub fn register_builtins(r: &mut Registry) {
     r.register(
         "Burn-v0",
         EnvEntry {
-            description:
-                "synthetic benchmark env: step_us of CPU work, obs_shape/obs_dtype of output",
+            description: "synthetic benchmark env: step_us of CPU work, obs_shape/obs_dtype of output",
             factory: |c| Ok(Box::new(burn::Burn::from_config(c)?)),
             max_episode_steps: None,
         },

@@ -32,12 +32,7 @@ impl Pendulum {
     /// Builds from config: `{"g": number}` (default 10.0), as Gymnasium.
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(config, &["g"])?;
-        Ok(Pendulum {
-            th: 0.0,
-            thdot: 0.0,
-            g: c.f64("g", 10.0)?,
-            rng: Pcg64::from_seed(0),
-        })
+        Ok(Pendulum { th: 0.0, thdot: 0.0, g: c.f64("g", 10.0)?, rng: Pcg64::from_seed(0) })
     }
 
     fn write_obs(&self, obs: &mut ObsOut<'_, '_>) {
@@ -52,12 +47,7 @@ impl Env for Pendulum {
     fn spec(&self) -> EnvSpec {
         let high = vec![1.0, 1.0, MAX_SPEED];
         EnvSpec::single(
-            Space::Box {
-                dtype: DType::F32,
-                shape: vec![3],
-                low: high.iter().map(|h| -h).collect(),
-                high,
-            },
+            Space::Box { dtype: DType::F32, shape: vec![3], low: high.iter().map(|h| -h).collect(), high },
             Space::boxed(DType::F32, &[1], -(MAX_TORQUE as f64), MAX_TORQUE as f64),
         )
     }
@@ -75,16 +65,12 @@ impl Env for Pendulum {
         let u: f32 = action.as_slice::<f32>()[0].clamp(-MAX_TORQUE, MAX_TORQUE);
         let (th, thdot) = (self.th, self.thdot);
         let costs = angle_normalize(th).powi(2) + 0.1 * thdot.powi(2) + (0.001f32 * (u * u)) as f64;
-        let newthdot = thdot
-            + (3.0 * self.g / (2.0 * L) * th.sin() + (3.0f32 / (M * L * L) as f32 * u) as f64) * DT;
+        let newthdot =
+            thdot + (3.0 * self.g / (2.0 * L) * th.sin() + (3.0f32 / (M * L * L) as f32 * u) as f64) * DT;
         let newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED);
         self.th = th + newthdot * DT;
         self.thdot = newthdot;
         self.write_obs(obs);
-        Transition {
-            reward: -costs as f32,
-            terminated: false,
-            truncated: false,
-        }
+        Transition { reward: -costs as f32, terminated: false, truncated: false }
     }
 }
