@@ -658,6 +658,13 @@ pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
         .map(|(_, r)| r.clone())
 }
 
+/// A pool can move to another thread (workers are tied to its supervisor thread, not to
+/// the thread that built it).
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Pool>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -670,10 +677,3 @@ mod tests {
         assert_eq!(closest_match("Humanoid-v4", &reg), None);
     }
 }
-
-/// A pool can move to another thread (workers are tied to its supervisor thread, not to
-/// the thread that built it).
-const _: fn() = || {
-    fn is_send<T: Send>() {}
-    is_send::<Pool>();
-};

@@ -550,7 +550,7 @@ mod tests {
     fn control_words_do_not_share_cache_lines() {
         assert_eq!(TRAINER_SEMAPHORE - STATE_WORD, CACHE_LINE);
         assert_eq!(worker_control(1) - worker_control(0), CACHE_LINE);
-        assert!(worker_block::REPORT_LEN + 4 <= CACHE_LINE);
-        assert!(std::mem::size_of::<Header>() <= PAGE);
+        const { assert!(worker_block::REPORT_LEN + 4 <= CACHE_LINE) };
+        const { assert!(std::mem::size_of::<Header>() <= PAGE) };
     }
 }
