@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the issue's benchmark figures with the CLI (pool and serial loop in alternating
+# rounds, so machine noise hits both alike), REPEAT times each, and prints the median
+# steps/s and ratio of each. Usage: bash benches/figures.sh [REPEAT] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeat=${1:-3}
+seconds=${2:-5}
+cargo build --release --quiet
+bin=target/release/shmenv
+run() {
+  local label=$1; shift
+  for _ in $(seq "$repeat"); do "$bin" bench "$@" --seconds "$seconds" --baseline --json; done |
+    python3 benches/median.py "$label"
+}
+echo "| case | shmenv steps/s (median) | serial steps/s (median) | ratio (median) | ratios of each run |"
+echo "|---|---|---|---|---|"
+run "CartPole-v1, 1024 envs, 2 workers" --env CartPole-v1 --num-envs 1024 --workers 2
+run "CartPole-v1, 32 envs, 2 workers" --env CartPole-v1 --num-envs 32 --workers 2
+run "Burn-v0 step_us 50, 8 envs, 2 workers" --env Burn-v0 --config '{"step_us":50}' --num-envs 8 --workers 2
+run "Burn-v0 trivial, 8 envs, 8 workers" --env Burn-v0 --num-envs 8 --workers 8
