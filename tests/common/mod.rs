@@ -89,76 +89,59 @@ impl Reference {
         }
     }
 
-    fn obs_buffers(&self) -> Vec<Vec<u64>> {
-        self.row_bytes.iter().map(|b| vec![0u64; b.div_ceil(8).max(1)]).collect()
+    /// Runs `f` on env `i` with fresh observation rows; returns them as bytes.
+    fn with_obs<T>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut dyn Env, &mut ObsOut<'_, '_>) -> T,
+    ) -> (T, Vec<Vec<u8>>) {
+        let rb = self.row_bytes.clone();
+        let mut bufs: Vec<Vec<u64>> = rb.iter().map(|b| vec![0u64; b.div_ceil(8).max(1)]).collect();
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
+        let out = f(self.envs[i].as_mut(), &mut ObsOut::new(&mut slices, &rb, 0));
+        drop(slices);
+        let bytes =
+            bufs.iter().zip(&rb).map(|(b, &n)| bytemuck::cast_slice::<u64, u8>(b)[..n].to_vec()).collect();
+        (out, bytes)
     }
 
-    fn bytes(bufs: &[Vec<u64>], row_bytes: &[usize]) -> Vec<Vec<u8>> {
-        bufs.iter().zip(row_bytes).map(|(b, &n)| bytemuck::cast_slice::<u64, u8>(b)[..n].to_vec()).collect()
+    /// Starts a new episode of env `i`; the row a reset produces.
+    fn begin(&mut self, i: usize, seed: Option<u64>) -> Row {
+        let ((), obs) = self.with_obs(i, |env, o| env.reset(seed, o));
+        self.pending_reset[i] = false;
+        self.len[i] = 0;
+        self.ret[i] = 0.0;
+        Row {
+            obs,
+            final_obs: None,
+            reward: 0.0,
+            terminated: false,
+            truncated: false,
+            episode: None,
+            elapsed: 0,
+        }
     }
 
     /// Resets every env; `Some(seed)` seeds env i with seed + i, `None` continues streams.
     pub fn reset(&mut self, seed: Option<u64>) -> Vec<Row> {
-        (0..self.envs.len())
-            .map(|i| {
-                let mut bufs = self.obs_buffers();
-                let mut slices: Vec<&mut [u8]> =
-                    bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
-                let rb = self.row_bytes.clone();
-                self.envs[i]
-                    .reset(seed.map(|s| s.wrapping_add(i as u64)), &mut ObsOut::new(&mut slices, &rb, 0));
-                drop(slices);
-                self.pending_reset[i] = false;
-                self.len[i] = 0;
-                self.ret[i] = 0.0;
-                Row {
-                    obs: Self::bytes(&bufs, &self.row_bytes),
-                    final_obs: None,
-                    reward: 0.0,
-                    terminated: false,
-                    truncated: false,
-                    episode: None,
-                    elapsed: 0,
-                }
-            })
-            .collect()
+        (0..self.envs.len()).map(|i| self.begin(i, seed.map(|s| s.wrapping_add(i as u64)))).collect()
     }
 
     /// `actions`: one action row (as bytes) per env.
     pub fn step(&mut self, actions: &[Vec<u8>]) -> Vec<Row> {
-        let rb = self.row_bytes.clone();
         (0..self.envs.len())
             .map(|i| {
-                let mut bufs = self.obs_buffers();
-                let mut slices: Vec<&mut [u8]> =
-                    bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
                 if self.pending_reset[i] {
-                    self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
-                    drop(slices);
-                    self.pending_reset[i] = false;
-                    self.len[i] = 0;
-                    self.ret[i] = 0.0;
-                    return Row {
-                        obs: Self::bytes(&bufs, &rb),
-                        final_obs: None,
-                        reward: 0.0,
-                        terminated: false,
-                        truncated: false,
-                        episode: None,
-                        elapsed: 0,
-                    };
+                    return self.begin(i, None);
                 }
-                let t = self.envs[i].step(
-                    ActionIn::new(&actions[i], &self.action_space),
-                    &mut ObsOut::new(&mut slices, &rb, 0),
-                );
-                drop(slices);
+                let space = self.action_space.clone();
+                let (t, obs) = self.with_obs(i, |env, o| env.step(ActionIn::new(&actions[i], &space), o));
                 self.len[i] += 1;
                 self.ret[i] += t.reward as f64;
                 let truncated = t.truncated || self.limit.is_some_and(|k| self.len[i] >= k);
                 let done = t.terminated || truncated;
-                let mut row = Row {
-                    obs: Self::bytes(&bufs, &rb),
+                let row = Row {
+                    obs,
                     final_obs: None,
                     reward: t.reward,
                     terminated: t.terminated,
@@ -166,25 +149,17 @@ impl Reference {
                     episode: done.then_some((self.ret[i], self.len[i])),
                     elapsed: self.len[i],
                 };
-                if done {
-                    match self.mode {
-                        AutoReset::NextStep => self.pending_reset[i] = true,
-                        AutoReset::SameStep => {
-                            row.final_obs = Some(row.obs.clone());
-                            let mut bufs = self.obs_buffers();
-                            let mut slices: Vec<&mut [u8]> =
-                                bufs.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
-                            self.envs[i].reset(None, &mut ObsOut::new(&mut slices, &rb, 0));
-                            drop(slices);
-                            row.obs = Self::bytes(&bufs, &rb);
-                            row.elapsed = 0;
-                            self.len[i] = 0;
-                            self.ret[i] = 0.0;
-                        }
-                        AutoReset::Disabled => {}
+                match (done, self.mode) {
+                    (true, AutoReset::NextStep) => {
+                        self.pending_reset[i] = true;
+                        row
                     }
+                    (true, AutoReset::SameStep) => {
+                        let reset = self.begin(i, None);
+                        Row { final_obs: Some(row.obs), obs: reset.obs, elapsed: 0, ..row }
+                    }
+                    _ => row,
                 }
-                row
             })
             .collect()
     }
