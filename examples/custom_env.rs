@@ -35,11 +35,6 @@ impl GridWalk {
             rng: shmenv::worker::rng::Pcg64::from_seed(0),
         })
     }
-
-    fn write(&self, obs: &mut ObsOut<'_, '_>) {
-        obs.array::<i32>(0).copy_from_slice(&self.pos);
-        obs.array::<i32>(1).copy_from_slice(&self.goal);
-    }
 }
 
 impl Env for GridWalk {
@@ -55,17 +50,16 @@ impl Env for GridWalk {
         }
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+    fn reset(&mut self, seed: Option<u64>) {
         if let Some(s) = seed {
             self.rng = shmenv::worker::rng::Pcg64::from_seed(s);
         }
         let mut cell = || (self.rng.next_f64() * self.size as f64) as i32;
         self.pos = [cell(), cell()];
         self.goal = [cell(), cell()];
-        self.write(obs);
     }
 
-    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+    fn step(&mut self, action: ActionIn<'_>) -> Transition {
         let (axis, delta) = match action.discrete() {
             0 => (1, -1),
             1 => (1, 1),
@@ -73,9 +67,13 @@ impl Env for GridWalk {
             _ => (0, 1),
         };
         self.pos[axis] = (self.pos[axis] + delta).clamp(0, self.size - 1);
-        self.write(obs);
         let arrived = self.pos == self.goal;
         Transition { reward: if arrived { 1.0 } else { -0.01 }, terminated: arrived, truncated: false }
+    }
+
+    fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+        obs.array::<i32>(0).copy_from_slice(&self.pos);
+        obs.array::<i32>(1).copy_from_slice(&self.goal);
     }
 }
 

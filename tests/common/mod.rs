@@ -107,7 +107,10 @@ impl Reference {
 
     /// Starts a new episode of env `i`; the row a reset produces.
     fn begin(&mut self, i: usize, seed: Option<u64>) -> Row {
-        let ((), obs) = self.with_obs(i, |env, o| env.reset(seed, o));
+        let ((), obs) = self.with_obs(i, |env, o| {
+            env.reset(seed);
+            env.observe(o)
+        });
         self.pending_reset[i] = false;
         self.len[i] = 0;
         self.ret[i] = 0.0;
@@ -135,7 +138,11 @@ impl Reference {
                     return self.begin(i, None);
                 }
                 let space = self.action_space.clone();
-                let (t, obs) = self.with_obs(i, |env, o| env.step(ActionIn::new(&actions[i], &space), o));
+                let (t, obs) = self.with_obs(i, |env, o| {
+                    let t = env.step(ActionIn::new(&actions[i], &space));
+                    env.observe(o);
+                    t
+                });
                 self.len[i] += 1;
                 self.ret[i] += t.reward as f64;
                 let truncated = t.truncated || self.limit.is_some_and(|k| self.len[i] >= k);

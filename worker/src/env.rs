@@ -1,14 +1,17 @@
-//! The `Env` trait: what a worker steps. Observations are written straight into the env's
-//! rows of the shared region through [`ObsOut`]; actions are read from it through
-//! [`ActionIn`]. Nothing is copied or serialized in between.
+//! The `Env` trait: what a worker steps. An env advances its own state in `reset`/`step`,
+//! then writes its observation straight into a row of the shared region in `observe`
+//! (through [`ObsOut`]); actions are read from the region through [`ActionIn`]. Nothing is
+//! copied or serialized in between. Splitting "advance" from "observe" lets the host pick
+//! the row after the step finished: in async mode the row is the next free one of the batch
+//! being filled, so batches hold the envs that finished first.
 
 use shmenv_engine::spec::{Element, EnvSpec, Space};
 
 /// An environment hosted by a worker process.
 ///
-/// Implementations write every element of every observation array on each `reset` and
-/// `step` (the rows are reused; an element not written keeps the previous value).
-/// Episode bookkeeping (returns, lengths, time limits, auto-reset) is done by the host.
+/// `observe` must write every element of every observation array (rows are reused; an
+/// element not written keeps an older value). Episode bookkeeping (returns, lengths, time
+/// limits, auto-reset) is done by the host.
 ///
 /// ```
 /// use shmenv_worker::{ActionIn, Env, ObsOut, Transition};
@@ -21,14 +24,15 @@ use shmenv_engine::spec::{Element, EnvSpec, Space};
 ///     fn spec(&self) -> EnvSpec {
 ///         EnvSpec::single(Space::boxed(DType::F32, &[1], 0.0, 1e9), Space::discrete(3))
 ///     }
-///     fn reset(&mut self, _seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+///     fn reset(&mut self, _seed: Option<u64>) {
 ///         self.n = 0.0;
-///         obs.array::<f32>(0)[0] = self.n;
 ///     }
-///     fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+///     fn step(&mut self, action: ActionIn<'_>) -> Transition {
 ///         self.n += action.discrete() as f32;
-///         obs.array::<f32>(0)[0] = self.n;
 ///         Transition { reward: 1.0, terminated: self.n > 10.0, truncated: false }
+///     }
+///     fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+///         obs.array::<f32>(0)[0] = self.n;
 ///     }
 /// }
 /// ```
@@ -37,12 +41,15 @@ pub trait Env: Send {
     /// change over the env's life.
     fn spec(&self) -> EnvSpec;
 
-    /// Starts an episode, writing the first observation. `seed` is `Some` when the
-    /// trainer reseeds (env `i` gets `base + i`), `None` to continue the env's stream.
-    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>);
+    /// Starts an episode. `seed` is `Some` when the trainer reseeds (env `i` gets
+    /// `base + i`), `None` to continue the env's stream.
+    fn reset(&mut self, seed: Option<u64>);
 
-    /// Applies one (already validated) action, writing the next observation.
-    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition;
+    /// Applies one (already validated) action.
+    fn step(&mut self, action: ActionIn<'_>) -> Transition;
+
+    /// Writes the current observation into `obs` (the env's row in shared memory).
+    fn observe(&self, obs: &mut ObsOut<'_, '_>);
 }
 
 /// What one step returned besides the observation.

@@ -2,7 +2,7 @@
 //! time limit, auto-reset) shared by the worker host, which points the rows into the
 //! region, and by in-process loops (the serial baseline), which point them at local memory.
 
-use crate::env::{ActionIn, Env, ObsOut};
+use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::registry::{MakeError, Registry};
 use shmenv_engine::protocol::{AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
@@ -96,82 +96,144 @@ impl EnvShard {
         &self.obs_row_bytes
     }
 
-    /// Resets every env; with `Some(base)` env `i` is seeded with `base + i` (wrapping).
-    /// On a panic inside an env, returns the env id and the message.
+    /// Resets every env into its row; with `Some(base)` env `i` is seeded with `base + i`
+    /// (wrapping). On a panic inside an env, returns the env id and the message.
     pub fn reset_all(
         &mut self,
         base_seed: Option<u64>,
         rows: &mut ShardRows<'_>,
     ) -> Result<(), (usize, String)> {
         for i in 0..self.envs.len() {
-            let env_id = self.range.start + i;
-            let seed = base_seed.map(|b| b.wrapping_add(env_id as u64));
-            let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
-            guard(env_id, || self.envs[i].reset(seed, &mut obs))?;
-            self.begin_episode(i, rows);
+            let seed = base_seed.map(|b| b.wrapping_add((self.range.start + i) as u64));
+            let advanced = self.advance(i, Work::Reset { seed })?;
+            self.emit(i, advanced, rows, i)?;
         }
         Ok(())
     }
 
-    fn begin_episode(&mut self, i: usize, rows: &mut ShardRows<'_>) {
-        self.needs_reset[i] = false;
-        self.running_return[i] = 0.0;
-        self.running_length[i] = 0;
-        rows.rewards[i] = 0.0;
-        rows.terminated[i] = 0;
-        rows.truncated[i] = 0;
-        rows.episode_return[i] = 0.0;
-        rows.episode_length[i] = 0;
-        rows.elapsed_steps[i] = 0;
-    }
-
-    /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`).
+    /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`),
+    /// writing each env's results into its row.
     pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
         for i in 0..self.envs.len() {
-            let env_id = self.range.start + i;
-            if self.needs_reset[i] {
-                // NextStep: this step returns the reset observation; the action is ignored.
-                let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
-                guard(env_id, || self.envs[i].reset(None, &mut obs))?;
-                self.begin_episode(i, rows);
-                continue;
-            }
-            let action = ActionIn::new(&actions[i * ab..(i + 1) * ab], &self.spec.action);
-            let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
-            let t = guard(env_id, || self.envs[i].step(action, &mut obs))?;
-            self.running_return[i] += t.reward as f64;
-            self.running_length[i] += 1;
-            let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
-            rows.rewards[i] = t.reward;
-            rows.terminated[i] = t.terminated as u8;
-            rows.truncated[i] = truncated as u8;
-            rows.elapsed_steps[i] = self.running_length[i];
-            if t.terminated || truncated {
-                rows.episode_return[i] = self.running_return[i];
-                rows.episode_length[i] = self.running_length[i];
-                match self.autoreset {
-                    AutoReset::NextStep => self.needs_reset[i] = true,
-                    AutoReset::SameStep => {
-                        for (k, &rb) in self.obs_row_bytes.iter().enumerate() {
-                            rows.final_obs[k][i * rb..(i + 1) * rb]
-                                .copy_from_slice(&rows.obs[k][i * rb..(i + 1) * rb]);
-                        }
-                        let mut obs = ObsOut::new(&mut rows.obs, &self.obs_row_bytes, i);
-                        guard(env_id, || self.envs[i].reset(None, &mut obs))?;
-                        self.running_return[i] = 0.0;
-                        self.running_length[i] = 0;
-                        rows.elapsed_steps[i] = 0;
-                    }
-                    AutoReset::Disabled => {}
-                }
-            } else {
-                rows.episode_return[i] = 0.0;
-                rows.episode_length[i] = 0;
-            }
+            let advanced = self.advance(i, Work::Step(&actions[i * ab..(i + 1) * ab]))?;
+            self.emit(i, advanced, rows, i)?;
         }
         Ok(())
     }
+
+    /// Advances env `i` (index within the shard): a reset, a step, or, when the env's
+    /// episode ended on the previous step under `AutoReset::NextStep`, the reset that
+    /// replaces this step (its action is ignored). Writes nothing; see [`EnvShard::emit`].
+    pub fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
+        let env_id = self.range.start + i;
+        let env = &mut self.envs[i];
+        match work {
+            Work::Step(action) if !self.needs_reset[i] => {
+                let t = guard(env_id, || env.step(ActionIn::new(action, &self.spec.action)))?;
+                self.running_return[i] += t.reward as f64;
+                self.running_length[i] += 1;
+                let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
+                Ok(Advanced::Stepped { transition: t, truncated })
+            }
+            Work::Step(_) => {
+                guard(env_id, || env.reset(None))?;
+                self.begin_episode(i);
+                Ok(Advanced::Began)
+            }
+            Work::Reset { seed } => {
+                guard(env_id, || env.reset(seed))?;
+                self.begin_episode(i);
+                Ok(Advanced::Began)
+            }
+        }
+    }
+
+    /// Writes what [`EnvShard::advance`] did to env `i` into row `r` of `rows`: the
+    /// observation (written by the env itself), reward, flags and episode statistics.
+    /// Under `AutoReset::SameStep` an ended episode's last observation goes to the
+    /// `final_obs` row, then the env is reset and its first observation goes to the `obs` row.
+    pub fn emit(
+        &mut self,
+        i: usize,
+        advanced: Advanced,
+        rows: &mut ShardRows<'_>,
+        r: usize,
+    ) -> Result<(), (usize, String)> {
+        let (transition, truncated) = match advanced {
+            Advanced::Began => {
+                self.observe(i, &mut rows.obs, r)?;
+                rows.rewards[r] = 0.0;
+                rows.terminated[r] = 0;
+                rows.truncated[r] = 0;
+                rows.episode_return[r] = 0.0;
+                rows.episode_length[r] = 0;
+                rows.elapsed_steps[r] = 0;
+                return Ok(());
+            }
+            Advanced::Stepped { transition, truncated } => (transition, truncated),
+        };
+        let done = transition.terminated || truncated;
+        rows.rewards[r] = transition.reward;
+        rows.terminated[r] = transition.terminated as u8;
+        rows.truncated[r] = truncated as u8;
+        rows.episode_return[r] = if done { self.running_return[i] } else { 0.0 };
+        rows.episode_length[r] = if done { self.running_length[i] } else { 0 };
+        rows.elapsed_steps[r] = self.running_length[i];
+        match (done, self.autoreset) {
+            (true, AutoReset::SameStep) => {
+                self.observe(i, &mut rows.final_obs, r)?;
+                let env_id = self.range.start + i;
+                let env = &mut self.envs[i];
+                guard(env_id, || env.reset(None))?;
+                self.begin_episode(i);
+                rows.elapsed_steps[r] = 0;
+                self.observe(i, &mut rows.obs, r)
+            }
+            (true, AutoReset::NextStep) => {
+                self.needs_reset[i] = true;
+                self.observe(i, &mut rows.obs, r)
+            }
+            _ => self.observe(i, &mut rows.obs, r),
+        }
+    }
+
+    fn observe(&self, i: usize, arrays: &mut [&mut [u8]], r: usize) -> Result<(), (usize, String)> {
+        let env = &self.envs[i];
+        guard(self.range.start + i, || env.observe(&mut ObsOut::new(arrays, &self.obs_row_bytes, r)))
+    }
+
+    fn begin_episode(&mut self, i: usize) {
+        self.needs_reset[i] = false;
+        self.running_return[i] = 0.0;
+        self.running_length[i] = 0;
+    }
+}
+
+/// What to do with one env.
+#[derive(Clone, Copy, Debug)]
+pub enum Work<'a> {
+    /// Reset it (with this seed, or continuing its stream).
+    Reset {
+        /// The seed, if reseeding.
+        seed: Option<u64>,
+    },
+    /// Step it with this action row.
+    Step(&'a [u8]),
+}
+
+/// What [`EnvShard::advance`] did, for [`EnvShard::emit`] to write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Advanced {
+    /// A new episode began (reset).
+    Began,
+    /// The env stepped.
+    Stepped {
+        /// What the env returned.
+        transition: Transition,
+        /// Truncated by the env or by the time limit.
+        truncated: bool,
+    },
 }
 
 /// Runs env code, turning a panic into `(env_id, message)`.
@@ -287,7 +349,6 @@ impl LocalRows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::Transition;
     use crate::registry::EnvEntry;
     use shmenv_engine::spec::Space;
     use std::sync::atomic::{AtomicI64, Ordering};
@@ -301,12 +362,12 @@ mod tests {
         fn spec(&self) -> EnvSpec {
             EnvSpec::single(Space::discrete(2), Space::discrete(self.0))
         }
-        fn reset(&mut self, _: Option<u64>, obs: &mut ObsOut<'_, '_>) {
-            obs.array::<i64>(0)[0] = 0;
-        }
-        fn step(&mut self, _: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
-            obs.array::<i64>(0)[0] = 1;
+        fn reset(&mut self, _: Option<u64>) {}
+        fn step(&mut self, _: ActionIn<'_>) -> Transition {
             Transition::default()
+        }
+        fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+            obs.array::<i64>(0)[0] = 0;
         }
     }
 

@@ -67,22 +67,6 @@ impl Burn {
         })
     }
 
-    fn write_obs(&mut self, obs: &mut ObsOut<'_, '_>) {
-        let base = self.t.wrapping_add(self.offset);
-        match self.dtype {
-            DType::U8 => {
-                for (j, o) in obs.array::<u8>(0).iter_mut().enumerate() {
-                    *o = (base as u8).wrapping_add(j as u8);
-                }
-            }
-            _ => {
-                for (j, o) in obs.array::<f32>(0).iter_mut().enumerate() {
-                    *o = (base % 1024) as f32 + j as f32;
-                }
-            }
-        }
-    }
-
     fn burn(&mut self) {
         if self.step_cost.is_zero() {
             return;
@@ -118,16 +102,15 @@ impl Env for Burn {
         EnvSpec::single(Space::boxed(self.dtype, &self.obs_shape, low, high), Space::discrete(2))
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+    fn reset(&mut self, seed: Option<u64>) {
         if let Some(s) = seed {
             self.offset = s;
             self.seed = s;
         }
         self.t = 0;
-        self.write_obs(obs);
     }
 
-    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+    fn step(&mut self, action: ActionIn<'_>) -> Transition {
         self.burn();
         self.steps_since_seed += 1;
         if let Some(f) = self.fault {
@@ -140,7 +123,22 @@ impl Env for Burn {
             }
         }
         self.t += 1 + action.discrete() as u64;
-        self.write_obs(obs);
         Transition { reward: 1.0, terminated: self.t >= self.episode_len, truncated: false }
+    }
+
+    fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+        let base = self.t.wrapping_add(self.offset);
+        match self.dtype {
+            DType::U8 => {
+                for (j, o) in obs.array::<u8>(0).iter_mut().enumerate() {
+                    *o = (base as u8).wrapping_add(j as u8);
+                }
+            }
+            _ => {
+                for (j, o) in obs.array::<f32>(0).iter_mut().enumerate() {
+                    *o = (base % 1024) as f32 + j as f32;
+                }
+            }
+        }
     }
 }

@@ -38,13 +38,6 @@ impl CartPole {
             sutton_barto_reward: c.bool("sutton_barto_reward", false)?,
         })
     }
-
-    fn write_obs(&self, obs: &mut ObsOut<'_, '_>) {
-        let o = obs.array::<f32>(0);
-        for (dst, &s) in o.iter_mut().zip(&self.state) {
-            *dst = s as f32;
-        }
-    }
 }
 
 impl Env for CartPole {
@@ -62,7 +55,7 @@ impl Env for CartPole {
         )
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+    fn reset(&mut self, seed: Option<u64>) {
         if let Some(s) = seed {
             self.rng = Pcg64::from_seed(s);
         }
@@ -70,10 +63,9 @@ impl Env for CartPole {
             *s = self.rng.uniform(-0.05, 0.05);
         }
         self.steps_beyond_terminated = None;
-        self.write_obs(obs);
     }
 
-    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+    fn step(&mut self, action: ActionIn<'_>) -> Transition {
         let [x, x_dot, theta, theta_dot] = self.state;
         let force = if action.discrete() == 1 { FORCE_MAG } else { -FORCE_MAG };
         let (sintheta, costheta) = theta.sin_cos();
@@ -110,7 +102,13 @@ impl Env for CartPole {
                 0.0
             }
         };
-        self.write_obs(obs);
         Transition { reward, terminated, truncated: false }
+    }
+
+    fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+        let o = obs.array::<f32>(0);
+        for (dst, &s) in o.iter_mut().zip(&self.state) {
+            *dst = s as f32;
+        }
     }
 }

@@ -34,13 +34,6 @@ impl Pendulum {
         let c = Config::new(config, &["g"])?;
         Ok(Pendulum { th: 0.0, thdot: 0.0, g: c.f64("g", 10.0)?, rng: Pcg64::from_seed(0) })
     }
-
-    fn write_obs(&self, obs: &mut ObsOut<'_, '_>) {
-        let o = obs.array::<f32>(0);
-        o[0] = self.th.cos() as f32;
-        o[1] = self.th.sin() as f32;
-        o[2] = self.thdot as f32;
-    }
 }
 
 impl Env for Pendulum {
@@ -52,16 +45,15 @@ impl Env for Pendulum {
         )
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut ObsOut<'_, '_>) {
+    fn reset(&mut self, seed: Option<u64>) {
         if let Some(s) = seed {
             self.rng = Pcg64::from_seed(s);
         }
         self.th = self.rng.uniform(-PI, PI);
         self.thdot = self.rng.uniform(-1.0, 1.0);
-        self.write_obs(obs);
     }
 
-    fn step(&mut self, action: ActionIn<'_>, obs: &mut ObsOut<'_, '_>) -> Transition {
+    fn step(&mut self, action: ActionIn<'_>) -> Transition {
         let u: f32 = action.as_slice::<f32>()[0].clamp(-MAX_TORQUE, MAX_TORQUE);
         let (th, thdot) = (self.th, self.thdot);
         let costs = angle_normalize(th).powi(2) + 0.1 * thdot.powi(2) + (0.001f32 * (u * u)) as f64;
@@ -70,7 +62,13 @@ impl Env for Pendulum {
         let newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED);
         self.th = th + newthdot * DT;
         self.thdot = newthdot;
-        self.write_obs(obs);
         Transition { reward: -costs as f32, terminated: false, truncated: false }
+    }
+
+    fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+        let o = obs.array::<f32>(0);
+        o[0] = self.th.cos() as f32;
+        o[1] = self.th.sin() as f32;
+        o[2] = self.thdot as f32;
     }
 }
