@@ -27,6 +27,8 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         autoreset: AutoReset::NextStep,
         max_episode_steps: None,
         wait: "auto".into(),
+        batch_size: num_envs,
+        ring_depth: 2,
     }
 }
 

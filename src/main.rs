@@ -45,6 +45,10 @@ struct BenchArgs {
     /// Number of worker processes (default: available cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// Results per batch: fewer than --num-envs runs the pool in async mode (send/recv,
+    /// each batch holds the envs that finished first). Default: all envs (sync).
+    #[arg(long)]
+    batch_size: Option<usize>,
     /// Seconds to step (each of pool and baseline).
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
@@ -182,6 +186,30 @@ impl<T: Element> Stepper for PoolStepper<T> {
     }
 }
 
+/// Async mode: send actions to the envs of the last batch, receive the next batch.
+struct AsyncStepper<T> {
+    pool: Pool,
+    tape: ActionTape<T>,
+    per_env: usize,
+    ids: Vec<usize>,
+    actions: Vec<T>,
+}
+
+impl<T: Element> Stepper for AsyncStepper<T> {
+    fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
+        let tape = &self.tape.batches[k % self.tape.batches.len()];
+        self.actions.clear();
+        for &e in &self.ids {
+            self.actions.extend_from_slice(&tape[e * self.per_env..(e + 1) * self.per_env]);
+        }
+        self.pool.send(&self.actions, &self.ids)?;
+        let batch = self.pool.recv()?;
+        self.ids.clear();
+        self.ids.extend(batch.env_ids().iter().map(|&e| e as usize));
+        Ok(self.ids.len() as u64)
+    }
+}
+
 /// The baseline: the same envs and actions stepped in this process, one after another.
 struct SerialStepper<T> {
     shard: EnvShard,
@@ -247,8 +275,12 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if let Some(w) = args.workers {
         builder = builder.num_workers(w);
     }
+    if let Some(b) = args.batch_size {
+        builder = builder.batch_size(b);
+    }
     let pool = builder.build()?;
     let workers = pool.num_workers();
+    let batch_size = pool.batch_size();
     let (ours, baseline) = match pool.spec().action.dtype() {
         DType::F32 => bench_typed::<f32>(registry, &args, &config, pool),
         DType::F64 => bench_typed::<f64>(registry, &args, &config, pool),
@@ -261,7 +293,7 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
     if args.json {
         let mut out = json!({
-            "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": args.num_envs,
+            "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait.name(), "affinity": args.affinity, "seconds": ours.seconds, "steps": ours.steps,
             "steps_per_sec": ours.rate(),
         });
@@ -307,6 +339,8 @@ fn bench_typed<T: Element>(
             autoreset: AutoReset::NextStep,
             max_episode_steps: None,
             wait: "auto".into(),
+            batch_size: args.num_envs,
+            ring_depth: 2,
         };
         let mut shard = EnvShard::new(registry, &params, 0..params.num_envs)?;
         let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);
@@ -317,15 +351,21 @@ fn bench_typed<T: Element>(
     } else {
         None
     };
-    pool.reset()?;
-    let mut contender = PoolStepper { pool, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) };
+    let tape = ActionTape::<T>::new(&action, args.num_envs, args.seed);
+    let mut contender: Box<dyn Stepper> = if pool.is_async() {
+        let ids = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
+        Box::new(AsyncStepper { pool, tape, per_env: action.num_elements(), ids, actions: Vec::new() })
+    } else {
+        pool.reset()?;
+        Box::new(PoolStepper { pool, tape })
+    };
     // With a baseline, alternate short rounds of each so that machine noise hits both alike.
     let rounds = if serial.is_some() { ((args.seconds / 0.5).round() as u32).max(3) } else { 1 };
     let slice = Duration::from_secs_f64(args.seconds) / rounds;
     let (mut ours, mut theirs) = (Tally::default(), Tally::default());
     let mut progress = Progress::new("shmenv pool", args.json);
     for _ in 0..rounds {
-        ours.run(&mut contender, slice, &mut progress)?;
+        ours.run(contender.as_mut(), slice, &mut progress)?;
         if let Some(s) = serial.as_mut() {
             theirs.run(s, slice, &mut Progress::new("serial loop", true))?;
         }

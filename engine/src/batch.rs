@@ -2,7 +2,6 @@
 
 use crate::error::ViewError;
 use crate::spec::Element;
-use std::ops::Range;
 
 /// A read-only `[rows, ...shape]` array in shared memory.
 #[derive(Clone, Debug)]
@@ -124,12 +123,12 @@ pub struct Batch<'a> {
 impl<'a> Batch<'a> {
     /// Number of rows (envs in this batch).
     pub fn len(&self) -> usize {
-        self.view.env_ids.len()
+        self.view.rewards.len()
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.view.env_ids.is_empty()
+        self.view.rewards.is_empty()
     }
 
     /// The env spec (names, dtypes and shapes of the arrays).
@@ -137,9 +136,10 @@ impl<'a> Batch<'a> {
         self.view.spec
     }
 
-    /// The env of each row.
-    pub fn env_ids(&self) -> Range<usize> {
-        self.view.env_ids.clone()
+    /// The env of each row (in sync mode row `i` is env `i`; in async mode rows are in
+    /// the order envs finished).
+    pub fn env_ids(&self) -> &'a [u32] {
+        self.view.env_ids
     }
 
     /// Observation array `name`, shaped `[rows, ...shape]`.
@@ -193,9 +193,9 @@ impl<'a> Batch<'a> {
     pub fn episodes(&self) -> impl Iterator<Item = Episode> + 'a {
         let v = &self.view;
         let (term, trunc, ret, len, ids) =
-            (v.terminated, v.truncated, v.episode_return, v.episode_length, v.env_ids.clone());
+            (v.terminated, v.truncated, v.episode_return, v.episode_length, v.env_ids);
         (0..ids.len()).filter(move |&i| term[i] != 0 || trunc[i] != 0).map(move |i| Episode {
-            env_id: ids.start + i,
+            env_id: ids[i] as usize,
             episode_return: ret[i],
             length: len[i],
         })

@@ -197,6 +197,36 @@ pub enum StepError {
         /// What it said.
         message: String,
     },
+    /// The call does not exist in this pool's mode.
+    #[error("{call}() is not available: {hint}")]
+    WrongMode {
+        /// The call made.
+        call: &'static str,
+        /// What to call instead.
+        hint: &'static str,
+    },
+    /// An env id out of range.
+    #[error("env id {env_id} out of range: the pool has envs 0..{num_envs}")]
+    BadEnvId {
+        /// The id passed.
+        env_id: usize,
+        /// Number of envs.
+        num_envs: usize,
+    },
+    /// The env already has an action in flight (or was named twice).
+    #[error("env {env_id} already has an action in flight (or is named twice): recv() its result before sending it another")]
+    EnvBusy {
+        /// The env.
+        env_id: usize,
+    },
+    /// `recv` would wait forever: fewer envs are in flight than a batch holds.
+    #[error("recv() needs at least batch_size = {batch_size} envs in flight, but {in_flight} are: send() more actions first")]
+    NotEnoughInFlight {
+        /// Envs in flight.
+        in_flight: usize,
+        /// Rows per batch.
+        batch_size: usize,
+    },
     /// An earlier failure closed the pool.
     #[error("the pool was closed by an earlier error ({reason}); build a new pool")]
     Closed {

@@ -10,7 +10,7 @@ use crate::protocol::{
 };
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
-use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use crate::sync::{Gate, Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -30,6 +30,8 @@ pub struct PoolBuilder {
     wait: WaitStrategy,
     affinity: CpuAffinity,
     startup_timeout: Duration,
+    batch_size: Option<usize>,
+    ring_depth: usize,
 }
 
 impl PoolBuilder {
@@ -92,6 +94,21 @@ impl PoolBuilder {
         self
     }
 
+    /// Results per batch. `num_envs` (the default) is sync mode: `reset`/`step` return
+    /// every env, row `i` = env `i`. Fewer is async mode: `send` actions to some envs,
+    /// `recv` the first `batch_size` results, whichever envs finished first.
+    pub fn batch_size(mut self, b: usize) -> Self {
+        self.batch_size = Some(b);
+        self
+    }
+
+    /// Async mode: number of batch blocks in the ring (default 2, at least 2). Workers fill
+    /// the next blocks while the trainer reads one; more blocks absorb more jitter.
+    pub fn ring_depth(mut self, d: usize) -> Self {
+        self.ring_depth = d;
+        self
+    }
+
     /// How long workers may take to build their envs (default 60 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -133,6 +150,27 @@ pub struct Pool {
     closed: Option<String>,
     /// Envs whose episode ended (only tracked with `AutoReset::Disabled`).
     ended: Vec<bool>,
+    /// Async mode only.
+    ring: Option<RingState>,
+}
+
+/// The trainer's side of the async ring.
+#[derive(Debug)]
+struct RingState {
+    batch_size: usize,
+    depth: usize,
+    /// Number of the next batch `recv` returns.
+    next_batch: u64,
+    /// The batch lent out by the last `recv`, released by the next call.
+    held: Option<u64>,
+    /// Actions sent whose results were not received yet.
+    in_flight: usize,
+    /// Per env: an action (or reset) is in flight.
+    pending: Vec<bool>,
+    /// Per env: the worker hosting it.
+    worker_of: Vec<u32>,
+    /// Per worker: entries pushed into its queue so far (wrapping).
+    queue_heads: Vec<u32>,
 }
 
 impl Pool {
@@ -149,6 +187,8 @@ impl Pool {
             worker_program: None,
             wait: WaitStrategy::Auto,
             affinity: CpuAffinity::Auto,
+            batch_size: None,
+            ring_depth: 2,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -166,6 +206,19 @@ impl Pool {
                 b.num_envs
             ));
         }
+        let batch_size = b.batch_size.unwrap_or(b.num_envs);
+        if batch_size == 0 || batch_size > b.num_envs {
+            return invalid(format!(
+                "batch_size must be between 1 and num_envs ({}), got {batch_size}",
+                b.num_envs
+            ));
+        }
+        if b.ring_depth < 2 || b.ring_depth > 64 {
+            return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
+        }
+        if b.num_envs > protocol::queue_entry::ENV_MASK as usize {
+            return invalid(format!("at most {} envs per pool", protocol::queue_entry::ENV_MASK));
+        }
         if !b.config.is_object() {
             return invalid(format!("config must be a JSON object, got {}", b.config));
         }
@@ -182,6 +235,8 @@ impl Pool {
             autoreset: b.autoreset,
             max_episode_steps: b.max_episode_steps,
             wait: b.wait.name().into(),
+            batch_size,
+            ring_depth: b.ring_depth,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -214,6 +269,22 @@ impl Pool {
             }
         };
         let Startup { supervisor, region, params, program, waiter } = startup;
+        let ring = layout.ring.as_ref().map(|r| RingState {
+            batch_size: r.batch_size,
+            depth: r.depth,
+            next_batch: 0,
+            held: None,
+            in_flight: 0,
+            pending: vec![false; params.num_envs],
+            worker_of: (0..params.num_envs)
+                .map(|e| {
+                    (0..params.num_workers)
+                        .find(|&w| protocol::shard(w, params.num_envs, params.num_workers).contains(&e))
+                        .unwrap_or(0) as u32
+                })
+                .collect(),
+            queue_heads: vec![0; params.num_workers],
+        });
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
         Ok(Pool {
@@ -229,6 +300,7 @@ impl Pool {
             has_reset: false,
             closed: None,
             ended,
+            ring,
         })
     }
 
@@ -277,10 +349,27 @@ impl Pool {
         self.region.base_addr()..self.region.base_addr() + self.region.len()
     }
 
+    /// Results per batch (`num_envs` in sync mode).
+    pub fn batch_size(&self) -> usize {
+        self.params.batch_size
+    }
+
+    /// Whether the pool is in async mode (`batch_size < num_envs`).
+    pub fn is_async(&self) -> bool {
+        self.ring.is_some()
+    }
+
     /// Resets every env. The first reset seeds env `i` with `seed + i`; later ones
     /// continue each env's random stream, like Gymnasium's `reset()` without a seed.
+    ///
+    /// In async mode this is `async_reset()` followed by `recv()`: the batch holds the
+    /// first `batch_size` envs to finish resetting; `recv()` the rest.
     pub fn reset(&mut self) -> Result<Batch<'_>, StepError> {
         if self.first_reset_done {
+            if self.ring.is_some() {
+                self.async_reset()?;
+                return self.recv();
+            }
             self.run(Command::Reset)
         } else {
             let seed = self.seed;
@@ -288,27 +377,35 @@ impl Pool {
         }
     }
 
-    /// Resets every env, seeding env `i` with `seed + i` (wrapping).
+    /// Resets every env, seeding env `i` with `seed + i` (wrapping). In async mode, like
+    /// [`Pool::reset`], returns the first batch.
     pub fn reset_with_seed(&mut self, seed: u64) -> Result<Batch<'_>, StepError> {
+        self.check_open()?;
+        if self.ring.is_some() {
+            self.start_reset(Some(seed))?;
+            return self.recv();
+        }
         self.region.write_pod(protocol::RESET_SEED, &seed);
         self.first_reset_done = true;
         self.run(Command::ResetSeeded)
     }
 
-    /// Steps every env with its action: `actions` holds `num_envs` rows of the action
-    /// space's dtype, row-major (`&[i64]` for `Discrete`, `&[f32]` for a `Box` of f32).
-    /// Actions are validated before any worker sees them.
+    /// Sync mode: steps every env with its action: `actions` holds `num_envs` rows of the
+    /// action space's dtype, row-major (`&[i64]` for `Discrete`, `&[f32]` for a `Box` of
+    /// f32). Actions are validated before any worker sees them. Row `i` of the batch is
+    /// env `i`. (Async pools use [`Pool::send`] and [`Pool::recv`].)
     pub fn step<T: Element>(&mut self, actions: &[T]) -> Result<Batch<'_>, StepError> {
-        if let Some(reason) = &self.closed {
-            return Err(StepError::Closed { reason: reason.clone() });
+        self.check_open()?;
+        if self.ring.is_some() {
+            return Err(StepError::WrongMode {
+                call: "step",
+                hint: "this pool is async (batch_size < num_envs): send() actions, then recv() results",
+            });
         }
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
-        if self.ended.iter().any(|&e| e) {
-            let env_ids = self.ended.iter().enumerate().filter(|(_, &e)| e).map(|(i, _)| i).collect();
-            return Err(StepError::NeedsReset { env_ids });
-        }
+        self.check_not_ended(0..self.params.num_envs)?;
         let n = self.params.num_envs;
         action::validate(&self.spec.action, n, actions)?;
         // After validation `actions` is exactly the action rows, in the space's dtype.
@@ -321,58 +418,253 @@ impl Pool {
         self.run(Command::Step)
     }
 
-    /// Sends `command` to every worker and waits until all are done.
-    fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
-        if let Some(reason) = &self.closed {
-            return Err(StepError::Closed { reason: reason.clone() });
+    /// Async mode: hands `actions` (one row per env, row-major, in the action space's
+    /// dtype) to the envs `env_ids`. Each env may have one action in flight; its result
+    /// comes back in exactly one later `recv()` batch. Everything is validated before any
+    /// worker sees it.
+    pub fn send<T: Element>(&mut self, actions: &[T], env_ids: &[usize]) -> Result<(), StepError> {
+        self.check_open()?;
+        self.release_held();
+        let n = self.params.num_envs;
+        let Some(ring) = self.ring.as_mut() else {
+            return Err(StepError::WrongMode {
+                call: "send",
+                hint: "this pool is sync (batch_size = num_envs): use step(), or build with .batch_size(b) for b < num_envs",
+            });
+        };
+        if !self.has_reset {
+            return Err(StepError::NotReset);
         }
+        for (k, &e) in env_ids.iter().enumerate() {
+            if e >= n {
+                return Err(StepError::BadEnvId { env_id: e, num_envs: n });
+            }
+            if ring.pending[e] || env_ids[..k].contains(&e) {
+                return Err(StepError::EnvBusy { env_id: e });
+            }
+        }
+        if !self.ended.is_empty() {
+            let ended: Vec<usize> = env_ids.iter().copied().filter(|&e| self.ended[e]).collect();
+            if !ended.is_empty() {
+                return Err(StepError::NeedsReset { env_ids: ended });
+            }
+        }
+        action::validate(&self.spec.action, env_ids.len(), actions)?;
+        let per_env = self.spec.action.num_elements();
+        for (k, &e) in env_ids.iter().enumerate() {
+            let row = self.layout.actions.rows(e..e + 1);
+            // SAFETY: env `e` has no action in flight (checked above), so no worker reads
+            // its action row until the queue entry pushed below publishes it.
+            let dst = unsafe { self.region.slice_mut::<T>(row.start, per_env) };
+            dst.copy_from_slice(&actions[k * per_env..(k + 1) * per_env]);
+        }
+        for &e in env_ids {
+            self.push(e, protocol::queue_entry::STEP);
+        }
+        Ok(())
+    }
+
+    /// Async mode: resets every env (the first time seeding env `i` with `seed + i`, then
+    /// continuing each env's stream); `recv()` returns the reset observations. No env may
+    /// have an action in flight.
+    pub fn async_reset(&mut self) -> Result<(), StepError> {
+        self.check_open()?;
+        let seed = (!self.first_reset_done).then_some(self.seed);
+        self.start_reset(seed)
+    }
+
+    fn start_reset(&mut self, seed: Option<u64>) -> Result<(), StepError> {
+        self.release_held();
+        let Some(ring) = self.ring.as_ref() else {
+            return Err(StepError::WrongMode { call: "async_reset", hint: "this pool is sync: use reset()" });
+        };
+        if let Some(env_id) = ring.pending.iter().position(|&p| p) {
+            return Err(StepError::EnvBusy { env_id });
+        }
+        let kind = match seed {
+            Some(s) => {
+                self.region.write_pod(protocol::RESET_SEED, &s);
+                protocol::queue_entry::RESET_SEEDED
+            }
+            None => protocol::queue_entry::RESET,
+        };
+        for e in 0..self.params.num_envs {
+            self.push(e, kind);
+        }
+        self.first_reset_done = true;
+        self.has_reset = true;
+        self.ended.fill(false);
+        Ok(())
+    }
+
+    /// Puts env `e` on its worker's queue and wakes the worker. The entry store, the head
+    /// store (Release) and the post (Release) publish the action row written before.
+    fn push(&mut self, e: usize, kind: u32) {
+        let ring = self.ring.as_mut().expect("async mode");
+        let w = ring.worker_of[e] as usize;
+        let shard = protocol::shard(w, self.params.num_envs, self.params.num_workers);
+        let head = ring.queue_heads[w];
+        let queue = self.layout.ring.as_ref().expect("async layout").queue;
+        let slot = shard.start + head as usize % shard.len();
+        self.region.write_pod(queue.offset + slot * 4, &(e as u32 | kind));
+        ring.queue_heads[w] = head.wrapping_add(1);
+        let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
+        self.region.atomic_u32(head_word).store(head.wrapping_add(1), Ordering::Release);
+        ring.pending[e] = true;
+        ring.in_flight += 1;
+        Control { region: &self.region, num_workers: self.params.num_workers }.worker_semaphore(w).post();
+    }
+
+    /// Async mode: waits for the next batch of `batch_size` results, from the envs that
+    /// finished first. The batch's `env_ids()` say which env each row is. The batch stays
+    /// valid until the next call on the pool; meanwhile workers fill the next blocks.
+    pub fn recv(&mut self) -> Result<Batch<'_>, StepError> {
+        self.check_open()?;
+        self.release_held();
+        let Some(ring) = self.ring.as_ref() else {
+            return Err(StepError::WrongMode { call: "recv", hint: "this pool is sync: use step()" });
+        };
+        if ring.in_flight < ring.batch_size {
+            return Err(StepError::NotEnoughInFlight {
+                in_flight: ring.in_flight,
+                batch_size: ring.batch_size,
+            });
+        }
+        let (q, b, depth) = (ring.next_batch, ring.batch_size, ring.depth);
+        let j = (q % depth as u64) as usize;
+        let word = self.layout.ring.as_ref().expect("async layout").committed[j];
+        let sem = Semaphore::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
+        let (sup, control) =
+            (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
+        let outcome = sem.acquire(b as u32, &mut self.waiter, None, || {
+            sup.exited_worker().map(Err).or_else(|| control.failed_worker().map(Ok))
+        });
+        match outcome {
+            Ok(()) => {}
+            Err(WaitOutcome::Aborted(Err((worker, exit)))) => return Err(self.fail(self.died(worker, exit))),
+            Err(WaitOutcome::Aborted(Ok(worker))) => return Err(self.fail(self.worker_error(worker))),
+            Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
+        }
+        // The rows' env ids were written by workers: check them before trusting them.
+        let ids_slot = self.layout.blocks[j].env_ids;
+        // SAFETY: all `b` rows of block `j` were committed (Acquire above), and workers do
+        // not write the block again before the trainer releases it (its gate).
+        let ids: &[u32] = unsafe { self.region.slice(ids_slot.offset, b) };
+        let ring = self.ring.as_mut().expect("async mode");
+        for &id in ids {
+            match ring.pending.get_mut(id as usize) {
+                Some(p @ true) => *p = false,
+                _ => {
+                    let message = format!("a result row names env {id}, which had no action in flight");
+                    let err =
+                        StepError::WorkerFailed { worker: 0, env_ids: 0..self.params.num_envs, message };
+                    return Err(self.fail(err));
+                }
+            }
+        }
+        ring.in_flight -= b;
+        ring.next_batch += 1;
+        ring.held = Some(q);
+        if !self.ended.is_empty() {
+            let view = self.batch_view(j, 0..b);
+            let ended: Vec<(usize, bool)> = (0..b)
+                .map(|r| (view.env_ids[r] as usize, view.terminated[r] != 0 || view.truncated[r] != 0))
+                .collect();
+            for (id, e) in ended {
+                self.ended[id] = e;
+            }
+        }
+        Ok(Batch { view: self.batch_view(j, 0..b) })
+    }
+
+    /// Number of envs with an action in flight (async mode; 0 in sync mode).
+    pub fn in_flight(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.in_flight)
+    }
+
+    /// Gives the block of the last batch back to the workers.
+    fn release_held(&mut self) {
+        if let Some(ring) = self.ring.as_mut() {
+            if let Some(q) = ring.held.take() {
+                let j = (q % ring.depth as u64) as usize;
+                let word = self.layout.ring.as_ref().expect("async layout").ready_for[j];
+                let gate = Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
+                // Release: the trainer's reads of the block happen before workers rewrite it.
+                gate.open_to((q + ring.depth as u64) as u32);
+            }
+        }
+    }
+
+    fn check_open(&self) -> Result<(), StepError> {
+        match &self.closed {
+            Some(reason) => Err(StepError::Closed { reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    fn check_not_ended(&self, envs: Range<usize>) -> Result<(), StepError> {
+        let ended: Vec<usize> = envs.filter(|&e| self.ended.get(e).copied().unwrap_or(false)).collect();
+        if ended.is_empty() {
+            Ok(())
+        } else {
+            Err(StepError::NeedsReset { env_ids: ended })
+        }
+    }
+
+    /// Records `err` as the reason the pool is closed, and returns it.
+    fn fail(&mut self, err: StepError) -> StepError {
+        self.closed = Some(err.to_string());
+        err
+    }
+
+    /// The error a failed worker reported.
+    fn worker_error(&self, worker: usize) -> StepError {
+        match self.control().report(worker) {
+            Some(WorkerReport::EnvPanicked { env_id, message }) => StepError::EnvPanicked { env_id, message },
+            Some(WorkerReport::Failed { message }) => {
+                StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
+            }
+            other => StepError::WorkerFailed {
+                worker,
+                env_ids: self.shard(worker),
+                message: format!("unexpected worker state (report {other:?})"),
+            },
+        }
+    }
+
+    /// Sync mode: sends `command` to every worker and waits until all are done.
+    fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
+        self.check_open()?;
         self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
         self.control().post_all();
         let w = self.params.num_workers as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
-        let outcome = sem.acquire(w, &mut self.waiter, None, || sup.exited_worker());
-        if let Err(e) = outcome {
+        if let Err(e) = sem.acquire(w, &mut self.waiter, None, || sup.exited_worker()) {
             let err = match e {
                 WaitOutcome::Aborted((worker, exit)) => self.died(worker, exit),
                 WaitOutcome::TimedOut => unreachable!("no deadline"),
             };
-            self.closed = Some(err.to_string());
-            return Err(err);
+            return Err(self.fail(err));
         }
-        // Any worker that failed still posted; find it.
-        for worker in 0..self.params.num_workers {
-            if self.control().status(worker) != Some(WorkerStatus::Running) {
-                let err = match self.control().report(worker) {
-                    Some(WorkerReport::EnvPanicked { env_id, message }) => {
-                        StepError::EnvPanicked { env_id, message }
-                    }
-                    Some(WorkerReport::Failed { message }) => {
-                        StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
-                    }
-                    other => StepError::WorkerFailed {
-                        worker,
-                        env_ids: self.shard(worker),
-                        message: format!("unexpected worker state (report {other:?})"),
-                    },
-                };
-                self.closed = Some(err.to_string());
-                return Err(err);
-            }
+        // A worker that failed still posted; find it.
+        if let Some(worker) = self.control().failed_worker() {
+            return Err(self.fail(self.worker_error(worker)));
         }
         self.has_reset = true;
+        let n = self.params.num_envs;
         if !self.ended.is_empty() {
             if command == Command::Step {
-                let batch = self.batch(0..self.params.num_envs);
+                let view = self.batch_view(0, 0..n);
                 let ended: Vec<bool> =
-                    batch.terminated.iter().zip(batch.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
+                    view.terminated.iter().zip(view.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
                 self.ended = ended;
             } else {
                 self.ended.fill(false);
             }
         }
-        Ok(Batch { view: self.batch(0..self.params.num_envs) })
+        Ok(Batch { view: self.batch_view(0, 0..n) })
     }
 
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
@@ -384,26 +676,29 @@ impl Pool {
         }
     }
 
-    fn batch(&self, env_ids: Range<usize>) -> BatchData<'_> {
-        let l = &self.layout;
-        let n = env_ids.len();
-        let at = |slot: &protocol::ArraySlot| slot.rows(env_ids.clone()).start;
-        // SAFETY: every worker has posted its completion (Acquire in `acquire`), after which
-        // workers write nothing until the next command, which needs `&mut self` while the
-        // returned views borrow `&self`. Offsets come from our own layout, and
-        // `Region::slice` checks bounds and alignment.
+    /// Views of rows `rows` of result block `j`.
+    fn batch_view(&self, j: usize, rows: Range<usize>) -> BatchData<'_> {
+        let block = &self.layout.blocks[j];
+        let n = rows.len();
+        let at = |slot: &protocol::ArraySlot| slot.rows(rows.clone()).start;
+        // SAFETY: the rows are complete (the trainer acquired every completion post, an
+        // Acquire) and no worker writes them again until the next command (sync) or until
+        // the trainer releases the block (async), both of which need `&mut self`, while the
+        // views borrow `&self`. Offsets come from our own layout; `Region::slice` checks
+        // bounds and alignment.
         unsafe {
             BatchData {
                 spec: &self.spec,
                 region: &self.region,
-                layout: l,
-                env_ids: env_ids.clone(),
-                rewards: self.region.slice(at(&l.rewards), n),
-                terminated: self.region.slice(at(&l.terminated), n),
-                truncated: self.region.slice(at(&l.truncated), n),
-                episode_return: self.region.slice(at(&l.episode_return), n),
-                episode_length: self.region.slice(at(&l.episode_length), n),
-                elapsed_steps: self.region.slice(at(&l.elapsed_steps), n),
+                block,
+                rows: rows.clone(),
+                env_ids: self.region.slice(at(&block.env_ids), n),
+                rewards: self.region.slice(at(&block.rewards), n),
+                terminated: self.region.slice(at(&block.terminated), n),
+                truncated: self.region.slice(at(&block.truncated), n),
+                episode_return: self.region.slice(at(&block.episode_return), n),
+                episode_length: self.region.slice(at(&block.episode_length), n),
+                elapsed_steps: self.region.slice(at(&block.elapsed_steps), n),
             }
         }
     }
@@ -474,6 +769,11 @@ impl Startup {
         header.total_size = layout.total_size as u64;
         header.layout_hash = layout.hash;
         self.region.write_pod(0, &header);
+        if let Some(ring) = &layout.ring {
+            for (j, &word) in ring.ready_for.iter().enumerate() {
+                Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4)).open_to(j as u32);
+            }
+        }
         // Release: publishes the header and the grown region before workers read them.
         self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
         self.control().post_all();
@@ -560,6 +860,11 @@ impl Control<'_> {
         }
     }
 
+    /// The first worker whose status is no longer `Running` (it failed and reported why).
+    fn failed_worker(&self) -> Option<usize> {
+        (0..self.num_workers).find(|&w| self.status(w) != Some(WorkerStatus::Running))
+    }
+
     fn status(&self, w: usize) -> Option<WorkerStatus> {
         let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
         WorkerStatus::from_word(word.load(Ordering::Acquire))
@@ -582,8 +887,9 @@ impl Control<'_> {
 pub(crate) struct BatchData<'a> {
     pub(crate) spec: &'a EnvSpec,
     region: &'a Region,
-    layout: &'a Layout,
-    pub(crate) env_ids: Range<usize>,
+    block: &'a protocol::ResultBlock,
+    rows: Range<usize>,
+    pub(crate) env_ids: &'a [u32],
     pub(crate) rewards: &'a [f32],
     pub(crate) terminated: &'a [u8],
     pub(crate) truncated: &'a [u8],
@@ -603,9 +909,9 @@ impl<'a> BatchData<'a> {
             available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
         })?;
         let slot = if final_obs {
-            self.layout.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
+            self.block.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
         } else {
-            &self.layout.obs[k]
+            &self.block.obs[k]
         };
         let space = &self.spec.observations[k].space;
         if space.dtype() != T::DTYPE {
@@ -615,8 +921,8 @@ impl<'a> BatchData<'a> {
                 requested: T::DTYPE,
             });
         }
-        let rows = slot.rows(self.env_ids.clone());
-        let mut shape = vec![self.env_ids.len()];
+        let rows = slot.rows(self.rows.clone());
+        let mut shape = vec![self.rows.len()];
         shape.extend(space.shape());
         // SAFETY: same argument as in `Pool::batch`: the views borrow the pool, and no
         // worker writes result rows between its completion post and the next command.

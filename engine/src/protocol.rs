@@ -99,6 +99,24 @@ pub mod worker_block {
     pub const STATUS: usize = 8;
     /// Length in bytes of the JSON in the worker's report area.
     pub const REPORT_LEN: usize = 12;
+    /// Async mode: entries the trainer has pushed into the worker's queue (u32, wrapping).
+    pub const QUEUE_HEAD: usize = 64;
+    /// Async mode: entries the worker has taken (u32, wrapping).
+    pub const QUEUE_TAIL: usize = 96;
+}
+
+/// Async work queue entries: the env id in the low 30 bits, the kind in the top two.
+pub mod queue_entry {
+    /// Mask of the env id.
+    pub const ENV_MASK: u32 = (1 << 30) - 1;
+    /// Step the env with its action row.
+    pub const STEP: u32 = 0;
+    /// Reset the env, continuing its stream.
+    pub const RESET: u32 = 1 << 30;
+    /// Reset the env with seed `RESET_SEED + env_id`.
+    pub const RESET_SEEDED: u32 = 2 << 30;
+    /// Mask of the kind.
+    pub const KIND_MASK: u32 = 3 << 30;
 }
 
 /// Offset of worker `w`'s control block.
@@ -287,6 +305,10 @@ pub struct PoolParams {
     pub max_episode_steps: Option<u32>,
     /// Wait strategy name for the workers.
     pub wait: String,
+    /// Results per batch; `num_envs` is sync mode, fewer is async mode.
+    pub batch_size: usize,
+    /// Blocks in the async ring (at least 2).
+    pub ring_depth: usize,
 }
 
 /// What a worker writes in its report area.
@@ -339,17 +361,11 @@ impl ArraySlot {
     }
 }
 
-/// Offsets of every array of the data part. Computed, never read from the region.
+/// The result arrays of one block of rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// Number of envs (rows).
-    pub num_envs: usize,
-    /// Number of workers.
-    pub num_workers: usize,
-    /// Where the data part starts.
-    pub bootstrap_size: usize,
-    /// Actions.
-    pub actions: ArraySlot,
+pub struct ResultBlock {
+    /// Rows in the block.
+    pub rows: usize,
     /// Observation arrays, in spec order.
     pub obs: Vec<ArraySlot>,
     /// Final observations (empty unless `AutoReset::SameStep`).
@@ -366,6 +382,61 @@ pub struct Layout {
     pub episode_length: ArraySlot,
     /// Steps since the env's last reset (u32).
     pub elapsed_steps: ArraySlot,
+    /// The env of each row (u32).
+    pub env_ids: ArraySlot,
+}
+
+impl ResultBlock {
+    fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
+        self.obs.iter().chain(self.final_obs.iter()).chain([
+            &self.rewards,
+            &self.terminated,
+            &self.truncated,
+            &self.episode_return,
+            &self.episode_length,
+            &self.elapsed_steps,
+            &self.env_ids,
+        ])
+    }
+}
+
+/// Where the async ring's control words live (async mode only).
+///
+/// Global row `g` (claimed with `fetch_add` on the claim counter) belongs to batch
+/// `q = g / batch_size`, which is written into block `q % depth` at row `g % batch_size`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// Number of blocks.
+    pub depth: usize,
+    /// The claim counter (u64, own cache line).
+    pub claim_counter: usize,
+    /// Per block: a semaphore (count, want) that workers post once per committed row.
+    pub committed: Vec<usize>,
+    /// Per block: a gate (value, sleepers): the batch number `q` the block may receive.
+    pub ready_for: Vec<usize>,
+    /// Per worker queues of env ids to run, `[num_envs]` u32: worker `w` uses the entries
+    /// of its shard as a ring of `shard.len()` slots.
+    pub queue: ArraySlot,
+}
+
+/// Offsets of every array of the data part. Computed, never read from the region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of envs.
+    pub num_envs: usize,
+    /// Number of workers.
+    pub num_workers: usize,
+    /// Where the data part starts.
+    pub bootstrap_size: usize,
+    /// Actions, `[num_envs]` rows, row = env id.
+    pub actions: ArraySlot,
+    /// Sync mode: one block of `num_envs` rows, row = env id. Async mode: `depth` blocks of
+    /// `batch_size` rows, in the order envs finished.
+    pub blocks: Vec<ResultBlock>,
+    /// Async mode only: the ring's control words and the work queues.
+    pub ring: Option<RingLayout>,
     /// Bytes of the whole region.
     pub total_size: usize,
     /// FNV-1a hash of the version, the spec's canonical JSON and every offset.
@@ -377,38 +448,49 @@ impl Layout {
     pub fn compute(spec: &EnvSpec, params: &PoolParams) -> Layout {
         let n = params.num_envs;
         let mut cursor = bootstrap_size(params.num_workers);
-        let mut array = |row_bytes: usize| {
+        let mut array = |rows: usize, row_bytes: usize| {
             let slot = ArraySlot { offset: cursor, row_bytes };
-            cursor = round_up(cursor + row_bytes * n, CACHE_LINE);
+            cursor = round_up(cursor + row_bytes * rows, CACHE_LINE);
             slot
         };
-        let actions = array(spec.action.value_bytes());
-        let obs: Vec<ArraySlot> = spec.observations.iter().map(|o| array(o.space.value_bytes())).collect();
-        let final_obs = if params.autoreset == AutoReset::SameStep {
-            spec.observations.iter().map(|o| array(o.space.value_bytes())).collect()
-        } else {
-            Vec::new()
-        };
-        let rewards = array(4);
-        let terminated = array(1);
-        let truncated = array(1);
-        let episode_return = array(8);
-        let episode_length = array(4);
-        let elapsed_steps = array(4);
+        let actions = array(n, spec.action.value_bytes());
+        let is_async = params.batch_size < n;
+        let (rows, count) = if is_async { (params.batch_size, params.ring_depth) } else { (n, 1) };
+        let same_step = params.autoreset == AutoReset::SameStep;
+        let blocks: Vec<ResultBlock> = (0..count)
+            .map(|_| ResultBlock {
+                rows,
+                obs: spec.observations.iter().map(|o| array(rows, o.space.value_bytes())).collect(),
+                final_obs: if same_step {
+                    spec.observations.iter().map(|o| array(rows, o.space.value_bytes())).collect()
+                } else {
+                    Vec::new()
+                },
+                rewards: array(rows, 4),
+                terminated: array(rows, 1),
+                truncated: array(rows, 1),
+                episode_return: array(rows, 8),
+                episode_length: array(rows, 4),
+                elapsed_steps: array(rows, 4),
+                env_ids: array(rows, 4),
+            })
+            .collect();
+        let ring = is_async.then(|| RingLayout {
+            batch_size: params.batch_size,
+            depth: params.ring_depth,
+            claim_counter: array(1, CACHE_LINE).offset,
+            committed: (0..params.ring_depth).map(|_| array(1, CACHE_LINE).offset).collect(),
+            ready_for: (0..params.ring_depth).map(|_| array(1, CACHE_LINE).offset).collect(),
+            queue: array(n, 4),
+        });
         let total_size = round_up(cursor, PAGE);
         let mut layout = Layout {
             num_envs: n,
             num_workers: params.num_workers,
             bootstrap_size: bootstrap_size(params.num_workers),
             actions,
-            obs,
-            final_obs,
-            rewards,
-            terminated,
-            truncated,
-            episode_return,
-            episode_length,
-            elapsed_steps,
+            blocks,
+            ring,
             total_size,
             hash: 0,
         };
@@ -419,20 +501,37 @@ impl Layout {
             h.write(&(slot.offset as u64).to_le_bytes());
             h.write(&(slot.row_bytes as u64).to_le_bytes());
         }
+        if let Some(r) = &layout.ring {
+            for &w in [r.batch_size, r.depth, r.claim_counter].iter().chain(&r.committed).chain(&r.ready_for)
+            {
+                h.write(&(w as u64).to_le_bytes());
+            }
+        }
         h.write(&(total_size as u64).to_le_bytes());
         layout.hash = h.finish();
         layout
     }
 
     fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
-        [&self.actions].into_iter().chain(self.obs.iter()).chain(self.final_obs.iter()).chain([
-            &self.rewards,
-            &self.terminated,
-            &self.truncated,
-            &self.episode_return,
-            &self.episode_length,
-            &self.elapsed_steps,
-        ])
+        [&self.actions]
+            .into_iter()
+            .chain(self.blocks.iter().flat_map(|b| b.slots()))
+            .chain(self.ring.iter().map(|r| &r.queue))
+    }
+
+    /// Every byte range of the data part: arrays (with their row counts) and ring words.
+    pub fn byte_ranges(&self) -> Vec<Range<usize>> {
+        let mut out = vec![self.actions.rows(0..self.num_envs)];
+        for b in &self.blocks {
+            out.extend(b.slots().map(|s| s.rows(0..b.rows)));
+        }
+        if let Some(r) = &self.ring {
+            out.push(r.queue.rows(0..self.num_envs));
+            for &w in [r.claim_counter].iter().chain(&r.committed).chain(&r.ready_for) {
+                out.push(w..w + CACHE_LINE);
+            }
+        }
+        out
     }
 }
 
@@ -482,6 +581,8 @@ mod tests {
             autoreset,
             max_episode_steps: None,
             wait: "auto".into(),
+            batch_size: n,
+            ring_depth: 2,
         }
     }
 
@@ -514,17 +615,26 @@ mod tests {
             action: Space::boxed(DType::F32, &[3], -1.0, 1.0),
             max_episode_steps: None,
         };
-        let l = Layout::compute(&spec, &params(7, 3, AutoReset::SameStep));
-        let mut ranges: Vec<Range<usize>> = l.slots().map(|s| s.rows(0..7)).collect();
-        assert_eq!(ranges.len(), 1 + 2 + 2 + 6);
-        ranges.sort_by_key(|r| r.start);
-        assert!(ranges[0].start >= bootstrap_size(3));
-        for pair in ranges.windows(2) {
-            assert!(pair[0].end <= pair[1].start);
+        let sync = Layout::compute(&spec, &params(7, 3, AutoReset::SameStep));
+        let mut async_params = params(7, 3, AutoReset::SameStep);
+        async_params.batch_size = 3;
+        async_params.ring_depth = 4;
+        let ring = Layout::compute(&spec, &async_params);
+        for (l, count) in [(&sync, 1 + 2 + 2 + 7), (&ring, 1 + 4 * (2 + 2 + 7) + 1 + 1 + 4 + 4)] {
+            let mut ranges = l.byte_ranges();
+            assert_eq!(ranges.len(), count);
+            ranges.sort_by_key(|r| r.start);
+            assert!(ranges[0].start >= bootstrap_size(3));
+            for pair in ranges.windows(2) {
+                assert!(pair[0].end <= pair[1].start, "{pair:?} overlap");
+            }
+            assert!(ranges.iter().all(|r| r.start % CACHE_LINE == 0 && r.end <= l.total_size));
+            assert_eq!(l.total_size % PAGE, 0);
         }
-        assert!(ranges.iter().all(|r| r.start % CACHE_LINE == 0 && r.end <= l.total_size));
-        assert_eq!(l.total_size % PAGE, 0);
-        assert_eq!(l.obs[0].row_bytes, 15);
+        assert_eq!(sync.blocks[0].obs[0].row_bytes, 15);
+        assert_eq!((ring.blocks.len(), ring.blocks[0].rows), (4, 3));
+        assert_ne!(sync.hash, ring.hash);
+        let l = sync;
         // The hash depends on the spec and the parameters.
         let other = Layout::compute(&spec, &params(7, 3, AutoReset::NextStep));
         assert_ne!(l.hash, other.hash);

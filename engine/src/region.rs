@@ -134,6 +134,14 @@ impl Region {
         unsafe { &*ptr.cast::<AtomicU32>() }
     }
 
+    /// The atomic 64-bit word at `offset` (8-byte aligned, inside the mapping).
+    pub fn atomic_u64(&self, offset: usize) -> &std::sync::atomic::AtomicU64 {
+        let ptr = self.check(offset, 8, 8);
+        // SAFETY: as for `atomic_u32`: in bounds, aligned, only ever accessed atomically,
+        // and `AtomicU64` has the size and alignment of `u64` (x86_64 and aarch64).
+        unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
+    }
+
     /// Copies `len` bytes out of the region.
     pub fn read_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
         let ptr = self.check(offset, len, 1);

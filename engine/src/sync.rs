@@ -99,75 +99,63 @@ impl<'a> Semaphore<'a> {
         n: u32,
         waiter: &mut Waiter,
         deadline: Option<Instant>,
-        mut check: impl FnMut() -> Option<E>,
+        check: impl FnMut() -> Option<E>,
     ) -> Result<(), WaitOutcome<E>> {
-        if self.try_acquire(n) {
-            waiter.record(Duration::ZERO);
-            return Ok(());
+        waiter.wait(deadline, check, || self.try_acquire(n), |slice| self.sleep(n, slice))
+    }
+}
+
+/// A word that one process advances and others wait to see reach a value: many waiters,
+/// one opener. Both words (`value`, `sleepers`) live in shared memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Gate<'a> {
+    value: &'a AtomicU32,
+    sleepers: &'a AtomicU32,
+}
+
+impl<'a> Gate<'a> {
+    /// A gate over two shared words.
+    pub fn new(value: &'a AtomicU32, sleepers: &'a AtomicU32) -> Self {
+        Gate { value, sleepers }
+    }
+
+    /// Sets the value and wakes every sleeper. The SeqCst store is the Release that
+    /// publishes what was written before, and forms a Dekker pair with `sleep` below.
+    pub fn open_to(&self, v: u32) {
+        self.value.store(v, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            futex_wake(self.value);
         }
-        let start = Instant::now();
-        let (spin, yield_for) = waiter.budgets();
-        // Phase 1: spin (only when every process can have a core).
-        let mut i: u32 = 0;
-        while !spin.is_zero() {
-            for _ in 0..64 {
-                std::hint::spin_loop();
-                if self.try_acquire(n) {
-                    waiter.record(start.elapsed());
-                    return Ok(());
-                }
-            }
-            i += 1;
-            if i % 16 == 0 {
-                if let Some(e) = check() {
-                    return Err(WaitOutcome::Aborted(e));
-                }
-            }
-            if start.elapsed() >= spin {
-                break;
-            }
+    }
+
+    /// Whether the value is `v` (Acquire: pairs with `open_to`).
+    #[inline]
+    pub fn is(&self, v: u32) -> bool {
+        self.value.load(Ordering::Acquire) == v
+    }
+
+    /// Current value.
+    pub fn value(&self) -> u32 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    fn sleep(&self, v: u32, timeout: Duration) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let now = self.value.load(Ordering::SeqCst);
+        if now != v {
+            futex_wait(self.value, now, timeout);
         }
-        // Phase 2: yield the core to whoever is runnable on it.
-        let mut last_check = Instant::now();
-        loop {
-            if self.try_acquire(n) {
-                waiter.record(start.elapsed());
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now.duration_since(start) >= spin + yield_for {
-                break;
-            }
-            if now.duration_since(last_check) >= CHECK_INTERVAL {
-                last_check = now;
-                if let Some(e) = check() {
-                    return Err(WaitOutcome::Aborted(e));
-                }
-                if deadline.is_some_and(|d| now >= d) {
-                    return Err(WaitOutcome::TimedOut);
-                }
-            }
-            std::thread::yield_now();
-        }
-        // Phase 3: sleep on the futex, waking up at least every `block_slice` to check.
-        loop {
-            if let Some(e) = check() {
-                return Err(WaitOutcome::Aborted(e));
-            }
-            let now = Instant::now();
-            let mut slice = waiter.policy.block_slice;
-            if let Some(d) = deadline {
-                if now >= d {
-                    return Err(WaitOutcome::TimedOut);
-                }
-                slice = slice.min(d - now);
-            }
-            self.sleep(n, slice);
-            if self.try_acquire(n) {
-                waiter.record(start.elapsed());
-                return Ok(());
-            }
-        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits until the value is `v`, by `waiter`'s policy (see [`Semaphore::acquire`]).
+    pub fn wait_for<E>(
+        &self,
+        v: u32,
+        waiter: &mut Waiter,
+        check: impl FnMut() -> Option<E>,
+    ) -> Result<(), WaitOutcome<E>> {
+        waiter.wait(None, check, || self.is(v), |slice| self.sleep(v, slice))
     }
 }
 
@@ -262,6 +250,84 @@ impl Waiter {
     /// Recent average wait.
     pub fn average_wait(&self) -> Duration {
         Duration::from_nanos(self.avg_wait_ns)
+    }
+
+    /// The wait loop shared by every primitive: spin, then yield, then sleep in slices,
+    /// until `ready()`; `check` runs between phases and every few hundred microseconds.
+    fn wait<E>(
+        &mut self,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Option<E>,
+        mut ready: impl FnMut() -> bool,
+        mut sleep: impl FnMut(Duration),
+    ) -> Result<(), WaitOutcome<E>> {
+        if ready() {
+            self.record(Duration::ZERO);
+            return Ok(());
+        }
+        let start = Instant::now();
+        let (spin, yield_for) = self.budgets();
+        // Phase 1: spin (only when every process can have a core).
+        let mut i: u32 = 0;
+        while !spin.is_zero() {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+                if ready() {
+                    self.record(start.elapsed());
+                    return Ok(());
+                }
+            }
+            i += 1;
+            if i % 16 == 0 {
+                if let Some(e) = check() {
+                    return Err(WaitOutcome::Aborted(e));
+                }
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+        }
+        // Phase 2: yield the core to whoever is runnable on it.
+        let mut last_check = Instant::now();
+        loop {
+            if ready() {
+                self.record(start.elapsed());
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now.duration_since(start) >= spin + yield_for {
+                break;
+            }
+            if now.duration_since(last_check) >= CHECK_INTERVAL {
+                last_check = now;
+                if let Some(e) = check() {
+                    return Err(WaitOutcome::Aborted(e));
+                }
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(WaitOutcome::TimedOut);
+                }
+            }
+            std::thread::yield_now();
+        }
+        // Phase 3: sleep on the futex, waking up at least every `block_slice` to check.
+        loop {
+            if let Some(e) = check() {
+                return Err(WaitOutcome::Aborted(e));
+            }
+            let now = Instant::now();
+            let mut slice = self.policy.block_slice;
+            if let Some(d) = deadline {
+                if now >= d {
+                    return Err(WaitOutcome::TimedOut);
+                }
+                slice = slice.min(d - now);
+            }
+            sleep(slice);
+            if ready() {
+                self.record(start.elapsed());
+                return Ok(());
+            }
+        }
     }
 
     fn record(&mut self, waited: Duration) {

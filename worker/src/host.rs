@@ -13,14 +13,15 @@
 //! ```
 
 use crate::registry::{MakeError, Registry};
-use crate::shard::{EnvShard, ShardError, ShardRows};
+use crate::shard::{EnvShard, ShardError, ShardRows, Work};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, WorkerReport,
-    WorkerStatus,
+    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
+    RingLayout, WorkerReport, WorkerStatus,
 };
 use shmenv_engine::region::Region;
-use shmenv_engine::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use shmenv_engine::sync::{Gate, Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use std::ops::Range;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -184,7 +185,11 @@ impl Worker {
         };
         self.set_status(WorkerStatus::Running);
         self.post_trainer();
-        match self.command_loop(&mut shard, &layout) {
+        let stop = match &layout.ring {
+            Some(ring) => self.async_loop(&mut shard, &layout, ring),
+            None => self.command_loop(&mut shard, &layout),
+        };
+        match stop {
             Stop::Close | Stop::ParentGone => ExitCode::SUCCESS,
             Stop::Failed => ExitCode::from(4),
         }
@@ -224,14 +229,14 @@ impl Worker {
                     let actions = unsafe { self.region.slice::<u8>(actions.start, actions.len()) };
                     // SAFETY: in the same window nobody else reads or writes this shard's
                     // result rows (the trainer waits; shards are disjoint).
-                    let mut rows = unsafe { shard_rows(&self.region, layout, range.clone()) };
+                    let mut rows = unsafe { block_rows(&self.region, &layout.blocks[0], range.clone()) };
                     shard.step_all(actions, &mut rows)
                 }
                 Some(c @ (Command::Reset | Command::ResetSeeded)) => {
                     let seed = (c == Command::ResetSeeded)
                         .then(|| self.region.read_pod::<u64>(protocol::RESET_SEED));
                     // SAFETY: as above.
-                    let mut rows = unsafe { shard_rows(&self.region, layout, range.clone()) };
+                    let mut rows = unsafe { block_rows(&self.region, &layout.blocks[0], range.clone()) };
                     shard.reset_all(seed, &mut rows)
                 }
                 None => {
@@ -250,6 +255,109 @@ impl Worker {
                     return Stop::Failed;
                 }
             }
+        }
+    }
+}
+
+impl Worker {
+    /// Async mode: take env ids from this worker's queue one post at a time; advance the
+    /// env; claim the next row of the ring; let the env write its observation there; commit.
+    fn async_loop(&mut self, shard: &mut EnvShard, layout: &Layout, ring: &RingLayout) -> Stop {
+        use protocol::queue_entry::{ENV_MASK, KIND_MASK, RESET, RESET_SEEDED, STEP};
+        let range = shard.range();
+        let cap = range.len() as u32;
+        let control = protocol::worker_control(self.index);
+        let mut tail: u32 = 0;
+        loop {
+            if let Err(stop) = self.next_command() {
+                return stop;
+            }
+            let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
+            if Command::from_word(word) == Some(Command::Close) {
+                return Stop::Close;
+            }
+            // Acquire: pairs with the trainer's Release store of the head after the entry.
+            let head = self.region.atomic_u32(control + worker_block::QUEUE_HEAD).load(Ordering::Acquire);
+            if head == tail {
+                continue; // A post without an entry (close or abandon comes through the command word).
+            }
+            let slot = range.start + (tail % cap) as usize;
+            let entry: u32 = self.region.read_pod(ring.queue.offset + slot * 4);
+            tail = tail.wrapping_add(1);
+            self.region.atomic_u32(control + worker_block::QUEUE_TAIL).store(tail, Ordering::Release);
+            let env = (entry & ENV_MASK) as usize;
+            if !range.contains(&env) {
+                return self.fail_async(
+                    ring,
+                    format!("queue entry {entry:#x} names env {env}, outside this worker's envs {range:?}"),
+                );
+            }
+            let local = env - range.start;
+            let advanced = match entry & KIND_MASK {
+                STEP => {
+                    let row = layout.actions.rows(env..env + 1);
+                    // SAFETY: the trainer wrote this env's action row before pushing the entry
+                    // (published by the head store and the post) and does not write it again
+                    // until the env's result is received; the borrow ends in this statement.
+                    let action = unsafe { self.region.slice::<u8>(row.start, row.len()) };
+                    shard.advance(local, Work::Step(action))
+                }
+                RESET => shard.advance(local, Work::Reset { seed: None }),
+                RESET_SEEDED => {
+                    let base: u64 = self.region.read_pod(protocol::RESET_SEED);
+                    shard.advance(local, Work::Reset { seed: Some(base.wrapping_add(env as u64)) })
+                }
+                _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
+            };
+            let advanced = match advanced {
+                Ok(a) => a,
+                Err((env_id, message)) => return self.panicked_async(ring, env_id, message),
+            };
+            // Claim the next row of the ring. Relaxed: the claim publishes nothing; the
+            // block's gate (Acquire) orders this worker's writes after the trainer's reads.
+            let g = self.region.atomic_u64(ring.claim_counter).fetch_add(1, Ordering::Relaxed);
+            let b = ring.batch_size as u64;
+            let q = g / b;
+            let j = (q % ring.depth as u64) as usize;
+            let r = (g % b) as usize;
+            let gate_word = ring.ready_for[j];
+            let gate = Gate::new(self.region.atomic_u32(gate_word), self.region.atomic_u32(gate_word + 4));
+            let parent = self.parent;
+            // SAFETY: getppid has no preconditions.
+            let check = || (unsafe { libc::getppid() } != parent).then_some(());
+            if gate.wait_for(q as u32, &mut self.waiter, check).is_err() {
+                return Stop::ParentGone;
+            }
+            // SAFETY: row `r` of block `j` for batch `q` was claimed by this worker alone (the
+            // counter hands out each `g` once), and the gate says the trainer released the
+            // block's previous batch; nobody reads the row until it is committed below.
+            let mut rows = unsafe { block_rows(&self.region, &layout.blocks[j], r..r + 1) };
+            if let Err((env_id, message)) = shard.emit(local, advanced, &mut rows, 0) {
+                return self.panicked_async(ring, env_id, message);
+            }
+            let sem_word = ring.committed[j];
+            // Release: publishes the row before the trainer's Acquire of `batch_size` posts.
+            Semaphore::new(self.region.atomic_u32(sem_word), self.region.atomic_u32(sem_word + 4)).post();
+        }
+    }
+
+    fn fail_async(&mut self, ring: &RingLayout, message: String) -> Stop {
+        self.report(&WorkerReport::Failed { message }, WorkerStatus::Failed);
+        self.wake_ring(ring);
+        Stop::Failed
+    }
+
+    fn panicked_async(&mut self, ring: &RingLayout, env_id: usize, message: String) -> Stop {
+        self.report(&WorkerReport::EnvPanicked { env_id, message }, WorkerStatus::Failed);
+        self.wake_ring(ring);
+        let _ = self.next_command();
+        Stop::Failed
+    }
+
+    /// Wakes a trainer sleeping on any block, so it sees this worker's failure at once.
+    fn wake_ring(&self, ring: &RingLayout) {
+        for &w in &ring.committed {
+            Semaphore::new(self.region.atomic_u32(w), self.region.atomic_u32(w + 4)).interrupt();
         }
     }
 }
@@ -278,35 +386,33 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
     Ok(Worker { region, index, parent, params, waiter })
 }
 
-/// This shard's result rows in the region.
+/// Rows `rows` of result block `block`, as slices in the region.
 ///
 /// # Safety
-/// The caller must hold the protocol's exclusive access to the shard's rows (between
-/// receiving a command and posting its completion) for as long as the rows live.
-unsafe fn shard_rows<'a>(
-    region: &'a Region,
-    layout: &Layout,
-    range: std::ops::Range<usize>,
-) -> ShardRows<'a> {
-    let n = range.len();
+/// The caller must hold the protocol's exclusive access to those rows (sync: between
+/// receiving a command and posting its completion; async: a claimed row of a released
+/// block, until committed) for as long as the slices live.
+unsafe fn block_rows<'a>(region: &'a Region, block: &ResultBlock, rows: Range<usize>) -> ShardRows<'a> {
+    let n = rows.len();
     let bytes = |slot: &protocol::ArraySlot| {
-        let r = slot.rows(range.clone());
+        let r = slot.rows(rows.clone());
         // SAFETY: exclusive access by the caller's promise; distinct slots are disjoint
         // (checked by the layout's unit tests), so no two of these slices overlap.
         unsafe { region.slice_mut::<u8>(r.start, r.len()) }
     };
-    let start = |slot: &protocol::ArraySlot| slot.rows(range.clone()).start;
-    // SAFETY: as above; each typed slice covers exactly its slot's rows of this shard.
+    let start = |slot: &protocol::ArraySlot| slot.rows(rows.clone()).start;
+    // SAFETY: as above; each typed slice covers exactly its slot's rows.
     unsafe {
         ShardRows {
-            obs: layout.obs.iter().map(bytes).collect(),
-            final_obs: layout.final_obs.iter().map(bytes).collect(),
-            rewards: region.slice_mut(start(&layout.rewards), n),
-            terminated: region.slice_mut(start(&layout.terminated), n),
-            truncated: region.slice_mut(start(&layout.truncated), n),
-            episode_return: region.slice_mut(start(&layout.episode_return), n),
-            episode_length: region.slice_mut(start(&layout.episode_length), n),
-            elapsed_steps: region.slice_mut(start(&layout.elapsed_steps), n),
+            obs: block.obs.iter().map(bytes).collect(),
+            final_obs: block.final_obs.iter().map(bytes).collect(),
+            rewards: region.slice_mut(start(&block.rewards), n),
+            terminated: region.slice_mut(start(&block.terminated), n),
+            truncated: region.slice_mut(start(&block.truncated), n),
+            episode_return: region.slice_mut(start(&block.episode_return), n),
+            episode_length: region.slice_mut(start(&block.episode_length), n),
+            elapsed_steps: region.slice_mut(start(&block.elapsed_steps), n),
+            env_ids: region.slice_mut(start(&block.env_ids), n),
         }
     }
 }
@@ -324,7 +430,7 @@ mod tests {
 
     #[test]
     fn attach_refuses_version_mismatch_and_corrupt_params() {
-        let params = br#"{"env_id":"CartPole-v1","config":{},"num_envs":2,"num_workers":1,"autoreset":"NextStep","max_episode_steps":null,"wait":"auto"}"#;
+        let params = br#"{"env_id":"CartPole-v1","config":{},"num_envs":2,"num_workers":1,"autoreset":"NextStep","max_episode_steps":null,"wait":"auto","batch_size":2,"ring_depth":2}"#;
         let good = Header::new(2, 1, params.len() as u32);
         assert!(attach_checks(region_with(good, params), 0, 1).is_ok());
         let old = Header { version: 0, ..good };

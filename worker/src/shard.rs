@@ -26,6 +26,8 @@ pub struct ShardRows<'a> {
     pub episode_length: &'a mut [u32],
     /// Steps since the reset that produced this row's observation.
     pub elapsed_steps: &'a mut [u32],
+    /// The env of each row.
+    pub env_ids: &'a mut [u32],
 }
 
 /// Envs `range` of a pool, with their episode state.
@@ -160,6 +162,7 @@ impl EnvShard {
         rows: &mut ShardRows<'_>,
         r: usize,
     ) -> Result<(), (usize, String)> {
+        rows.env_ids[r] = (self.range.start + i) as u32;
         let (transition, truncated) = match advanced {
             Advanced::Began => {
                 self.observe(i, &mut rows.obs, r)?;
@@ -278,6 +281,7 @@ pub struct LocalRows {
     episode_return: Vec<f64>,
     episode_length: Vec<u32>,
     elapsed_steps: Vec<u32>,
+    env_ids: Vec<u32>,
     obs_bytes: Vec<usize>,
 }
 
@@ -296,6 +300,7 @@ impl LocalRows {
             episode_return: vec![0.0; n],
             episode_length: vec![0; n],
             elapsed_steps: vec![0; n],
+            env_ids: vec![0; n],
             obs_bytes,
         }
     }
@@ -322,6 +327,7 @@ impl LocalRows {
             episode_return: &mut self.episode_return,
             episode_length: &mut self.episode_length,
             elapsed_steps: &mut self.elapsed_steps,
+            env_ids: &mut self.env_ids,
         }
     }
 
@@ -380,6 +386,8 @@ mod tests {
             autoreset: AutoReset::NextStep,
             max_episode_steps: None,
             wait: "auto".into(),
+            batch_size: n,
+            ring_depth: 2,
         }
     }
 
