@@ -458,9 +458,7 @@ impl Pool {
             let dst = unsafe { self.region.slice_mut::<T>(row.start, per_env) };
             dst.copy_from_slice(&actions[k * per_env..(k + 1) * per_env]);
         }
-        for &e in env_ids {
-            self.push(e, protocol::queue_entry::STEP);
-        }
+        self.push(env_ids.iter().copied(), protocol::queue_entry::STEP);
         Ok(())
     }
 
@@ -488,31 +486,37 @@ impl Pool {
             }
             None => protocol::queue_entry::RESET,
         };
-        for e in 0..self.params.num_envs {
-            self.push(e, kind);
-        }
+        self.push(0..self.params.num_envs, kind);
         self.first_reset_done = true;
         self.has_reset = true;
         self.ended.fill(false);
         Ok(())
     }
 
-    /// Puts env `e` on its worker's queue and wakes the worker. The entry store, the head
-    /// store (Release) and the post (Release) publish the action row written before.
-    fn push(&mut self, e: usize, kind: u32) {
+    /// Puts envs on their workers' queues, then publishes each touched queue once: the
+    /// head store (Release) and one post per worker publish the entries and the action rows
+    /// written before.
+    fn push(&mut self, envs: impl Iterator<Item = usize>, kind: u32) {
         let ring = self.ring.as_mut().expect("async mode");
-        let w = ring.worker_of[e] as usize;
-        let shard = protocol::shard(w, self.params.num_envs, self.params.num_workers);
-        let head = ring.queue_heads[w];
         let queue = self.layout.ring.as_ref().expect("async layout").queue;
-        let slot = shard.start + head as usize % shard.len();
-        self.region.write_pod(queue.offset + slot * 4, &(e as u32 | kind));
-        ring.queue_heads[w] = head.wrapping_add(1);
-        let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
-        self.region.atomic_u32(head_word).store(head.wrapping_add(1), Ordering::Release);
-        ring.pending[e] = true;
-        ring.in_flight += 1;
-        Control { region: &self.region, num_workers: self.params.num_workers }.worker_semaphore(w).post();
+        let mut touched = vec![false; self.params.num_workers];
+        for e in envs {
+            let w = ring.worker_of[e] as usize;
+            let shard = protocol::shard(w, self.params.num_envs, self.params.num_workers);
+            let head = ring.queue_heads[w];
+            let slot = shard.start + head as usize % shard.len();
+            self.region.write_pod(queue.offset + slot * 4, &(e as u32 | kind));
+            ring.queue_heads[w] = head.wrapping_add(1);
+            ring.pending[e] = true;
+            ring.in_flight += 1;
+            touched[w] = true;
+        }
+        let control = Control { region: &self.region, num_workers: self.params.num_workers };
+        for (w, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
+            let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
+            self.region.atomic_u32(head_word).store(ring.queue_heads[w], Ordering::Release);
+            control.worker_semaphore(w).post();
+        }
     }
 
     /// Async mode: waits for the next batch of `batch_size` results, from the envs that

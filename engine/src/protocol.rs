@@ -101,8 +101,6 @@ pub mod worker_block {
     pub const REPORT_LEN: usize = 12;
     /// Async mode: entries the trainer has pushed into the worker's queue (u32, wrapping).
     pub const QUEUE_HEAD: usize = 64;
-    /// Async mode: entries the worker has taken (u32, wrapping).
-    pub const QUEUE_TAIL: usize = 96;
 }
 
 /// Async work queue entries: the env id in the low 30 bits, the kind in the top two.

@@ -268,23 +268,27 @@ impl Worker {
         let cap = range.len() as u32;
         let control = protocol::worker_control(self.index);
         let mut tail: u32 = 0;
+        let mut head: u32 = 0;
         loop {
-            if let Err(stop) = self.next_command() {
-                return stop;
-            }
-            let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
-            if Command::from_word(word) == Some(Command::Close) {
-                return Stop::Close;
-            }
-            // Acquire: pairs with the trainer's Release store of the head after the entry.
-            let head = self.region.atomic_u32(control + worker_block::QUEUE_HEAD).load(Ordering::Acquire);
-            if head == tail {
-                continue; // A post without an entry (close or abandon comes through the command word).
+            if tail == head {
+                // Queue drained: wait for the trainer's next post.
+                if let Err(stop) = self.next_command() {
+                    return stop;
+                }
+                let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
+                if Command::from_word(word) == Some(Command::Close) {
+                    return Stop::Close;
+                }
+                // Acquire: pairs with the trainer's Release store of the head after the entries.
+                head = self.region.atomic_u32(control + worker_block::QUEUE_HEAD).load(Ordering::Acquire);
+                if head.wrapping_sub(tail) > cap {
+                    return self.fail_async(ring, format!("queue head {head} is more than {cap} entries past tail {tail}"));
+                }
+                continue; // (A post may find the queue already drained: harmless.)
             }
             let slot = range.start + (tail % cap) as usize;
             let entry: u32 = self.region.read_pod(ring.queue.offset + slot * 4);
             tail = tail.wrapping_add(1);
-            self.region.atomic_u32(control + worker_block::QUEUE_TAIL).store(tail, Ordering::Release);
             let env = (entry & ENV_MASK) as usize;
             if !range.contains(&env) {
                 return self.fail_async(
