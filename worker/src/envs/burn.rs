@@ -5,6 +5,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::env::{ActionIn, Env, ObsOut, Transition};
+use crate::rng::Pcg64;
 use shmenv_engine::spec::{DType, EnvSpec, Space};
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct Burn {
     step_cost: Duration,
+    jitter: Duration,
+    rng: Pcg64,
     obs_shape: Vec<usize>,
     dtype: DType,
     episode_len: u64,
@@ -36,7 +39,7 @@ impl Burn {
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
             config,
-            &["step_us", "obs_shape", "obs_dtype", "episode_len", "fault", "fault_step", "fault_seed"],
+            &["step_us", "step_us_jitter", "obs_shape", "obs_dtype", "episode_len", "fault", "fault_step", "fault_seed"],
         )?;
         let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit"])? {
             "none" => None,
@@ -47,11 +50,20 @@ impl Burn {
             }),
         };
         let episode_len = c.u64("episode_len", 200)?;
+        let step_us = c.u64("step_us", 0)?;
+        let jitter_us = c.u64("step_us_jitter", 0)?;
+        if jitter_us > step_us {
+            return Err(ConfigError(format!(
+                "config key \"step_us_jitter\" ({jitter_us}) must not exceed \"step_us\" ({step_us})"
+            )));
+        }
         if episode_len == 0 {
             return Err(ConfigError("config key \"episode_len\" must be at least 1".into()));
         }
         Ok(Burn {
-            step_cost: Duration::from_micros(c.u64("step_us", 0)?),
+            step_cost: Duration::from_micros(step_us),
+            jitter: Duration::from_micros(jitter_us),
+            rng: Pcg64::from_seed(0),
             obs_shape: c.dims("obs_shape", &[4])?,
             dtype: match c.choice("obs_dtype", "f32", &["f32", "u8"])? {
                 "u8" => DType::U8,
@@ -68,7 +80,15 @@ impl Burn {
     }
 
     fn burn(&mut self) {
-        if self.step_cost.is_zero() {
+        // Uniform in step_us +- jitter, drawn from the env's own stream (deterministic).
+        let cost = if self.jitter.is_zero() {
+            self.step_cost
+        } else {
+            let j = self.jitter.as_nanos() as f64;
+            let delta = self.rng.uniform(-j, j);
+            Duration::from_nanos((self.step_cost.as_nanos() as f64 + delta).max(0.0) as u64)
+        };
+        if cost.is_zero() {
             return;
         }
         let start = thread_cpu_time();
@@ -80,7 +100,7 @@ impl Burn {
                 x ^= x >> 7;
                 x ^= x << 17;
             }
-            if thread_cpu_time().saturating_sub(start) >= self.step_cost {
+            if thread_cpu_time().saturating_sub(start) >= cost {
                 break;
             }
         }
@@ -106,6 +126,7 @@ impl Env for Burn {
         if let Some(s) = seed {
             self.offset = s;
             self.seed = s;
+            self.rng = Pcg64::from_seed(s);
         }
         self.t = 0;
     }
