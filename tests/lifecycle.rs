@@ -56,6 +56,29 @@ fn sigkill_mid_step() {
     assert!(matches!(result, Err(StepError::WorkerDied { worker: 0, .. })), "{result:?}");
 }
 
+fn sigkill_in_async_mode() {
+    let mut pool = builder("Burn-v0")
+        .config(json!({"step_us": 2000}))
+        .num_envs(4)
+        .num_workers(2)
+        .batch_size(2)
+        .build()
+        .unwrap();
+    let ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    kill(pool.worker_pids()[1], libc::SIGKILL);
+    let mut result = pool.send(&[0i64, 0], &ids).map(|()| ());
+    for _ in 0..20 {
+        if result.is_err() {
+            break;
+        }
+        result = pool
+            .recv()
+            .map(|b| b.env_ids().iter().map(|&e| e as usize).collect::<Vec<_>>())
+            .and_then(|ids| pool.send(&vec![0i64; ids.len()], &ids));
+    }
+    assert!(matches!(result, Err(StepError::WorkerDied { worker: 1, .. })), "{result:?}");
+}
+
 fn worker_exit_and_abort_are_reported() {
     for (fault, expected) in [("exit", WorkerExit::Code(17)), ("abort", WorkerExit::Signal(libc::SIGABRT))] {
         let config = json!({"fault": fault, "fault_step": 2, "fault_seed": 1});
@@ -139,6 +162,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
 
     sigkill_between_steps();
     sigkill_mid_step();
+    sigkill_in_async_mode();
     worker_exit_and_abort_are_reported();
     many_pools_leave_nothing_behind();
     workers_die_with_their_trainer();

@@ -282,7 +282,10 @@ impl Worker {
                 // Acquire: pairs with the trainer's Release store of the head after the entries.
                 head = self.region.atomic_u32(control + worker_block::QUEUE_HEAD).load(Ordering::Acquire);
                 if head.wrapping_sub(tail) > cap {
-                    return self.fail_async(ring, format!("queue head {head} is more than {cap} entries past tail {tail}"));
+                    return self.fail_async(
+                        ring,
+                        format!("queue head {head} is more than {cap} entries past tail {tail}"),
+                    );
                 }
                 continue; // (A post may find the queue already drained: harmless.)
             }

@@ -39,7 +39,16 @@ impl Burn {
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
             config,
-            &["step_us", "step_us_jitter", "obs_shape", "obs_dtype", "episode_len", "fault", "fault_step", "fault_seed"],
+            &[
+                "step_us",
+                "step_us_jitter",
+                "obs_shape",
+                "obs_dtype",
+                "episode_len",
+                "fault",
+                "fault_step",
+                "fault_seed",
+            ],
         )?;
         let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit"])? {
             "none" => None,
