@@ -66,7 +66,7 @@ fn sigkill_in_async_mode() {
         .unwrap();
     let ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
     kill(pool.worker_pids()[1], libc::SIGKILL);
-    let mut result = pool.send(&[0i64, 0], &ids).map(|()| ());
+    let mut result = pool.send(&[0i64, 0], &ids);
     for _ in 0..20 {
         if result.is_err() {
             break;
