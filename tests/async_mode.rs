@@ -174,7 +174,7 @@ fn envs_come_back_in_the_order_their_worker_got_them() {
     for e in 0..n {
         queues[worker_of[e]].push_back(e); // the reset
     }
-    let mut take = |ids: &[u32], queues: &mut Vec<std::collections::VecDeque<usize>>| -> Vec<usize> {
+    let take = |ids: &[u32], queues: &mut Vec<std::collections::VecDeque<usize>>| -> Vec<usize> {
         ids.iter()
             .map(|&e| {
                 let e = e as usize;
