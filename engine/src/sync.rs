@@ -46,10 +46,16 @@ impl<'a> Semaphore<'a> {
     /// Adds one post and wakes the consumer if it sleeps and this post completes its wait.
     #[inline]
     pub fn post(&self) {
+        self.post_n(1);
+    }
+
+    /// Adds `n` posts at once (see [`Semaphore::post`]).
+    #[inline]
+    pub fn post_n(&self, n: u32) {
         // SeqCst on `count` and `want` (here and in `sleep`) forms a Dekker pair: either the
         // sleeper sees this increment before it sleeps, or this load sees its `want`.
         // The increment is also the Release that publishes everything written before it.
-        let now = self.count.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        let now = self.count.fetch_add(n, Ordering::SeqCst).wrapping_add(n);
         let want = self.want.load(Ordering::SeqCst);
         if want != 0 && now >= want {
             futex_wake(self.count);

@@ -13,7 +13,7 @@
 //! ```
 
 use crate::registry::{MakeError, Registry};
-use crate::shard::{EnvShard, ShardError, ShardRows, Work};
+use crate::shard::{Advanced, EnvShard, ShardError, ShardRows, Work};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
     self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
@@ -23,6 +23,12 @@ use shmenv_engine::region::Region;
 use shmenv_engine::sync::{Gate, Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Async mode: how long a worker may hold finished envs back to claim rows for several at
+/// once. A claim and a commit are contended atomics (~100-200 ns each across cores here);
+/// 5 us of delay is small next to a batch round trip.
+const COALESCE_FOR: Duration = Duration::from_micros(5);
 use std::sync::atomic::Ordering;
 
 /// Whether this process was started by a pool as a worker (its first argument is
@@ -260,8 +266,9 @@ impl Worker {
 }
 
 impl Worker {
-    /// Async mode: take env ids from this worker's queue one post at a time; advance the
-    /// env; claim the next row of the ring; let the env write its observation there; commit.
+    /// Async mode: take env ids from this worker's queue; advance each env; claim the next
+    /// rows of the ring (for a few envs at once when they are cheap); let each env write its
+    /// observation into its row; commit.
     fn async_loop(&mut self, shard: &mut EnvShard, layout: &Layout, ring: &RingLayout) -> Stop {
         use protocol::queue_entry::{ENV_MASK, KIND_MASK, RESET, RESET_SEEDED, STEP};
         let range = shard.range();
@@ -269,6 +276,8 @@ impl Worker {
         let control = protocol::worker_control(self.index);
         let mut tail: u32 = 0;
         let mut head: u32 = 0;
+        let mut done: Vec<(usize, Advanced)> = Vec::with_capacity(range.len());
+        let mut since: Option<Instant> = None;
         loop {
             if tail == head {
                 // Queue drained: wait for the trainer's next post.
@@ -316,36 +325,79 @@ impl Worker {
                 }
                 _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
             };
-            let advanced = match advanced {
-                Ok(a) => a,
+            match advanced {
+                Ok(a) => done.push((local, a)),
                 Err((env_id, message)) => return self.panicked_async(ring, env_id, message),
-            };
-            // Claim the next row of the ring. Relaxed: the claim publishes nothing; the
-            // block's gate (Acquire) orders this worker's writes after the trainer's reads.
-            let g = self.region.atomic_u64(ring.claim_counter).fetch_add(1, Ordering::Relaxed);
-            let b = ring.batch_size as u64;
-            let q = g / b;
+            }
+            // Publish now if the queue is drained, or if holding results back any longer
+            // would delay them noticeably; otherwise keep advancing and claim rows for
+            // several envs with one atomic (cheap envs then cost one claim and one commit
+            // per chunk, not per env; slow envs are published one by one).
+            let waited = since.get_or_insert_with(Instant::now).elapsed();
+            if tail == head || waited >= COALESCE_FOR || done.len() >= ring.batch_size {
+                if let Err(stop) = self.publish(shard, layout, ring, &mut done) {
+                    return stop;
+                }
+                since = None;
+            }
+        }
+    }
+
+    /// Claims rows for the advanced envs `done` (in order), lets each env write its row,
+    /// and commits the rows block by block.
+    fn publish(
+        &mut self,
+        shard: &mut EnvShard,
+        layout: &Layout,
+        ring: &RingLayout,
+        done: &mut Vec<(usize, Advanced)>,
+    ) -> Result<(), Stop> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        // Relaxed: the claim publishes nothing; each block's gate (Acquire) orders this
+        // worker's writes after the trainer's reads of the block's previous batch.
+        let first = self.region.atomic_u64(ring.claim_counter).fetch_add(done.len() as u64, Ordering::Relaxed);
+        let b = ring.batch_size as u64;
+        let n = done.len() as u64;
+        let mut items = done.drain(..);
+        let mut g = first;
+        // One run of consecutive rows per batch the claim spans (usually one).
+        while g < first + n {
+            let (q, r0) = (g / b, (g % b) as usize);
+            let run = ((q + 1) * b).min(first + n) - g;
             let j = (q % ring.depth as u64) as usize;
-            let r = (g % b) as usize;
-            let gate_word = ring.ready_for[j];
-            let gate = Gate::new(self.region.atomic_u32(gate_word), self.region.atomic_u32(gate_word + 4));
+            // Wait until the trainer has released this block's previous batch. Runs are
+            // committed in order, so a batch is never held back by this worker's rows of a
+            // later one.
+            let word = ring.ready_for[j];
+            let gate = Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
             let parent = self.parent;
             // SAFETY: getppid has no preconditions.
             let check = || (unsafe { libc::getppid() } != parent).then_some(());
             if gate.wait_for(q as u32, &mut self.waiter, check).is_err() {
-                return Stop::ParentGone;
+                return Err(Stop::ParentGone);
             }
-            // SAFETY: row `r` of block `j` for batch `q` was claimed by this worker alone (the
-            // counter hands out each `g` once), and the gate says the trainer released the
-            // block's previous batch; nobody reads the row until it is committed below.
-            let mut rows = unsafe { block_rows(&self.region, &layout.blocks[j], r..r + 1) };
-            if let Err((env_id, message)) = shard.emit(local, advanced, &mut rows, 0) {
-                return self.panicked_async(ring, env_id, message);
+            // SAFETY: rows `r0..r0 + run` of block `j` for batch `q` were claimed by this worker
+            // alone (the counter hands out each `g` once) and the gate says the trainer
+            // released the block's previous batch; nobody reads them until they are committed.
+            let mut rows = unsafe { block_rows(&self.region, &layout.blocks[j], r0..r0 + run as usize) };
+            for (r, (local, advanced)) in items.by_ref().take(run as usize).enumerate() {
+                if let Err((env_id, message)) = shard.emit(local, advanced, &mut rows, r) {
+                    return Err(self.panicked_async(ring, env_id, message));
+                }
             }
-            let sem_word = ring.committed[j];
-            // Release: publishes the row before the trainer's Acquire of `batch_size` posts.
-            Semaphore::new(self.region.atomic_u32(sem_word), self.region.atomic_u32(sem_word + 4)).post();
+            self.commit(ring, q, run as u32);
+            g += run;
         }
+        Ok(())
+    }
+
+    /// Commits `rows` rows of batch `q`: one post of that many (Release: publishes the rows
+    /// before the trainer's Acquire of `batch_size` posts).
+    fn commit(&self, ring: &RingLayout, q: u64, rows: u32) {
+        let word = ring.committed[(q % ring.depth as u64) as usize];
+        Semaphore::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4)).post_n(rows);
     }
 
     fn fail_async(&mut self, ring: &RingLayout, message: String) -> Stop {
