@@ -171,6 +171,10 @@ struct RingState {
     worker_of: Vec<u32>,
     /// Per worker: entries pushed into its queue so far (wrapping).
     queue_heads: Vec<u32>,
+    /// Per worker: its envs (its queue's slots).
+    shards: Vec<Range<usize>>,
+    /// Per worker: scratch flag, "pushed to in this call".
+    touched: Vec<bool>,
 }
 
 impl Pool {
@@ -284,6 +288,8 @@ impl Pool {
                 })
                 .collect(),
             queue_heads: vec![0; params.num_workers],
+            shards: (0..params.num_workers).map(|w| protocol::shard(w, params.num_envs, params.num_workers)).collect(),
+            touched: vec![false; params.num_workers],
         });
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
@@ -435,21 +441,35 @@ impl Pool {
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
+        // Mark as we check; on a refusal, unmark what was marked so nothing changes.
         for (k, &e) in env_ids.iter().enumerate() {
-            if e >= n {
-                return Err(StepError::BadEnvId { env_id: e, num_envs: n });
+            let refusal = if e >= n {
+                Some(StepError::BadEnvId { env_id: e, num_envs: n })
+            } else if ring.pending[e] {
+                Some(StepError::EnvBusy { env_id: e })
+            } else {
+                None
+            };
+            if let Some(err) = refusal {
+                for &m in &env_ids[..k] {
+                    ring.pending[m] = false;
+                }
+                return Err(err);
             }
-            if ring.pending[e] || env_ids[..k].contains(&e) {
-                return Err(StepError::EnvBusy { env_id: e });
-            }
+            ring.pending[e] = true;
         }
+        let unmark = |ring: &mut RingState| env_ids.iter().for_each(|&e| ring.pending[e] = false);
         if !self.ended.is_empty() {
             let ended: Vec<usize> = env_ids.iter().copied().filter(|&e| self.ended[e]).collect();
             if !ended.is_empty() {
+                unmark(ring);
                 return Err(StepError::NeedsReset { env_ids: ended });
             }
         }
-        action::validate(&self.spec.action, env_ids.len(), actions)?;
+        if let Err(e) = action::validate(&self.spec.action, env_ids.len(), actions) {
+            unmark(ring);
+            return Err(e.into());
+        }
         let per_env = self.spec.action.num_elements();
         for (k, &e) in env_ids.iter().enumerate() {
             let row = self.layout.actions.rows(e..e + 1);
@@ -499,20 +519,22 @@ impl Pool {
     fn push(&mut self, envs: impl Iterator<Item = usize>, kind: u32) {
         let ring = self.ring.as_mut().expect("async mode");
         let queue = self.layout.ring.as_ref().expect("async layout").queue;
-        let mut touched = vec![false; self.params.num_workers];
         for e in envs {
             let w = ring.worker_of[e] as usize;
-            let shard = protocol::shard(w, self.params.num_envs, self.params.num_workers);
+            let shard = &ring.shards[w];
             let head = ring.queue_heads[w];
             let slot = shard.start + head as usize % shard.len();
             self.region.write_pod(queue.offset + slot * 4, &(e as u32 | kind));
             ring.queue_heads[w] = head.wrapping_add(1);
             ring.pending[e] = true;
             ring.in_flight += 1;
-            touched[w] = true;
+            ring.touched[w] = true;
         }
         let control = Control { region: &self.region, num_workers: self.params.num_workers };
-        for (w, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
+        for w in 0..self.params.num_workers {
+            if !std::mem::take(&mut ring.touched[w]) {
+                continue;
+            }
             let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
             self.region.atomic_u32(head_word).store(ring.queue_heads[w], Ordering::Release);
             control.worker_semaphore(w).post();
