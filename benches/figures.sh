@@ -19,3 +19,7 @@ run "CartPole-v1, 1024 envs, 2 workers" --env CartPole-v1 --num-envs 1024 --work
 run "CartPole-v1, 32 envs, 2 workers" --env CartPole-v1 --num-envs 32 --workers 2
 run "Burn-v0 step_us 50, 8 envs, 2 workers" --env Burn-v0 --config '{"step_us":50}' --num-envs 8 --workers 2
 run "Burn-v0 trivial, 8 envs, 8 workers" --env Burn-v0 --num-envs 8 --workers 8
+run "CartPole-v1, 64 envs, 2 workers, sync" --env CartPole-v1 --num-envs 64 --workers 2
+run "CartPole-v1, 64 envs, 2 workers, async batch 32" --env CartPole-v1 --num-envs 64 --workers 2 --batch-size 32
+run "Burn-v0 50+-45 us, 16 envs, 2 workers, sync" --env Burn-v0 --config '{"step_us":50,"step_us_jitter":45}' --num-envs 16 --workers 2
+run "Burn-v0 50+-45 us, 16 envs, 2 workers, async batch 8" --env Burn-v0 --config '{"step_us":50,"step_us_jitter":45}' --num-envs 16 --workers 2 --batch-size 8

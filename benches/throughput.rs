@@ -200,6 +200,68 @@ fn bench_pipe(
     }
 }
 
+/// Async mode: each iteration sends actions to the envs of the last batch and receives the
+/// next `batch_size` results.
+fn bench_async(
+    env: &str,
+    config: &serde_json::Value,
+    num_envs: usize,
+    workers: usize,
+    batch: usize,
+) -> impl FnMut(u64) -> Duration {
+    let mut pool = Pool::builder(env)
+        .config(config.clone())
+        .num_envs(num_envs)
+        .num_workers(workers)
+        .batch_size(batch)
+        .seed(0)
+        .worker_program(worker_program())
+        .build()
+        .expect("pool builds (run `cargo build --release` first)");
+    let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    let tape = tape(num_envs);
+    let mut k = 0;
+    let mut actions = Vec::with_capacity(batch);
+    move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            actions.clear();
+            actions.extend(ids.iter().map(|&e| tape[k % 16][e]));
+            pool.send(&actions, &ids).unwrap();
+            let b = pool.recv().unwrap();
+            ids.clear();
+            ids.extend(b.env_ids().iter().map(|&e| e as usize));
+            k += 1;
+        }
+        start.elapsed()
+    }
+}
+
+/// Sync against async at the same number of envs, per env step.
+fn compare_async(
+    c: &mut Criterion,
+    group: &str,
+    env: &str,
+    config: serde_json::Value,
+    num_envs: usize,
+    workers: usize,
+    batch: usize,
+) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(num_envs as u64));
+    let mut f = bench_pool(env, &config, num_envs, workers);
+    g.bench_function(BenchmarkId::new("sync", format!("{num_envs}envs_{workers}w")), |b| {
+        b.iter_custom(&mut f)
+    });
+    drop(f);
+    g.throughput(Throughput::Elements(batch as u64));
+    let mut f = bench_async(env, &config, num_envs, workers, batch);
+    g.bench_function(BenchmarkId::new("async", format!("{num_envs}envs_{workers}w_batch{batch}")), |b| {
+        b.iter_custom(&mut f)
+    });
+    g.finish();
+}
+
 /// One group: shmenv and both baselines on the same env, side by side.
 fn compare(
     c: &mut Criterion,
@@ -241,5 +303,15 @@ fn main() {
     }
     compare(&mut c, "burn50us", "Burn-v0", json!({"step_us": 50}), 8, 2, true);
     compare(&mut c, "latency_oversubscribed", "Burn-v0", json!({}), 8, 8, false);
+    compare_async(&mut c, "async_cartpole", "CartPole-v1", json!({}), 64, 2, 32);
+    compare_async(
+        &mut c,
+        "async_burn_jitter",
+        "Burn-v0",
+        json!({"step_us": 50, "step_us_jitter": 45}),
+        16,
+        2,
+        8,
+    );
     c.final_summary();
 }

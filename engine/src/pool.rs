@@ -288,7 +288,9 @@ impl Pool {
                 })
                 .collect(),
             queue_heads: vec![0; params.num_workers],
-            shards: (0..params.num_workers).map(|w| protocol::shard(w, params.num_envs, params.num_workers)).collect(),
+            shards: (0..params.num_workers)
+                .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
+                .collect(),
             touched: vec![false; params.num_workers],
         });
         let ended =

@@ -360,7 +360,8 @@ impl Worker {
         }
         // Relaxed: the claim publishes nothing; each block's gate (Acquire) orders this
         // worker's writes after the trainer's reads of the block's previous batch.
-        let first = self.region.atomic_u64(ring.claim_counter).fetch_add(done.len() as u64, Ordering::Relaxed);
+        let first =
+            self.region.atomic_u64(ring.claim_counter).fetch_add(done.len() as u64, Ordering::Relaxed);
         let b = ring.batch_size as u64;
         let n = done.len() as u64;
         let mut items = done.drain(..);
