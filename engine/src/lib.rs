@@ -5,21 +5,35 @@
 //! Modules follow the data path: [`spec`] (what envs look like) -> [`protocol`] (where
 //! everything lives in the region) -> [`region`] (the memfd mapping; the only module that
 //! touches raw shared memory) -> [`sync`] (semaphores and waiting) -> [`launch`] (worker
-//! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results).
+//! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results);
+//! [`ring`] holds the async ring's claim/commit/release protocol.
 
+// Under `--cfg loom` only the protocol code is built, with loom's atomics, for the model
+// check in `tests/loom_ring.rs`; everything touching real memory and processes is left out.
+#[cfg(not(loom))]
 pub mod action;
+#[cfg(not(loom))]
 pub mod batch;
+#[cfg(not(loom))]
 pub mod error;
+#[cfg(not(loom))]
 pub mod launch;
+#[cfg(not(loom))]
 pub mod pool;
 pub mod protocol;
+#[cfg(not(loom))]
 pub mod region;
+pub mod ring;
 pub mod spec;
 pub mod sync;
 
+#[cfg(not(loom))]
 pub use batch::{ArrayView, Batch, Episode, Flags};
+#[cfg(not(loom))]
 pub use error::{ActionError, BuildError, StepError, ViewError};
+#[cfg(not(loom))]
 pub use launch::{CpuAffinity, WorkerExit};
+#[cfg(not(loom))]
 pub use pool::{Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};

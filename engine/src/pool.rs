@@ -9,8 +9,9 @@ use crate::protocol::{
     WorkerStatus,
 };
 use crate::region::Region;
+use crate::ring::{RegionRing, RingWords};
 use crate::spec::{Element, EnvSpec};
-use crate::sync::{Gate, Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -158,7 +159,6 @@ pub struct Pool {
 #[derive(Debug)]
 struct RingState {
     batch_size: usize,
-    depth: usize,
     /// Number of the next batch `recv` returns.
     next_batch: u64,
     /// The batch lent out by the last `recv`, released by the next call.
@@ -275,7 +275,6 @@ impl Pool {
         let Startup { supervisor, region, params, program, waiter } = startup;
         let ring = layout.ring.as_ref().map(|r| RingState {
             batch_size: r.batch_size,
-            depth: r.depth,
             next_batch: 0,
             held: None,
             in_flight: 0,
@@ -558,13 +557,13 @@ impl Pool {
                 batch_size: ring.batch_size,
             });
         }
-        let (q, b, depth) = (ring.next_batch, ring.batch_size, ring.depth);
-        let j = (q % depth as u64) as usize;
-        let word = self.layout.ring.as_ref().expect("async layout").committed[j];
-        let sem = Semaphore::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
+        let (q, b) = (ring.next_batch, ring.batch_size);
+        let words =
+            RegionRing { region: &self.region, layout: self.layout.ring.as_ref().expect("async layout") };
+        let j = words.block_of(q);
         let (sup, control) =
             (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
-        let outcome = sem.acquire(b as u32, &mut self.waiter, None, || {
+        let outcome = words.receive(q, &mut self.waiter, || {
             sup.exited_worker().map(Err).or_else(|| control.failed_worker().map(Ok))
         });
         match outcome {
@@ -612,13 +611,9 @@ impl Pool {
 
     /// Gives the block of the last batch back to the workers.
     fn release_held(&mut self) {
-        if let Some(ring) = self.ring.as_mut() {
+        if let (Some(ring), Some(layout)) = (self.ring.as_mut(), self.layout.ring.as_ref()) {
             if let Some(q) = ring.held.take() {
-                let j = (q % ring.depth as u64) as usize;
-                let word = self.layout.ring.as_ref().expect("async layout").ready_for[j];
-                let gate = Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
-                // Release: the trainer's reads of the block happen before workers rewrite it.
-                gate.open_to((q + ring.depth as u64) as u32);
+                RegionRing { region: &self.region, layout }.release(q);
             }
         }
     }
@@ -798,9 +793,7 @@ impl Startup {
         header.layout_hash = layout.hash;
         self.region.write_pod(0, &header);
         if let Some(ring) = &layout.ring {
-            for (j, &word) in ring.ready_for.iter().enumerate() {
-                Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4)).open_to(j as u32);
-            }
+            RegionRing { region: &self.region, layout: ring }.open_all();
         }
         // Release: publishes the header and the grown region before workers read them.
         self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);

@@ -9,8 +9,17 @@
 //! sleeps on the futex after about a millisecond, always with a timeout so that liveness
 //! checks run.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+/// The atomics every primitive here is built on: `std`'s, or `loom`'s when the crate is
+/// built with `--cfg loom` to model-check the protocol (see `tests/loom_ring.rs`).
+pub mod atomic {
+    #[cfg(loom)]
+    pub use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    #[cfg(not(loom))]
+    pub use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+}
+use atomic::{AtomicU32, Ordering};
 
 /// Byte layout of a semaphore in shared memory: `count` then `want` (two `u32` words).
 ///
@@ -260,6 +269,27 @@ impl Waiter {
 
     /// The wait loop shared by every primitive: spin, then yield, then sleep in slices,
     /// until `ready()`; `check` runs between phases and every few hundred microseconds.
+    #[cfg(loom)]
+    fn wait<E>(
+        &mut self,
+        _deadline: Option<Instant>,
+        mut check: impl FnMut() -> Option<E>,
+        mut ready: impl FnMut() -> bool,
+        _sleep: impl FnMut(Duration),
+    ) -> Result<(), WaitOutcome<E>> {
+        // Under loom time does not exist: poll and let the model schedule someone else.
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if let Some(e) = check() {
+                return Err(WaitOutcome::Aborted(e));
+            }
+            loom::thread::yield_now();
+        }
+    }
+
+    #[cfg(not(loom))]
     fn wait<E>(
         &mut self,
         deadline: Option<Instant>,
@@ -336,6 +366,7 @@ impl Waiter {
         }
     }
 
+    #[cfg_attr(loom, allow(dead_code))]
     fn record(&mut self, waited: Duration) {
         let ns = waited.as_nanos().min(u64::MAX as u128) as u64;
         self.avg_wait_ns = self.avg_wait_ns - self.avg_wait_ns / 8 + ns / 8;
@@ -356,6 +387,15 @@ impl Waiter {
 }
 
 /// `FUTEX_WAIT` on a shared (not process-private) word, with a timeout.
+#[cfg(loom)]
+fn futex_wait(_word: &AtomicU32, _expected: u32, _timeout: Duration) {
+    loom::thread::yield_now();
+}
+
+#[cfg(loom)]
+fn futex_wake(_word: &AtomicU32) {}
+
+#[cfg(not(loom))]
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
@@ -376,6 +416,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 }
 
 /// `FUTEX_WAKE` of every waiter on a shared word.
+#[cfg(not(loom))]
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access memory.
     unsafe {
@@ -383,7 +424,7 @@ fn futex_wake(word: &AtomicU32) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;

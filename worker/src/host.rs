@@ -20,7 +20,8 @@ use shmenv_engine::protocol::{
     RingLayout, WorkerReport, WorkerStatus,
 };
 use shmenv_engine::region::Region;
-use shmenv_engine::sync::{Gate, Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use shmenv_engine::ring::{RegionRing, RingWords};
+use shmenv_engine::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -358,50 +359,36 @@ impl Worker {
         if done.is_empty() {
             return Ok(());
         }
-        // Relaxed: the claim publishes nothing; each block's gate (Acquire) orders this
-        // worker's writes after the trainer's reads of the block's previous batch.
-        let first =
-            self.region.atomic_u64(ring.claim_counter).fetch_add(done.len() as u64, Ordering::Relaxed);
-        let b = ring.batch_size as u64;
-        let n = done.len() as u64;
+        let region = &self.region;
+        let words = RegionRing { region, layout: ring };
+        let first = words.claim(done.len());
         let mut items = done.drain(..);
-        let mut g = first;
-        // One run of consecutive rows per batch the claim spans (usually one).
-        while g < first + n {
-            let (q, r0) = (g / b, (g % b) as usize);
-            let run = ((q + 1) * b).min(first + n) - g;
-            let j = (q % ring.depth as u64) as usize;
-            // Wait until the trainer has released this block's previous batch. Runs are
-            // committed in order, so a batch is never held back by this worker's rows of a
-            // later one.
-            let word = ring.ready_for[j];
-            let gate = Gate::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4));
+        let mut panicked = None;
+        'runs: for run in words.runs(first, items.len()) {
             let parent = self.parent;
             // SAFETY: getppid has no preconditions.
             let check = || (unsafe { libc::getppid() } != parent).then_some(());
-            if gate.wait_for(q as u32, &mut self.waiter, check).is_err() {
+            if words.wait_writable(run, &mut self.waiter, check).is_err() {
                 return Err(Stop::ParentGone);
             }
-            // SAFETY: rows `r0..r0 + run` of block `j` for batch `q` were claimed by this worker
-            // alone (the counter hands out each `g` once) and the gate says the trainer
-            // released the block's previous batch; nobody reads them until they are committed.
-            let mut rows = unsafe { block_rows(&self.region, &layout.blocks[j], r0..r0 + run as usize) };
-            for (r, (local, advanced)) in items.by_ref().take(run as usize).enumerate() {
-                if let Err((env_id, message)) = shard.emit(local, advanced, &mut rows, r) {
-                    return Err(self.panicked_async(ring, env_id, message));
+            let rows = run.first_row..run.first_row + run.rows;
+            // SAFETY: these rows of the run's block were claimed by this worker alone (the
+            // counter hands out each row once) and the gate says the trainer released the
+            // block's previous batch; nobody reads them until they are committed.
+            let mut view = unsafe { block_rows(region, &layout.blocks[run.block], rows) };
+            for (r, (local, advanced)) in items.by_ref().take(run.rows).enumerate() {
+                if let Err(p) = shard.emit(local, advanced, &mut view, r) {
+                    panicked = Some(p);
+                    break 'runs;
                 }
             }
-            self.commit(ring, q, run as u32);
-            g += run;
+            words.commit(run);
         }
-        Ok(())
-    }
-
-    /// Commits `rows` rows of batch `q`: one post of that many (Release: publishes the rows
-    /// before the trainer's Acquire of `batch_size` posts).
-    fn commit(&self, ring: &RingLayout, q: u64, rows: u32) {
-        let word = ring.committed[(q % ring.depth as u64) as usize];
-        Semaphore::new(self.region.atomic_u32(word), self.region.atomic_u32(word + 4)).post_n(rows);
+        drop(items);
+        match panicked {
+            Some((env_id, message)) => Err(self.panicked_async(ring, env_id, message)),
+            None => Ok(()),
+        }
     }
 
     fn fail_async(&mut self, ring: &RingLayout, message: String) -> Stop {
