@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 /// built with `--cfg loom` to model-check the protocol (see `tests/loom_ring.rs`).
 pub mod atomic {
     #[cfg(loom)]
-    pub use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
     #[cfg(not(loom))]
-    pub use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 }
-use atomic::{AtomicU32, Ordering};
+use atomic::{fence, AtomicU32, Ordering};
 
 /// Byte layout of a semaphore in shared memory: `count` then `want` (two `u32` words).
 ///
@@ -61,11 +61,14 @@ impl<'a> Semaphore<'a> {
     /// Adds `n` posts at once (see [`Semaphore::post`]).
     #[inline]
     pub fn post_n(&self, n: u32) {
-        // SeqCst on `count` and `want` (here and in `sleep`) forms a Dekker pair: either the
-        // sleeper sees this increment before it sleeps, or this load sees its `want`.
-        // The increment is also the Release that publishes everything written before it.
-        let now = self.count.fetch_add(n, Ordering::SeqCst).wrapping_add(n);
-        let want = self.want.load(Ordering::SeqCst);
+        // The Release increment publishes everything written before it. Then a SeqCst
+        // fence, paired with the one in `sleep`, makes this a Dekker handshake: either the
+        // sleeper's load sees the new count, or this load sees the sleeper's `want` and wakes
+        // it. (Fences, not SeqCst accesses: the C++ model guarantees the store-load order only
+        // through fences, and loom checks exactly that.)
+        let now = self.count.fetch_add(n, Ordering::Release).wrapping_add(n);
+        fence(Ordering::SeqCst);
+        let want = self.want.load(Ordering::Relaxed);
         if want != 0 && now >= want {
             futex_wake(self.count);
         }
@@ -81,7 +84,7 @@ impl<'a> Semaphore<'a> {
     pub fn try_acquire(&self, n: u32) -> bool {
         let mut c = self.count.load(Ordering::Acquire);
         while c >= n {
-            match self.count.compare_exchange_weak(c, c - n, Ordering::AcqRel, Ordering::Acquire) {
+            match self.count.compare_exchange(c, c - n, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return true,
                 Err(actual) => c = actual,
             }
@@ -96,8 +99,9 @@ impl<'a> Semaphore<'a> {
 
     /// Sleeps on the futex until the count may have reached `n`, a wake-up, or `timeout`.
     fn sleep(&self, n: u32, timeout: Duration) {
-        self.want.store(n, Ordering::SeqCst);
-        let c = self.count.load(Ordering::SeqCst);
+        self.want.store(n, Ordering::Relaxed);
+        fence(Ordering::SeqCst); // Pairs with the fence in `post_n`.
+        let c = self.count.load(Ordering::Relaxed);
         if c < n {
             futex_wait(self.count, c, timeout);
         }
@@ -134,11 +138,13 @@ impl<'a> Gate<'a> {
         Gate { value, sleepers }
     }
 
-    /// Sets the value and wakes every sleeper. The SeqCst store is the Release that
-    /// publishes what was written before, and forms a Dekker pair with `sleep` below.
+    /// Sets the value and wakes every sleeper. The Release store publishes what was
+    /// written before; the SeqCst fence pairs with the one in `sleep` (a Dekker handshake,
+    /// as in [`Semaphore::post_n`]).
     pub fn open_to(&self, v: u32) {
-        self.value.store(v, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) != 0 {
+        self.value.store(v, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) != 0 {
             futex_wake(self.value);
         }
     }
@@ -155,12 +161,13 @@ impl<'a> Gate<'a> {
     }
 
     fn sleep(&self, v: u32, timeout: Duration) {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let now = self.value.load(Ordering::SeqCst);
+        self.sleepers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst); // Pairs with the fence in `open_to`.
+        let now = self.value.load(Ordering::Relaxed);
         if now != v {
             futex_wait(self.value, now, timeout);
         }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Waits until the value is `v`, by `waiter`'s policy (see [`Semaphore::acquire`]).
@@ -174,6 +181,7 @@ impl<'a> Gate<'a> {
     }
 }
 
+#[cfg_attr(loom, allow(dead_code))]
 const CHECK_INTERVAL: Duration = Duration::from_micros(200);
 
 /// How a process waits for another (see [`WaitPolicy`] for the phases).
@@ -275,9 +283,10 @@ impl Waiter {
         _deadline: Option<Instant>,
         mut check: impl FnMut() -> Option<E>,
         mut ready: impl FnMut() -> bool,
-        _sleep: impl FnMut(Duration),
+        mut sleep: impl FnMut(Duration),
     ) -> Result<(), WaitOutcome<E>> {
-        // Under loom time does not exist: poll and let the model schedule someone else.
+        // Under loom, time does not exist: go straight to the sleeping phase, which is the
+        // part whose ordering matters (the want/sleepers handshake with the waker).
         loop {
             if ready() {
                 return Ok(());
@@ -285,7 +294,7 @@ impl Waiter {
             if let Some(e) = check() {
                 return Err(WaitOutcome::Aborted(e));
             }
-            loom::thread::yield_now();
+            sleep(self.policy.block_slice);
         }
     }
 
@@ -375,6 +384,7 @@ impl Waiter {
     /// Spin and yield budgets for the next wait. An adaptive waiter whose recent waits
     /// were long goes to sleep after a short yield instead: burning the core (or a share
     /// of it) only slows whoever it waits for.
+    #[cfg_attr(loom, allow(dead_code))]
     fn budgets(&self) -> (Duration, Duration) {
         let p = self.policy;
         match p.sleep_early_after {
@@ -386,15 +396,29 @@ impl Waiter {
     }
 }
 
-/// `FUTEX_WAIT` on a shared (not process-private) word, with a timeout.
+// Under loom a futex is a condition variable: the value check and the wait happen under
+// one lock, as the kernel checks and sleeps atomically, so a wake cannot be lost between them.
 #[cfg(loom)]
-fn futex_wait(_word: &AtomicU32, _expected: u32, _timeout: Duration) {
-    loom::thread::yield_now();
+loom::lazy_static! {
+    static ref FUTEX: (loom::sync::Mutex<()>, loom::sync::Condvar) =
+        (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
 }
 
 #[cfg(loom)]
-fn futex_wake(_word: &AtomicU32) {}
+fn futex_wait(word: &AtomicU32, expected: u32, _timeout: Duration) {
+    let guard = FUTEX.0.lock().unwrap();
+    if word.load(Ordering::Relaxed) == expected {
+        drop(FUTEX.1.wait(guard).unwrap());
+    }
+}
 
+#[cfg(loom)]
+fn futex_wake(_word: &AtomicU32) {
+    let _guard = FUTEX.0.lock().unwrap();
+    FUTEX.1.notify_all();
+}
+
+/// `FUTEX_WAIT` on a shared (not process-private) word, with a timeout.
 #[cfg(not(loom))]
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
