@@ -73,6 +73,7 @@ pub struct ObsOut<'a, 'b> {
 
 impl<'a, 'b> ObsOut<'a, 'b> {
     /// The rows of env `row` in `arrays` (each array `[rows, row_bytes[k]]`).
+    #[inline]
     pub fn new(arrays: &'a mut [&'b mut [u8]], row_bytes: &'a [usize], row: usize) -> Self {
         ObsOut { arrays, row_bytes, row }
     }
@@ -82,6 +83,7 @@ impl<'a, 'b> ObsOut<'a, 'b> {
     /// # Panics
     /// If `k` is out of range or `T` is not the array's dtype: a bug in the env, which the
     /// host catches and reports as `EnvPanicked`.
+    #[inline]
     pub fn array<T: Element>(&mut self, k: usize) -> &mut [T] {
         let rb = self.row_bytes[k];
         let bytes = &mut self.arrays[k][self.row * rb..(self.row + 1) * rb];
@@ -119,6 +121,7 @@ impl<'a> ActionIn<'a> {
     ///
     /// # Panics
     /// If `T` is not the action space's dtype (a bug in the env).
+    #[inline]
     pub fn as_slice<T: Element>(&self) -> &'a [T] {
         assert_eq!(
             T::DTYPE,
@@ -131,6 +134,7 @@ impl<'a> ActionIn<'a> {
     }
 
     /// The value of a `Discrete` action.
+    #[inline]
     pub fn discrete(&self) -> i64 {
         self.as_slice::<i64>()[0]
     }

@@ -105,48 +105,65 @@ impl EnvShard {
         base_seed: Option<u64>,
         rows: &mut ShardRows<'_>,
     ) -> Result<(), (usize, String)> {
-        for i in 0..self.envs.len() {
-            let seed = base_seed.map(|b| b.wrapping_add((self.range.start + i) as u64));
-            let advanced = self.advance(i, Work::Reset { seed })?;
-            self.emit(i, advanced, rows, i)?;
-        }
-        Ok(())
+        let start = self.range.start;
+        self.guarded_loop(|shard, i| {
+            let seed = base_seed.map(|b| b.wrapping_add((start + i) as u64));
+            let advanced = shard.advance_in(i, Work::Reset { seed });
+            shard.emit_in(i, advanced, rows, i);
+        })
     }
 
     /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`),
     /// writing each env's results into its row.
     pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
-        for i in 0..self.envs.len() {
-            let advanced = self.advance(i, Work::Step(&actions[i * ab..(i + 1) * ab]))?;
-            self.emit(i, advanced, rows, i)?;
-        }
-        Ok(())
+        self.guarded_loop(|shard, i| {
+            let advanced = shard.advance_in(i, Work::Step(&actions[i * ab..(i + 1) * ab]));
+            shard.emit_in(i, advanced, rows, i);
+        })
+    }
+
+    /// Runs `f` for every env of the shard under one panic guard (one per batch rather than
+    /// per env keeps the per-step path inlinable); a panic names the env it happened in.
+    fn guarded_loop(&mut self, mut f: impl FnMut(&mut Self, usize)) -> Result<(), (usize, String)> {
+        let mut current = 0;
+        let n = self.envs.len();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for i in 0..n {
+                current = i;
+                f(self, i);
+            }
+        }));
+        result.map_err(|p| (self.range.start + current, panic_message(p)))
     }
 
     /// Advances env `i` (index within the shard): a reset, a step, or, when the env's
     /// episode ended on the previous step under `AutoReset::NextStep`, the reset that
     /// replaces this step (its action is ignored). Writes nothing; see [`EnvShard::emit`].
     pub fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
-        let env_id = self.range.start + i;
+        guard(self.range.start + i, || self.advance_in(i, work))
+    }
+
+    #[inline(always)]
+    fn advance_in(&mut self, i: usize, work: Work<'_>) -> Advanced {
         let env = &mut self.envs[i];
         match work {
             Work::Step(action) if !self.needs_reset[i] => {
-                let t = guard(env_id, || env.step(ActionIn::new(action, &self.spec.action)))?;
+                let t = env.step(ActionIn::new(action, &self.spec.action));
                 self.running_return[i] += t.reward as f64;
                 self.running_length[i] += 1;
                 let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
-                Ok(Advanced::Stepped { transition: t, truncated })
+                Advanced::Stepped { transition: t, truncated }
             }
             Work::Step(_) => {
-                guard(env_id, || env.reset(None))?;
+                env.reset(None);
                 self.begin_episode(i);
-                Ok(Advanced::Began)
+                Advanced::Began
             }
             Work::Reset { seed } => {
-                guard(env_id, || env.reset(seed))?;
+                env.reset(seed);
                 self.begin_episode(i);
-                Ok(Advanced::Began)
+                Advanced::Began
             }
         }
     }
@@ -162,17 +179,22 @@ impl EnvShard {
         rows: &mut ShardRows<'_>,
         r: usize,
     ) -> Result<(), (usize, String)> {
+        guard(self.range.start + i, || self.emit_in(i, advanced, rows, r))
+    }
+
+    #[inline(always)]
+    fn emit_in(&mut self, i: usize, advanced: Advanced, rows: &mut ShardRows<'_>, r: usize) {
         rows.env_ids[r] = (self.range.start + i) as u32;
         let (transition, truncated) = match advanced {
             Advanced::Began => {
-                self.observe(i, &mut rows.obs, r)?;
+                self.observe(i, &mut rows.obs, r);
                 rows.rewards[r] = 0.0;
                 rows.terminated[r] = 0;
                 rows.truncated[r] = 0;
                 rows.episode_return[r] = 0.0;
                 rows.episode_length[r] = 0;
                 rows.elapsed_steps[r] = 0;
-                return Ok(());
+                return;
             }
             Advanced::Stepped { transition, truncated } => (transition, truncated),
         };
@@ -185,25 +207,23 @@ impl EnvShard {
         rows.elapsed_steps[r] = self.running_length[i];
         match (done, self.autoreset) {
             (true, AutoReset::SameStep) => {
-                self.observe(i, &mut rows.final_obs, r)?;
-                let env_id = self.range.start + i;
-                let env = &mut self.envs[i];
-                guard(env_id, || env.reset(None))?;
+                self.observe(i, &mut rows.final_obs, r);
+                self.envs[i].reset(None);
                 self.begin_episode(i);
                 rows.elapsed_steps[r] = 0;
-                self.observe(i, &mut rows.obs, r)
+                self.observe(i, &mut rows.obs, r);
             }
             (true, AutoReset::NextStep) => {
                 self.needs_reset[i] = true;
-                self.observe(i, &mut rows.obs, r)
+                self.observe(i, &mut rows.obs, r);
             }
             _ => self.observe(i, &mut rows.obs, r),
         }
     }
 
-    fn observe(&self, i: usize, arrays: &mut [&mut [u8]], r: usize) -> Result<(), (usize, String)> {
-        let env = &self.envs[i];
-        guard(self.range.start + i, || env.observe(&mut ObsOut::new(arrays, &self.obs_row_bytes, r)))
+    #[inline]
+    fn observe(&self, i: usize, arrays: &mut [&mut [u8]], r: usize) {
+        self.envs[i].observe(&mut ObsOut::new(arrays, &self.obs_row_bytes, r));
     }
 
     fn begin_episode(&mut self, i: usize) {
@@ -241,14 +261,14 @@ pub enum Advanced {
 
 /// Runs env code, turning a panic into `(env_id, message)`.
 fn guard<T>(env_id: usize, f: impl FnOnce() -> T) -> Result<T, (usize, String)> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".into());
-        (env_id, msg)
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| (env_id, panic_message(p)))
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 /// Why a shard could not be built.
