@@ -242,3 +242,23 @@ fn batches_are_contiguous_views_of_the_ring() {
     assert_eq!(batch.rewards().len(), 3);
     assert_eq!(batch.env_ids().len(), 3);
 }
+
+#[test]
+fn closing_while_workers_wait_for_a_full_ring_exits_them_cleanly() {
+    let _w = Watchdog::new("close with full ring", Duration::from_secs(60));
+    let mut pool = builder("CartPole-v1")
+        .num_envs(8)
+        .num_workers(2)
+        .batch_size(1)
+        .ring_depth(2)
+        .seed(0)
+        .build()
+        .unwrap();
+    let first: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    pool.send(&[0i64], &first).unwrap();
+    // Eight results are on their way into a ring of two one-row blocks, and nothing is
+    // received: the workers end up waiting for the trainer to release a block.
+    std::thread::sleep(Duration::from_millis(50));
+    let exits = pool.close();
+    assert_eq!(exits, vec![Some(shmenv::WorkerExit::Code(0)); 2], "workers were killed instead of exiting");
+}

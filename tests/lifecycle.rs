@@ -97,6 +97,7 @@ fn many_pools_leave_nothing_behind() {
         let mut pool = builder("CartPole-v1").num_envs(4).num_workers(2).seed(i).build().unwrap();
         pool.reset().unwrap();
         pool.step(&[1i64; 4]).unwrap();
+        assert_eq!(pool.close(), vec![Some(WorkerExit::Code(0)); 2], "workers must exit cleanly on close");
     }
 }
 

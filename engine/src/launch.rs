@@ -157,6 +157,11 @@ impl Supervisor {
         exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
     }
 
+    /// How each worker ended (`None`: still running).
+    pub fn exits(&self) -> Vec<Option<WorkerExit>> {
+        self.shared.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Asks the supervisor to finish: workers that have not exited within
     /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
     pub fn shutdown(&mut self) {
@@ -270,19 +275,29 @@ fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
             break;
         }
         if stop_at.is_some_and(|t| Instant::now() >= t) {
-            kill_and_reap(&mut children);
+            let ended = kill_and_reap(&mut children);
+            let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
+            for (w, e) in ended.into_iter().enumerate() {
+                if alive[w] {
+                    exits[w] = e;
+                }
+            }
             break;
         }
     }
 }
 
-fn kill_and_reap(children: &mut [Child]) {
-    for c in children.iter_mut() {
-        if let Ok(None) = c.try_wait() {
-            let _ = c.kill();
-        }
-        let _ = c.wait();
-    }
+/// Kills the children still running and reaps all; returns how each ended.
+fn kill_and_reap(children: &mut [Child]) -> Vec<Option<WorkerExit>> {
+    children
+        .iter_mut()
+        .map(|c| {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            c.wait().ok().map(WorkerExit::from_status)
+        })
+        .collect()
 }
 
 /// Which cores the worker processes run on. The trainer is never pinned.

@@ -731,15 +731,28 @@ impl Pool {
     }
 
     /// Closes the pool: asks workers to exit, waits up to a second, kills stragglers and
-    /// reaps them. Dropping the pool does the same.
-    pub fn close(self) {}
+    /// reaps them (dropping the pool does the same). Returns how each worker ended:
+    /// `WorkerExit::Code(0)` for a clean exit.
+    pub fn close(mut self) -> Vec<Option<WorkerExit>> {
+        self.shutdown();
+        self.supervisor.exits()
+    }
+
+    fn shutdown(&mut self) {
+        // Release: a worker that sees Close (in its command loop or while waiting for a
+        // block) exits without touching the region again.
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Release);
+        self.control().post_all();
+        if let Some(layout) = &self.layout.ring {
+            RegionRing { region: &self.region, layout }.wake_all();
+        }
+        self.supervisor.shutdown();
+    }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Relaxed);
-        self.control().post_all();
-        self.supervisor.shutdown();
+        self.shutdown();
     }
 }
 

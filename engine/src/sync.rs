@@ -149,6 +149,11 @@ impl<'a> Gate<'a> {
         }
     }
 
+    /// Wakes every sleeper without changing the value (they re-run their liveness check).
+    pub fn wake(&self) {
+        futex_wake(self.value);
+    }
+
     /// Whether the value is `v` (Acquire: pairs with `open_to`).
     #[inline]
     pub fn is(&self, v: u32) -> bool {

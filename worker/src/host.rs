@@ -152,8 +152,7 @@ impl Worker {
         let parent = self.parent;
         let base = protocol::worker_control(self.index) + worker_block::SEMAPHORE;
         let sem = Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4));
-        // SAFETY: getppid has no preconditions.
-        let check = || (unsafe { libc::getppid() } != parent).then_some(Stop::ParentGone);
+        let check = || (!parent_alive(parent)).then_some(Stop::ParentGone);
         match sem.acquire(1, &mut self.waiter, None, check) {
             Ok(()) => Ok(()),
             Err(WaitOutcome::Aborted(stop)) => Err(stop),
@@ -366,10 +365,22 @@ impl Worker {
         let mut panicked = None;
         'runs: for run in words.runs(first, items.len()) {
             let parent = self.parent;
-            // SAFETY: getppid has no preconditions.
-            let check = || (unsafe { libc::getppid() } != parent).then_some(());
-            if words.wait_writable(run, &mut self.waiter, check).is_err() {
-                return Err(Stop::ParentGone);
+            let command = region.atomic_u32(protocol::COMMAND_WORD);
+            // Stop waiting if the trainer died or is closing the pool (it will never
+            // release the block).
+            let check = || {
+                if !parent_alive(parent) {
+                    Some(Stop::ParentGone)
+                } else {
+                    (Command::from_word(command.load(Ordering::Acquire)) == Some(Command::Close))
+                        .then_some(Stop::Close)
+                }
+            };
+            if let Err(e) = words.wait_writable(run, &mut self.waiter, check) {
+                return Err(match e {
+                    WaitOutcome::Aborted(stop) => stop,
+                    WaitOutcome::TimedOut => Stop::ParentGone,
+                });
             }
             let rows = run.first_row..run.first_row + run.rows;
             // SAFETY: these rows of the run's block were claimed by this worker alone (the
@@ -410,6 +421,13 @@ impl Worker {
             Semaphore::new(self.region.atomic_u32(w), self.region.atomic_u32(w + 4)).interrupt();
         }
     }
+}
+
+/// Whether the trainer that started this worker is still its parent (if it died, the
+/// worker was re-parented; `PR_SET_PDEATHSIG` normally kills it first).
+fn parent_alive(parent: i32) -> bool {
+    // SAFETY: getppid has no preconditions and cannot fail.
+    unsafe { libc::getppid() == parent }
 }
 
 /// Validates the header, the worker index and the params of a freshly mapped region.
