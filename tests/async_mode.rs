@@ -262,3 +262,36 @@ fn closing_while_workers_wait_for_a_full_ring_exits_them_cleanly() {
     let exits = pool.close();
     assert_eq!(exits, vec![Some(shmenv::WorkerExit::Code(0)); 2], "workers were killed instead of exiting");
 }
+
+#[test]
+fn a_panicking_env_in_async_mode_is_reported_with_its_id() {
+    let _w = Watchdog::new("async env panic", Duration::from_secs(60));
+    let config = json!({"fault": "panic", "fault_step": 2, "fault_seed": 13});
+    let mut pool =
+        builder("Burn-v0").config(config).num_envs(4).num_workers(2).batch_size(2).seed(10).build().unwrap();
+    let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    // Keep stepping until the failure surfaces (the other worker keeps filling batches
+    // meanwhile; the watchdog bounds the wait).
+    let mut outcome = Ok(());
+    for _ in 0..10_000_000 {
+        if let Err(e) = pool.send(&vec![0i64; ids.len()], &ids) {
+            outcome = Err(e);
+            break;
+        }
+        match pool.recv() {
+            Ok(b) => ids = b.env_ids().iter().map(|&e| e as usize).collect(),
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    match outcome {
+        Err(StepError::EnvPanicked { env_id, message }) => {
+            assert_eq!(env_id, 3);
+            assert!(message.contains("fault injected at step 2"), "{message}");
+        }
+        other => panic!("expected EnvPanicked for env 3, got {other:?}"),
+    }
+    assert!(matches!(pool.recv(), Err(StepError::Closed { .. })));
+}

@@ -572,6 +572,14 @@ impl Pool {
             Err(WaitOutcome::Aborted(Ok(worker))) => return Err(self.fail(self.worker_error(worker))),
             Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
         }
+        // A batch can be complete while another worker has failed or died (the healthy
+        // workers fill it): its envs would silently never come back, so report it now.
+        if let Some((worker, exit)) = self.supervisor.exited_worker() {
+            return Err(self.fail(self.died(worker, exit)));
+        }
+        if let Some(worker) = self.control().failed_worker() {
+            return Err(self.fail(self.worker_error(worker)));
+        }
         // The rows' env ids were written by workers: check them before trusting them.
         let ids_slot = self.layout.blocks[j].env_ids;
         // SAFETY: all `b` rows of block `j` were committed (Acquire above), and workers do
