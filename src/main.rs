@@ -304,8 +304,13 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         }
         println!("{out}");
     } else {
+        let mode = if batch_size < args.num_envs {
+            format!("async, batches of {batch_size}")
+        } else {
+            "sync".into()
+        };
         println!(
-            "{} x {} on {workers} workers (wait {}), {:.1} s",
+            "{} x {} on {workers} workers ({mode}, wait {}), {:.1} s",
             args.env,
             args.num_envs,
             wait.name(),
