@@ -891,8 +891,7 @@ struct Control<'a> {
 
 impl Control<'_> {
     fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
-        let base = protocol::worker_control(w) + worker_block::SEMAPHORE;
-        Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4))
+        self.region.semaphore(protocol::worker_control(w) + worker_block::SEMAPHORE)
     }
 
     /// Posts every worker's semaphore (a Release publishing everything written before).
@@ -974,7 +973,7 @@ impl<'a> BatchData<'a> {
 }
 
 fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
-    Semaphore::new(r.atomic_u32(protocol::TRAINER_SEMAPHORE), r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4))
+    r.semaphore(protocol::TRAINER_SEMAPHORE)
 }
 
 fn default_seed() -> u64 {

@@ -142,6 +142,16 @@ impl Region {
         unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
     }
 
+    /// The semaphore whose two words (count, want) start at `offset`.
+    pub fn semaphore(&self, offset: usize) -> crate::sync::Semaphore<'_> {
+        crate::sync::Semaphore::new(self.atomic_u32(offset), self.atomic_u32(offset + 4))
+    }
+
+    /// The gate whose two words (value, sleepers) start at `offset`.
+    pub fn gate(&self, offset: usize) -> crate::sync::Gate<'_> {
+        crate::sync::Gate::new(self.atomic_u32(offset), self.atomic_u32(offset + 4))
+    }
+
     /// Copies `len` bytes out of the region.
     pub fn read_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
         let ptr = self.check(offset, len, 1);

@@ -49,6 +49,13 @@ pub trait RingWords {
         }
     }
 
+    /// Worker, after failing: wakes a trainer sleeping on any block, so it sees the failure.
+    fn interrupt_all(&self) {
+        for j in 0..self.depth() as usize {
+            self.committed(j).interrupt();
+        }
+    }
+
     /// Trainer, when closing: wakes workers waiting for a block, so that they notice the
     /// close instead of waiting for a batch that will never be received.
     fn wake_all(&self) {
@@ -134,12 +141,10 @@ impl RingWords for RegionRing<'_> {
         self.region.atomic_u64(self.layout.claim_counter)
     }
     fn committed(&self, j: usize) -> Semaphore<'_> {
-        let w = self.layout.committed[j];
-        Semaphore::new(self.region.atomic_u32(w), self.region.atomic_u32(w + 4))
+        self.region.semaphore(self.layout.committed[j])
     }
     fn ready_for(&self, j: usize) -> Gate<'_> {
-        let w = self.layout.ready_for[j];
-        Gate::new(self.region.atomic_u32(w), self.region.atomic_u32(w + 4))
+        self.region.gate(self.layout.ready_for[j])
     }
     fn batch_size(&self) -> u64 {
         self.layout.batch_size as u64

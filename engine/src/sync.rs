@@ -160,11 +160,6 @@ impl<'a> Gate<'a> {
         self.value.load(Ordering::Acquire) == v
     }
 
-    /// Current value.
-    pub fn value(&self) -> u32 {
-        self.value.load(Ordering::Acquire)
-    }
-
     fn sleep(&self, v: u32, timeout: Duration) {
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst); // Pairs with the fence in `open_to`.

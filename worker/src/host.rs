@@ -21,7 +21,7 @@ use shmenv_engine::protocol::{
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::ring::{RegionRing, RingWords};
-use shmenv_engine::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use shmenv_engine::sync::{WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -111,12 +111,7 @@ impl Worker {
     }
 
     fn post_trainer(&self) {
-        let r = &self.region;
-        Semaphore::new(
-            r.atomic_u32(protocol::TRAINER_SEMAPHORE),
-            r.atomic_u32(protocol::TRAINER_SEMAPHORE + 4),
-        )
-        .post();
+        self.region.semaphore(protocol::TRAINER_SEMAPHORE).post();
     }
 
     fn set_status(&self, status: WorkerStatus) {
@@ -150,8 +145,7 @@ impl Worker {
     /// Waits for the next post on this worker's semaphore.
     fn next_command(&mut self) -> Result<(), Stop> {
         let parent = self.parent;
-        let base = protocol::worker_control(self.index) + worker_block::SEMAPHORE;
-        let sem = Semaphore::new(self.region.atomic_u32(base), self.region.atomic_u32(base + 4));
+        let sem = self.region.semaphore(protocol::worker_control(self.index) + worker_block::SEMAPHORE);
         let check = || (!parent_alive(parent)).then_some(Stop::ParentGone);
         match sem.acquire(1, &mut self.waiter, None, check) {
             Ok(()) => Ok(()),
@@ -417,9 +411,7 @@ impl Worker {
 
     /// Wakes a trainer sleeping on any block, so it sees this worker's failure at once.
     fn wake_ring(&self, ring: &RingLayout) {
-        for &w in &ring.committed {
-            Semaphore::new(self.region.atomic_u32(w), self.region.atomic_u32(w + 4)).interrupt();
-        }
+        RegionRing { region: &self.region, layout: ring }.interrupt_all();
     }
 }
 
