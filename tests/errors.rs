@@ -137,7 +137,12 @@ fn a_worker_refuses_a_region_with_a_wrong_header() {
     let out = worker_on_bad_region(|h| h.version += 1);
     assert_eq!(out.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("region layout version 2, this worker speaks 1"), "{stderr}");
+    let expected = format!(
+        "region layout version {}, this worker speaks {}",
+        shmenv::engine::protocol::LAYOUT_VERSION + 1,
+        shmenv::engine::protocol::LAYOUT_VERSION
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
     let out = worker_on_bad_region(|h| h.magic = 0);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a shmenv region"));

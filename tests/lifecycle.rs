@@ -79,6 +79,35 @@ fn sigkill_in_async_mode() {
     assert!(matches!(result, Err(StepError::WorkerDied { worker: 1, .. })), "{result:?}");
 }
 
+/// An interrupt check (what Ctrl-C sets in a Python trainer) ends a long wait with
+/// `Interrupted`, closes the pool and stops its workers, in sync and async mode.
+fn interrupt_check_ends_a_wait() {
+    for batch_size in [4, 2] {
+        let mut pool = builder("Burn-v0")
+            .config(json!({"step_us": 200_000}))
+            .num_envs(4)
+            .num_workers(2)
+            .batch_size(batch_size)
+            .build()
+            .unwrap();
+        let pids = pool.worker_pids().to_vec();
+        pool.reset().unwrap();
+        let start = Instant::now();
+        pool.set_interrupt_check(move || start.elapsed() > Duration::from_millis(50));
+        let err = if batch_size == 4 {
+            pool.step(&[0i64; 4]).unwrap_err()
+        } else {
+            pool.recv().unwrap(); // the other half of the reset
+            pool.send(&[0i64; 4], &[0, 1, 2, 3]).unwrap();
+            pool.recv().unwrap_err()
+        };
+        assert!(matches!(err, StepError::Interrupted), "{err:?}");
+        // The workers were stopped with the pool (killed, at the latest, after the grace).
+        assert!(pids.iter().all(|&p| !alive(p)), "workers left behind: {pids:?}");
+        assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+    }
+}
+
 fn worker_exit_and_abort_are_reported() {
     for (fault, expected) in [("exit", WorkerExit::Code(17)), ("abort", WorkerExit::Signal(libc::SIGABRT))] {
         let config = json!({"fault": fault, "fault_step": 2, "fault_seed": 1});
@@ -165,6 +194,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     sigkill_mid_step();
     sigkill_in_async_mode();
     worker_exit_and_abort_are_reported();
+    interrupt_check_ends_a_wait();
     many_pools_leave_nothing_behind();
     workers_die_with_their_trainer();
 

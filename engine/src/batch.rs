@@ -159,6 +159,19 @@ impl<'a> Batch<'a> {
         self.view.obs(name, true)
     }
 
+    /// Observation array `k` (in the order of `spec().observations`) as raw bytes: rows of
+    /// the space's dtype, row-major, in native byte order. For bindings that wrap the memory
+    /// in arrays of their own (numpy); `None` if there is no array `k`.
+    pub fn obs_bytes(&self, k: usize) -> Option<&'a [u8]> {
+        self.view.obs_bytes(k, false)
+    }
+
+    /// [`Batch::final_obs`] as raw bytes, like [`Batch::obs_bytes`]; `None` unless the pool
+    /// runs `AutoReset::SameStep`.
+    pub fn final_obs_bytes(&self, k: usize) -> Option<&'a [u8]> {
+        self.view.obs_bytes(k, true)
+    }
+
     /// Rewards.
     pub fn rewards(&self) -> &'a [f32] {
         self.view.rewards

@@ -187,6 +187,10 @@ pub enum StepError {
         /// The panic message.
         message: String,
     },
+    /// The wait for workers was given up because the pool's interrupt check said so
+    /// (Ctrl-C in a Python trainer); the pool is closed and its workers stopped.
+    #[error("interrupted while waiting for the workers; the pool is closed, build a new one")]
+    Interrupted,
     /// A worker reported an error it could not recover from.
     #[error("worker {worker} (envs {}..{}) failed: {message}", env_ids.start, env_ids.end)]
     WorkerFailed {

@@ -8,6 +8,7 @@
 //! ended, and on shutdown gives workers a bounded grace period before killing and reaping
 //! them, so dropping a pool never hangs and never leaves a zombie.
 
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -73,6 +74,44 @@ struct Shared {
     exits: Mutex<Vec<Option<WorkerExit>>>,
 }
 
+/// How to start a worker process: a program, the arguments that go before the worker's
+/// own (`--shmenv-worker <index> <fd> <parent pid>`), and environment variables to set.
+///
+/// ```
+/// use shmenv_engine::launch::WorkerCommand;
+/// // A Python worker: `python3 -m shmenv.worker --shmenv-worker ...`.
+/// let cmd = WorkerCommand::new("python3").arg("-m").arg("shmenv.worker").env("PYTHONPATH", "/src");
+/// assert_eq!(cmd.args.len(), 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCommand {
+    /// The program to exec.
+    pub program: PathBuf,
+    /// Arguments before the worker's own.
+    pub args: Vec<OsString>,
+    /// Environment variables set for the worker (on top of the trainer's environment).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl WorkerCommand {
+    /// Runs `program` with no extra arguments or environment.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        WorkerCommand { program: program.into(), args: Vec::new(), env: Vec::new() }
+    }
+
+    /// Appends an argument that goes before the worker's own.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Sets an environment variable for the worker.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}
+
 /// The supervisor of one pool's workers.
 #[derive(Debug)]
 pub struct Supervisor {
@@ -85,7 +124,11 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
     /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
-    pub fn start(program: &Path, region_fd: RawFd, cpus: Vec<Option<usize>>) -> io::Result<Supervisor> {
+    pub fn start(
+        command: &WorkerCommand,
+        region_fd: RawFd,
+        cpus: Vec<Option<usize>>,
+    ) -> io::Result<Supervisor> {
         let num_workers = cpus.len();
         // SAFETY: eventfd with valid flags; returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -100,12 +143,12 @@ impl Supervisor {
             exits: Mutex::new(vec![None; num_workers]),
         });
         let (tx, rx) = mpsc::channel();
-        let program = program.to_path_buf();
+        let command = command.clone();
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new().name("shmenv-supervisor".into()).spawn(move || {
             let mut children = Vec::with_capacity(num_workers);
             for (w, &cpu) in cpus.iter().enumerate() {
-                match spawn_worker(&program, region_fd, w, cpu) {
+                match spawn_worker(&command, region_fd, w, cpu) {
                     Ok(child) => children.push(child),
                     Err(e) => {
                         kill_and_reap(&mut children);
@@ -180,7 +223,12 @@ impl Drop for Supervisor {
     }
 }
 
-fn spawn_worker(program: &Path, region_fd: RawFd, index: usize, cpu: Option<usize>) -> io::Result<Child> {
+fn spawn_worker(
+    command: &WorkerCommand,
+    region_fd: RawFd,
+    index: usize,
+    cpu: Option<usize>,
+) -> io::Result<Child> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     let cpu_set = cpu.map(|c| {
@@ -194,8 +242,10 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize, cpu: Option<usiz
             set
         }
     });
-    let mut cmd = Command::new(program);
-    cmd.arg(WORKER_FLAG)
+    let mut cmd = Command::new(&command.program);
+    cmd.args(&command.args)
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
+        .arg(WORKER_FLAG)
         .arg(index.to_string())
         .arg(region_fd.to_string())
         .arg(parent.to_string())
@@ -227,7 +277,7 @@ fn spawn_worker(program: &Path, region_fd: RawFd, index: usize, cpu: Option<usiz
         });
     }
     cmd.spawn().map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", program.display()))
+        io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", command.program.display()))
     })
 }
 

@@ -32,9 +32,9 @@ pub use batch::{ArrayView, Batch, Episode, Flags};
 #[cfg(not(loom))]
 pub use error::{ActionError, BuildError, StepError, ViewError};
 #[cfg(not(loom))]
-pub use launch::{CpuAffinity, WorkerExit};
+pub use launch::{CpuAffinity, WorkerCommand, WorkerExit};
 #[cfg(not(loom))]
-pub use pool::{Pool, PoolBuilder};
+pub use pool::{MappingLease, Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};
 pub use sync::WaitStrategy;

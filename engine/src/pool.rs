@@ -3,7 +3,7 @@
 use crate::action;
 use crate::batch::Batch;
 use crate::error::{BuildError, StepError, ViewError};
-use crate::launch::{self, CpuAffinity, Supervisor, WorkerExit};
+use crate::launch::{self, CpuAffinity, Supervisor, WorkerCommand, WorkerExit};
 use crate::protocol::{
     self, worker_block, AutoReset, Command, Header, Layout, PoolParams, RegionState, WorkerReport,
     WorkerStatus,
@@ -15,6 +15,7 @@ use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
@@ -27,7 +28,7 @@ pub struct PoolBuilder {
     seed: Option<u64>,
     autoreset: AutoReset,
     max_episode_steps: Option<u32>,
-    worker_program: Option<PathBuf>,
+    worker_command: Option<WorkerCommand>,
     wait: WaitStrategy,
     affinity: CpuAffinity,
     startup_timeout: Duration,
@@ -78,7 +79,15 @@ impl PoolBuilder {
     /// The worker program to exec (default: `shmenv-worker`, see
     /// [`launch::find_default_worker_program`]). Build your own to host your own envs.
     pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
-        self.worker_program = Some(path.into());
+        self.worker_command = Some(WorkerCommand::new(path));
+        self
+    }
+
+    /// The full command that starts a worker: a program with arguments and environment
+    /// of its own (for example a Python interpreter running `-m shmenv.worker`). Replaces
+    /// [`PoolBuilder::worker_program`].
+    pub fn worker_command(mut self, command: WorkerCommand) -> Self {
+        self.worker_command = Some(command);
         self
     }
 
@@ -139,7 +148,8 @@ impl PoolBuilder {
 pub struct Pool {
     // Field order matters for drop: the supervisor (workers) goes before the region.
     supervisor: Supervisor,
-    region: Region,
+    /// Shared with every [`MappingLease`], so views handed out keep the mapping alive.
+    region: Arc<Region>,
     layout: Layout,
     spec: EnvSpec,
     params: PoolParams,
@@ -151,8 +161,40 @@ pub struct Pool {
     closed: Option<String>,
     /// Envs whose episode ended (only tracked with `AutoReset::Disabled`).
     ended: Vec<bool>,
+    /// Sync mode: the result block the next command writes.
+    next_sync_block: usize,
+    /// Asked while waiting whether to give up (Ctrl-C in a Python trainer).
+    interrupt: Option<InterruptCheck>,
     /// Async mode only.
     ring: Option<RingState>,
+}
+
+/// Why a wait for workers was given up.
+enum Abort {
+    Died(usize, WorkerExit),
+    Failed(usize),
+    Interrupted,
+}
+
+/// The check installed by [`Pool::set_interrupt_check`].
+struct InterruptCheck(Box<dyn FnMut() -> bool + Send>);
+
+impl std::fmt::Debug for InterruptCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InterruptCheck")
+    }
+}
+
+/// A handle that keeps a pool's region mapped (see [`Pool::mapping_lease`]). Holding it
+/// costs the mapping and its fd, nothing else; the workers are gone once the pool is.
+#[derive(Clone, Debug)]
+pub struct MappingLease(Arc<Region>);
+
+impl MappingLease {
+    /// The mapped addresses, `start..end`.
+    pub fn address_range(&self) -> Range<usize> {
+        self.0.base_addr()..self.0.base_addr() + self.0.len()
+    }
 }
 
 /// The trainer's side of the async ring.
@@ -188,7 +230,7 @@ impl Pool {
             seed: None,
             autoreset: AutoReset::NextStep,
             max_episode_steps: None,
-            worker_program: None,
+            worker_command: None,
             wait: WaitStrategy::Auto,
             affinity: CpuAffinity::Auto,
             batch_size: None,
@@ -226,11 +268,13 @@ impl Pool {
         if !b.config.is_object() {
             return invalid(format!("config must be a JSON object, got {}", b.config));
         }
-        let program = match b.worker_program {
-            Some(p) => p,
+        let command = match b.worker_command {
+            Some(c) => c,
             None => launch::find_default_worker_program()
+                .map(WorkerCommand::new)
                 .map_err(|searched| BuildError::WorkerProgramNotFound { searched })?,
         };
+        let program = command.program.clone();
         let params = PoolParams {
             env_id: b.env_id,
             config: b.config,
@@ -256,7 +300,7 @@ impl Pool {
         region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor = Supervisor::start(&program, region.fd(), b.affinity.assign(num_workers))
+        let supervisor = Supervisor::start(&command, region.fd(), b.affinity.assign(num_workers))
             .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
         let mut startup = Startup {
             supervisor,
@@ -296,7 +340,7 @@ impl Pool {
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
         Ok(Pool {
             supervisor,
-            region,
+            region: Arc::new(region),
             layout,
             spec,
             params,
@@ -307,6 +351,8 @@ impl Pool {
             has_reset: false,
             closed: None,
             ended,
+            next_sync_block: 0,
+            interrupt: None,
             ring,
         })
     }
@@ -563,13 +609,19 @@ impl Pool {
         let j = words.block_of(q);
         let (sup, control) =
             (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
+        let interrupt = &mut self.interrupt;
         let outcome = words.receive(q, &mut self.waiter, || {
-            sup.exited_worker().map(Err).or_else(|| control.failed_worker().map(Ok))
+            if let Some((worker, exit)) = sup.exited_worker() {
+                return Some(Abort::Died(worker, exit));
+            }
+            if let Some(worker) = control.failed_worker() {
+                return Some(Abort::Failed(worker));
+            }
+            interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
         });
         match outcome {
             Ok(()) => {}
-            Err(WaitOutcome::Aborted(Err((worker, exit)))) => return Err(self.fail(self.died(worker, exit))),
-            Err(WaitOutcome::Aborted(Ok(worker))) => return Err(self.fail(self.worker_error(worker))),
+            Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
             Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
         }
         // A batch can be complete while another worker has failed or died (the healthy
@@ -612,6 +664,20 @@ impl Pool {
         Ok(Batch { view: self.batch_view(j, 0..b) })
     }
 
+    /// Installs a check that waits for workers call every few milliseconds while they
+    /// sleep; when it returns `true` the wait gives up with [`StepError::Interrupted`] and
+    /// the pool closes (its workers are stopped). A Python trainer uses it to honour Ctrl-C
+    /// while the GIL is released.
+    pub fn set_interrupt_check(&mut self, check: impl FnMut() -> bool + Send + 'static) {
+        self.interrupt = Some(InterruptCheck(Box::new(check)));
+    }
+
+    /// Keeps the region mapped for as long as the lease lives, even after the pool is
+    /// closed or dropped: what views that outlive a borrow (numpy arrays) hold on to.
+    pub fn mapping_lease(&self) -> MappingLease {
+        MappingLease(self.region.clone())
+    }
+
     /// Number of envs with an action in flight (async mode; 0 in sync mode).
     pub fn in_flight(&self) -> usize {
         self.ring.as_ref().map_or(0, |r| r.in_flight)
@@ -642,6 +708,20 @@ impl Pool {
         }
     }
 
+    /// The error for a wait that was given up, recorded as the reason the pool is closed.
+    /// An interrupted pool also stops its workers: a command is half done.
+    fn abort(&mut self, abort: Abort) -> StepError {
+        let err = match abort {
+            Abort::Died(worker, exit) => self.died(worker, exit),
+            Abort::Failed(worker) => self.worker_error(worker),
+            Abort::Interrupted => {
+                self.shutdown();
+                StepError::Interrupted
+            }
+        };
+        self.fail(err)
+    }
+
     /// Records `err` as the reason the pool is closed, and returns it.
     fn fail(&mut self, err: StepError) -> StepError {
         self.closed = Some(err.to_string());
@@ -666,18 +746,26 @@ impl Pool {
     /// Sync mode: sends `command` to every worker and waits until all are done.
     fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
         self.check_open()?;
+        let j = self.next_sync_block;
+        self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
         self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
+        self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
         self.control().post_all();
         let w = self.params.num_workers as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
-        if let Err(e) = sem.acquire(w, &mut self.waiter, None, || sup.exited_worker()) {
-            let err = match e {
-                WaitOutcome::Aborted((worker, exit)) => self.died(worker, exit),
-                WaitOutcome::TimedOut => unreachable!("no deadline"),
-            };
-            return Err(self.fail(err));
+        let interrupt = &mut self.interrupt;
+        let outcome = sem.acquire(w, &mut self.waiter, None, || {
+            if let Some((worker, exit)) = sup.exited_worker() {
+                return Some(Abort::Died(worker, exit));
+            }
+            interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
+        });
+        match outcome {
+            Ok(()) => {}
+            Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
+            Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
         }
         // A worker that failed still posted; find it.
         if let Some(worker) = self.control().failed_worker() {
@@ -687,7 +775,7 @@ impl Pool {
         let n = self.params.num_envs;
         if !self.ended.is_empty() {
             if command == Command::Step {
-                let view = self.batch_view(0, 0..n);
+                let view = self.batch_view(j, 0..n);
                 let ended: Vec<bool> =
                     view.terminated.iter().zip(view.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
                 self.ended = ended;
@@ -695,7 +783,7 @@ impl Pool {
                 self.ended.fill(false);
             }
         }
-        Ok(Batch { view: self.batch_view(0, 0..n) })
+        Ok(Batch { view: self.batch_view(j, 0..n) })
     }
 
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
@@ -965,10 +1053,18 @@ impl<'a> BatchData<'a> {
         let rows = slot.rows(self.rows.clone());
         let mut shape = vec![self.rows.len()];
         shape.extend(space.shape());
-        // SAFETY: same argument as in `Pool::batch`: the views borrow the pool, and no
+        // SAFETY: same argument as in `Pool::batch_view`: the views borrow the pool, and no
         // worker writes result rows between its completion post and the next command.
         let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };
         Ok(crate::ArrayView::new(data, shape))
+    }
+
+    /// Observation array `k` (spec order) as bytes; `None` if there is no such array.
+    pub(crate) fn obs_bytes(&self, k: usize, final_obs: bool) -> Option<&'a [u8]> {
+        let slot = if final_obs { self.block.final_obs.get(k)? } else { self.block.obs.get(k)? };
+        let rows = slot.rows(self.rows.clone());
+        // SAFETY: as in `obs`.
+        Some(unsafe { self.region.slice::<u8>(rows.start, rows.len()) })
     }
 }
 

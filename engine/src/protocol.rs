@@ -26,7 +26,7 @@ use std::ops::Range;
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;
@@ -45,6 +45,12 @@ pub const STATE_WORD: usize = POOL_CONTROL;
 pub const COMMAND_WORD: usize = POOL_CONTROL + 4;
 /// Offset of the reset seed (u64, valid with `Command::ResetSeeded`).
 pub const RESET_SEED: usize = POOL_CONTROL + 8;
+/// Offset of the sync block word (u32): which of the [`SYNC_BLOCKS`] result blocks the
+/// current sync command writes (published with the command).
+pub const SYNC_BLOCK: usize = POOL_CONTROL + 16;
+/// Sync mode's result blocks: commands alternate between them, so the views of one batch
+/// stay intact while the next command runs (what Python's zero-copy arrays rely on).
+pub const SYNC_BLOCKS: usize = 2;
 /// Offset of the trainer's semaphore (workers post, the trainer acquires).
 pub const TRAINER_SEMAPHORE: usize = POOL_CONTROL + CACHE_LINE;
 /// Offset of the first worker control block.
@@ -430,8 +436,8 @@ pub struct Layout {
     pub bootstrap_size: usize,
     /// Actions, `[num_envs]` rows, row = env id.
     pub actions: ArraySlot,
-    /// Sync mode: one block of `num_envs` rows, row = env id. Async mode: `depth` blocks of
-    /// `batch_size` rows, in the order envs finished.
+    /// Sync mode: [`SYNC_BLOCKS`] blocks of `num_envs` rows, row = env id, used in turn.
+    /// Async mode: `depth` blocks of `batch_size` rows, in the order envs finished.
     pub blocks: Vec<ResultBlock>,
     /// Async mode only: the ring's control words and the work queues.
     pub ring: Option<RingLayout>,
@@ -453,7 +459,7 @@ impl Layout {
         };
         let actions = array(n, spec.action.value_bytes());
         let is_async = params.batch_size < n;
-        let (rows, count) = if is_async { (params.batch_size, params.ring_depth) } else { (n, 1) };
+        let (rows, count) = if is_async { (params.batch_size, params.ring_depth) } else { (n, SYNC_BLOCKS) };
         let same_step = params.autoreset == AutoReset::SameStep;
         let blocks: Vec<ResultBlock> = (0..count)
             .map(|_| ResultBlock {
@@ -618,7 +624,9 @@ mod tests {
         async_params.batch_size = 3;
         async_params.ring_depth = 4;
         let ring = Layout::compute(&spec, &async_params);
-        for (l, count) in [(&sync, 1 + 2 + 2 + 7), (&ring, 1 + 4 * (2 + 2 + 7) + 1 + 1 + 4 + 4)] {
+        for (l, count) in
+            [(&sync, 1 + SYNC_BLOCKS * (2 + 2 + 7)), (&ring, 1 + 4 * (2 + 2 + 7) + 1 + 1 + 4 + 4)]
+        {
             let mut ranges = l.byte_ranges();
             assert_eq!(ranges.len(), count);
             ranges.sort_by_key(|r| r.start);

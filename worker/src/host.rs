@@ -44,7 +44,13 @@ pub fn is_worker_invocation() -> bool {
 /// is unusable (its header is wrong), 4 after reporting an error to the trainer.
 pub fn run(registry: &Registry) -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let parsed = match args.as_slice() {
+    ExitCode::from(run_with_args(registry, &args))
+}
+
+/// [`run`] for hosts that are not a Rust `main` (such as the Python worker module): `args`
+/// is the whole command line, program name first, as `argv`. Returns the exit code.
+pub fn run_with_args(registry: &Registry, args: &[String]) -> u8 {
+    let parsed = match args {
         [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
             index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())
         }
@@ -56,13 +62,13 @@ pub fn run(registry: &Registry) -> ExitCode {
              (Pool::builder(..).worker_program(..)), not by hand",
             args.first().map_or("shmenv-worker", |s| s.as_str())
         );
-        return ExitCode::from(2);
+        return 2;
     };
     match Worker::attach(index, fd, parent) {
         Ok(worker) => worker.serve(registry),
         Err(e) => {
             eprintln!("shmenv worker {index}: {e}");
-            ExitCode::from(3)
+            3
         }
     }
 }
@@ -136,10 +142,10 @@ impl Worker {
     }
 
     /// Reports an error, then waits for the trainer to close or abandon the pool.
-    fn fail(mut self, report: WorkerReport) -> ExitCode {
+    fn fail(mut self, report: WorkerReport) -> u8 {
         self.report(&report, WorkerStatus::Failed);
         let _ = self.next_command();
-        ExitCode::from(4)
+        4
     }
 
     /// Waits for the next post on this worker's semaphore.
@@ -154,7 +160,7 @@ impl Worker {
         }
     }
 
-    fn serve(mut self, registry: &Registry) -> ExitCode {
+    fn serve(mut self, registry: &Registry) -> u8 {
         let range = protocol::shard(self.index, self.params.num_envs, self.params.num_workers);
         let mut shard = match EnvShard::new(registry, &self.params, range) {
             Ok(s) => s,
@@ -173,11 +179,11 @@ impl Worker {
         };
         self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
-            return ExitCode::SUCCESS;
+            return 0;
         }
         let state = self.region.atomic_u32(protocol::STATE_WORD).load(Ordering::Acquire);
         if RegionState::from_word(state) != Some(RegionState::Ready) {
-            return ExitCode::SUCCESS; // Abandoned: the trainer refused the pool.
+            return 0; // Abandoned: the trainer refused the pool.
         }
         let layout = match self.map_data_part(shard.spec()) {
             Ok(l) => l,
@@ -190,8 +196,8 @@ impl Worker {
             None => self.command_loop(&mut shard, &layout),
         };
         match stop {
-            Stop::Close | Stop::ParentGone => ExitCode::SUCCESS,
-            Stop::Failed => ExitCode::from(4),
+            Stop::Close | Stop::ParentGone => 0,
+            Stop::Failed => 4,
         }
     }
 
@@ -219,6 +225,13 @@ impl Worker {
                 return stop;
             }
             let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
+            // The block index is untrusted: check it against our own layout.
+            let j = self.region.atomic_u32(protocol::SYNC_BLOCK).load(Ordering::Relaxed) as usize;
+            let Some(block) = layout.blocks.get(j) else {
+                let message = format!("sync block {j} out of range ({} blocks)", layout.blocks.len());
+                self.report(&WorkerReport::Failed { message }, WorkerStatus::Failed);
+                return Stop::Failed;
+            };
             let result = match Command::from_word(word) {
                 Some(Command::Close) => return Stop::Close,
                 Some(Command::Step) => {
@@ -229,14 +242,14 @@ impl Worker {
                     let actions = unsafe { self.region.slice::<u8>(actions.start, actions.len()) };
                     // SAFETY: in the same window nobody else reads or writes this shard's
                     // result rows (the trainer waits; shards are disjoint).
-                    let mut rows = unsafe { block_rows(&self.region, &layout.blocks[0], range.clone()) };
+                    let mut rows = unsafe { block_rows(&self.region, block, range.clone()) };
                     shard.step_all(actions, &mut rows)
                 }
                 Some(c @ (Command::Reset | Command::ResetSeeded)) => {
                     let seed = (c == Command::ResetSeeded)
                         .then(|| self.region.read_pod::<u64>(protocol::RESET_SEED));
                     // SAFETY: as above.
-                    let mut rows = unsafe { block_rows(&self.region, &layout.blocks[0], range.clone()) };
+                    let mut rows = unsafe { block_rows(&self.region, block, range.clone()) };
                     shard.reset_all(seed, &mut rows)
                 }
                 None => {
