@@ -177,7 +177,7 @@ enum Abort {
 }
 
 /// The check installed by [`Pool::set_interrupt_check`].
-struct InterruptCheck(Box<dyn FnMut() -> bool + Send>);
+struct InterruptCheck(Box<dyn FnMut() -> bool + Send + Sync>);
 
 impl std::fmt::Debug for InterruptCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -668,7 +668,7 @@ impl Pool {
     /// sleep; when it returns `true` the wait gives up with [`StepError::Interrupted`] and
     /// the pool closes (its workers are stopped). A Python trainer uses it to honour Ctrl-C
     /// while the GIL is released.
-    pub fn set_interrupt_check(&mut self, check: impl FnMut() -> bool + Send + 'static) {
+    pub fn set_interrupt_check(&mut self, check: impl FnMut() -> bool + Send + Sync + 'static) {
         self.interrupt = Some(InterruptCheck(Box::new(check)));
     }
 

@@ -1,0 +1,65 @@
+"""shmenv: vectorized RL environments stepped by worker processes straight into shared
+memory, as a Gymnasium ``VectorEnv`` (``shmenv.make_vec``) and a Stable-Baselines3
+``VecEnv`` (``shmenv.sb3.ShmVecEnv``). Observations come back as numpy views of the
+shared memory: no pickling, no pipes, no copies.
+
+>>> import shmenv
+>>> envs = shmenv.make_vec("CartPole-v1", num_envs=8, num_workers=2, seed=0)
+>>> obs, infos = envs.reset()
+>>> obs.shape
+(8, 4)
+>>> envs.close()
+"""
+
+from __future__ import annotations
+
+from shmenv._shmenv import builtin_env_ids
+from shmenv.errors import (
+    ActionError,
+    BuildError,
+    ClosedError,
+    ConfigError,
+    Error,
+    InvalidArgumentError,
+    StepError,
+    UnknownEnvError,
+    UsageError,
+    WorkerDiedError,
+    WorkerError,
+)
+
+__version__ = "0.1.0"
+
+# The vector env imports gymnasium (a few hundred ms); worker processes, which import this
+# package too, never need it, so it loads on first use.
+_LAZY = {"make_vec": "shmenv.vector", "ShmVectorEnv": "shmenv.vector"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'shmenv' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = [
+    "make_vec",
+    "ShmVectorEnv",
+    "builtin_env_ids",
+    "Error",
+    "BuildError",
+    "UnknownEnvError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "StepError",
+    "ActionError",
+    "WorkerDiedError",
+    "WorkerError",
+    "ClosedError",
+    "UsageError",
+]

@@ -1,0 +1,81 @@
+"""Exceptions raised by shmenv. Messages are the engine's: they say what went wrong and
+what to do. Details are attributes (``env_id``, ``worker``, ``pid``, ``exit`` ...)."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every shmenv error."""
+
+
+class BuildError(Error):
+    """The pool could not be built (workers did not start, or refused the env)."""
+
+
+class UnknownEnvError(BuildError, ValueError):
+    """The env id is not registered; ``registered`` lists the ids that are,
+    ``closest`` the nearest one."""
+
+    env_id: str
+    registered: list
+    closest: "str | None"
+
+
+class ConfigError(BuildError, ValueError):
+    """The env refused its config (unknown or ill-typed key)."""
+
+
+class InvalidArgumentError(BuildError, ValueError):
+    """A pool parameter is out of range (num_envs, num_workers, batch_size ...)."""
+
+
+class StepError(Error):
+    """A call on a running pool failed."""
+
+
+class ActionError(StepError, ValueError):
+    """Actions were refused before any worker saw them (which env, what was expected);
+    the pool is unchanged."""
+
+
+class WorkerDiedError(StepError):
+    """A worker process ended (killed, crashed, exited). ``worker``, ``pid``, ``env_ids``
+    (the envs it hosted) and ``exit`` ("killed by signal 9", "exit code 1") say which and
+    how. The pool is closed."""
+
+    worker: int
+    pid: int
+    env_ids: "list[int] | None"
+    exit: str
+
+
+class WorkerError(StepError):
+    """An env failed inside its worker (a panic or exception); ``env_id`` names it when
+    known, ``worker`` otherwise. The pool is closed."""
+
+    env_id: "int | None"
+    worker: "int | None"
+
+
+class ClosedError(StepError):
+    """The pool was closed (by ``close()`` or by an earlier failure)."""
+
+
+class UsageError(StepError, RuntimeError):
+    """A call that does not fit the pool's state or mode (step before reset, send to an
+    env with an action in flight, step on an async pool ...)."""
+
+
+__all__ = [
+    "Error",
+    "BuildError",
+    "UnknownEnvError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "StepError",
+    "ActionError",
+    "WorkerDiedError",
+    "WorkerError",
+    "ClosedError",
+    "UsageError",
+]

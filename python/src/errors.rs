@@ -1,0 +1,81 @@
+//! Engine errors as the Python exceptions of `shmenv.errors`, with the engine's messages
+//! and the details as attributes.
+
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+use shmenv_engine::{BuildError, StepError};
+
+/// `v` as a Python object (`None` if it cannot be converted, which plain values always can).
+fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
+    v.into_py_any(py).unwrap_or_else(|_| py.None())
+}
+
+/// An instance of `shmenv.errors.<class>` carrying `message`, with `attrs` set on it.
+fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&str, Py<PyAny>)>) -> PyErr {
+    let made = || -> PyResult<PyErr> {
+        let exc = py.import("shmenv.errors")?.getattr(class)?.call1((message,))?;
+        for (k, v) in attrs {
+            exc.setattr(k, v)?;
+        }
+        Ok(PyErr::from_value(exc))
+    };
+    made().unwrap_or_else(|e| e)
+}
+
+/// The Python exception for a pool that could not be built.
+pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
+    let message = err.to_string();
+    match err {
+        BuildError::UnknownEnv { id, registered, closest } => raise(
+            py,
+            "UnknownEnvError",
+            message,
+            vec![("env_id", obj(py, id)), ("registered", obj(py, registered)), ("closest", obj(py, closest))],
+        ),
+        BuildError::BadConfig { .. } => raise(py, "ConfigError", message, vec![]),
+        BuildError::InvalidArgument(_) => raise(py, "InvalidArgumentError", message, vec![]),
+        BuildError::WorkerDied { worker, pid, exit, .. } => raise(
+            py,
+            "WorkerDiedError",
+            message,
+            vec![
+                ("worker", obj(py, worker)),
+                ("pid", obj(py, pid)),
+                ("env_ids", py.None()),
+                ("exit", obj(py, exit.to_string())),
+            ],
+        ),
+        _ => raise(py, "BuildError", message, vec![]),
+    }
+}
+
+/// The Python exception for a failed call on a running pool. `interrupted` is what the
+/// interrupt check caught (usually `KeyboardInterrupt`), raised as it is.
+pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyErr>) -> PyErr {
+    let message = err.to_string();
+    match err {
+        StepError::Interrupted => interrupted.unwrap_or_else(|| {
+            pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted while waiting for the workers")
+        }),
+        StepError::Action(_) => raise(py, "ActionError", message, vec![]),
+        StepError::WorkerDied { worker, pid, env_ids, exit } => raise(
+            py,
+            "WorkerDiedError",
+            message,
+            vec![
+                ("worker", obj(py, worker)),
+                ("pid", obj(py, pid)),
+                ("env_ids", obj(py, env_ids.collect::<Vec<_>>())),
+                ("exit", obj(py, exit.to_string())),
+            ],
+        ),
+        StepError::EnvPanicked { env_id, .. } => {
+            raise(py, "WorkerError", message, vec![("env_id", obj(py, env_id)), ("worker", py.None())])
+        }
+        StepError::WorkerFailed { worker, .. } => {
+            raise(py, "WorkerError", message, vec![("env_id", py.None()), ("worker", obj(py, worker))])
+        }
+        StepError::Closed { .. } => raise(py, "ClosedError", message, vec![]),
+        _ => raise(py, "UsageError", message, vec![]),
+    }
+}

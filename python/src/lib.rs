@@ -1,0 +1,34 @@
+//! `shmenv._shmenv`: the extension module of the `shmenv` Python package. It wraps the
+//! engine's [`Pool`](shmenv_engine::Pool) (`pool`), hands results to Python as read-only
+//! numpy arrays over the shared region (`views`), maps errors to `shmenv.errors`
+//! (`errors`), and runs the worker host inside `python -m shmenv.worker`.
+
+mod errors;
+mod pool;
+mod views;
+
+use pyo3::prelude::*;
+use shmenv_worker::Registry;
+
+/// Runs a worker (the body of `python -m shmenv.worker`): `argv` is the whole command
+/// line as `sys.argv`. Returns the exit code.
+#[pyfunction]
+fn run_worker(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(|| shmenv_worker::host::run_with_args(&Registry::with_builtins(), &argv))
+}
+
+/// The ids of the built-in (Rust) envs.
+#[pyfunction]
+fn builtin_env_ids() -> Vec<String> {
+    Registry::with_builtins().ids()
+}
+
+#[pymodule]
+fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<pool::PyPool>()?;
+    m.add_class::<views::Lease>()?;
+    m.add_function(wrap_pyfunction!(run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
+    m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
+    Ok(())
+}

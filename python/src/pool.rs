@@ -1,0 +1,368 @@
+//! `shmenv._shmenv.Pool`: the engine's [`Pool`] for Python. Results come back as numpy
+//! arrays over the region (see `views`); the Python layer (`shmenv.vector`) turns them
+//! into Gymnasium's and SB3's conventions.
+
+use crate::errors::{build_error, step_error};
+use crate::views::{self, Lease};
+use numpy::{PyArrayDyn, PyArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use shmenv_engine::{
+    AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often, at most, a wait for workers re-takes the GIL to run Python's signal
+/// handlers (Ctrl-C).
+const SIGNAL_CHECK_EVERY: Duration = Duration::from_millis(20);
+
+/// A pool of envs in worker processes; see `shmenv.make_vec` for the Python API.
+#[pyclass(module = "shmenv._shmenv", name = "Pool")]
+pub(crate) struct PyPool {
+    pool: Option<Pool>,
+    lease: Py<Lease>,
+    spec_json: String,
+    /// Per result block (keyed by the address of its env-id column): the tuple of arrays
+    /// over it. Blocks never move, so each is wrapped once and returned on every call
+    /// that lands in it.
+    blocks: Vec<(usize, Py<PyTuple>)>,
+    /// What the interrupt check caught (KeyboardInterrupt), raised by the failing call.
+    interrupted: Arc<Mutex<Option<PyErr>>>,
+}
+
+fn autoreset_from(name: &str) -> PyResult<AutoReset> {
+    match name {
+        "next_step" | "NextStep" => Ok(AutoReset::NextStep),
+        "same_step" | "SameStep" => Ok(AutoReset::SameStep),
+        "disabled" | "Disabled" => Ok(AutoReset::Disabled),
+        other => Err(PyValueError::new_err(format!(
+            "unknown autoreset_mode {other:?}: use \"next_step\", \"same_step\" or \"disabled\""
+        ))),
+    }
+}
+
+#[pymethods]
+impl PyPool {
+    #[new]
+    #[pyo3(signature = (
+        env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
+        autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
+        worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        env_id: &str,
+        num_envs: usize,
+        num_workers: Option<usize>,
+        batch_size: Option<usize>,
+        seed: Option<u64>,
+        config_json: &str,
+        autoreset: &str,
+        max_episode_steps: Option<u32>,
+        worker_program: Option<String>,
+        worker_args: Vec<String>,
+        worker_env: Vec<(String, String)>,
+        wait: &str,
+        ring_depth: usize,
+        pin_workers: bool,
+        startup_timeout: f64,
+    ) -> PyResult<Self> {
+        let config: serde_json::Value = serde_json::from_str(config_json)
+            .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
+        let wait = WaitStrategy::from_name(wait).ok_or_else(|| {
+            PyValueError::new_err(format!("unknown wait strategy {wait:?}: use auto, spin, yield or block"))
+        })?;
+        let mut builder = Pool::builder(env_id)
+            .num_envs(num_envs)
+            .config(config)
+            .autoreset(autoreset_from(autoreset)?)
+            .wait(wait)
+            .ring_depth(ring_depth)
+            .cpu_affinity(if pin_workers { CpuAffinity::Auto } else { CpuAffinity::None })
+            .startup_timeout(Duration::from_secs_f64(startup_timeout.max(0.0)));
+        if let Some(program) = worker_program {
+            let mut command = WorkerCommand::new(program);
+            for a in worker_args {
+                command = command.arg(a);
+            }
+            for (k, v) in worker_env {
+                command = command.env(k, v);
+            }
+            builder = builder.worker_command(command);
+        }
+        if let Some(w) = num_workers {
+            builder = builder.num_workers(w);
+        }
+        if let Some(b) = batch_size {
+            builder = builder.batch_size(b);
+        }
+        if let Some(s) = seed {
+            builder = builder.seed(s);
+        }
+        if let Some(k) = max_episode_steps {
+            builder = builder.max_episode_steps(k);
+        }
+        let mut pool = py.detach(|| builder.build()).map_err(|e| build_error(py, e))?;
+        let interrupted = Arc::new(Mutex::new(None));
+        let slot = interrupted.clone();
+        let mut last = Instant::now();
+        pool.set_interrupt_check(move || {
+            if last.elapsed() < SIGNAL_CHECK_EVERY {
+                return false;
+            }
+            last = Instant::now();
+            Python::attach(|py| match py.check_signals() {
+                Ok(()) => false,
+                Err(e) => {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    true
+                }
+            })
+        });
+        let lease = Py::new(py, Lease::new(pool.mapping_lease()))?;
+        Ok(PyPool {
+            spec_json: pool.spec().to_json().to_string(),
+            pool: Some(pool),
+            lease,
+            blocks: Vec::new(),
+            interrupted,
+        })
+    }
+
+    /// The env spec (observation arrays, action space) as canonical JSON.
+    #[getter]
+    fn spec_json(&self) -> &str {
+        &self.spec_json
+    }
+
+    /// The keep-alive object every returned array has as its numpy `base`.
+    #[getter]
+    fn lease(&self, py: Python<'_>) -> Py<Lease> {
+        self.lease.clone_ref(py)
+    }
+
+    /// Process ids of the workers.
+    #[getter]
+    fn worker_pids(&self) -> PyResult<Vec<u32>> {
+        Ok(self.pool()?.worker_pids().to_vec())
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.pool.is_none()
+    }
+
+    /// Envs with an action in flight (async mode).
+    #[getter]
+    fn in_flight(&self) -> PyResult<usize> {
+        Ok(self.pool()?.in_flight())
+    }
+
+    /// Resets every env (seeding env `i` with `seed + i` when `seed` is given, or on the
+    /// first reset with the pool's seed). Returns `(arrays, any_done)` like `step`; in
+    /// async mode the first batch.
+    #[pyo3(signature = (seed=None))]
+    fn reset(&mut self, py: Python<'_>, seed: Option<u64>) -> PyResult<(Py<PyTuple>, bool)> {
+        let pool = self.pool.as_mut().ok_or_else(closed)?;
+        let result = py.detach(|| match seed {
+            Some(s) => pool.reset_with_seed(s),
+            None => pool.reset(),
+        });
+        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+    }
+
+    /// Sync mode: steps every env. `actions` is a C-contiguous numpy array of the action
+    /// space's dtype holding `num_envs` actions. Returns `(arrays, any_done)`, where
+    /// `arrays` is `(obs_tuple, rewards, terminated, truncated, env_ids, episode_return,
+    /// episode_length, final_obs_tuple_or_None)`, read-only views of the region.
+    fn step(&mut self, py: Python<'_>, actions: &Bound<'_, PyAny>) -> PyResult<(Py<PyTuple>, bool)> {
+        let pool = self.pool.as_mut().ok_or_else(closed)?;
+        let dtype = pool.spec().action.dtype();
+        let result = with_actions(dtype, actions, |a| py.detach(|| a.step(pool)))?;
+        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+    }
+
+    /// Async mode: hands one action per env in `env_ids` (an int64 array) to those envs.
+    fn send(&mut self, actions: &Bound<'_, PyAny>, env_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = actions.py();
+        let pool = self.pool.as_mut().ok_or_else(closed)?;
+        let ids = env_ids.cast::<PyArrayDyn<i64>>().map_err(|_| {
+            PyTypeError::new_err("env_ids must be a numpy int64 array (shmenv's VectorEnv converts for you)")
+        })?;
+        let ids = ids.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let ids: Vec<usize> = ids
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("env_ids must be C-contiguous"))?
+            .iter()
+            .map(|&e| usize::try_from(e).unwrap_or(usize::MAX))
+            .collect();
+        let dtype = pool.spec().action.dtype();
+        with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| step_error(py, e, None))
+    }
+
+    /// Async mode: starts a reset of every env; `recv()` returns the results.
+    fn async_reset(&mut self, py: Python<'_>) -> PyResult<()> {
+        let pool = self.pool.as_mut().ok_or_else(closed)?;
+        pool.async_reset().map_err(|e| step_error(py, e, None))
+    }
+
+    /// Async mode: waits for the next `batch_size` results; returns them like `step`, with
+    /// `env_ids` saying which env each row is.
+    fn recv(&mut self, py: Python<'_>) -> PyResult<(Py<PyTuple>, bool)> {
+        let pool = self.pool.as_mut().ok_or_else(closed)?;
+        let result = py.detach(|| pool.recv());
+        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+    }
+
+    /// Stops the workers and reaps them; returns how each ended ("exit code 0", ...).
+    /// Arrays already returned stay readable. Calling it again does nothing.
+    fn close(&mut self, py: Python<'_>) -> Vec<Option<String>> {
+        match self.pool.take() {
+            Some(pool) => {
+                py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect()
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+fn closed() -> PyErr {
+    Python::attach(|py| step_error(py, StepError::Closed { reason: "close() was called".into() }, None))
+}
+
+impl PyPool {
+    fn pool(&self) -> PyResult<&Pool> {
+        self.pool.as_ref().ok_or_else(closed)
+    }
+
+    /// The cached arrays of `batch`'s block (made the first time the block is seen), and
+    /// whether any episode ended in it.
+    fn wrap(
+        py: Python<'_>,
+        lease: &Py<Lease>,
+        blocks: &mut Vec<(usize, Py<PyTuple>)>,
+        interrupted: &Mutex<Option<PyErr>>,
+        result: Result<Batch<'_>, StepError>,
+    ) -> PyResult<(Py<PyTuple>, bool)> {
+        let batch = result.map_err(|e| {
+            let caught = interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
+            step_error(py, e, caught)
+        })?;
+        let any_done = batch.terminated().any() || batch.truncated().any();
+        let key = batch.env_ids().as_ptr() as usize;
+        if let Some((_, arrays)) = blocks.iter().find(|(k, _)| *k == key) {
+            return Ok((arrays.clone_ref(py), any_done));
+        }
+        let arrays = wrap_block(lease.bind(py), &batch)?.unbind();
+        blocks.push((key, arrays.clone_ref(py)));
+        Ok((arrays, any_done))
+    }
+}
+
+/// Read-only arrays over every column of `batch`.
+fn wrap_block<'py>(lease: &Bound<'py, Lease>, batch: &Batch<'_>) -> PyResult<Bound<'py, PyTuple>> {
+    let py = lease.py();
+    let rows = batch.len();
+    let spec = batch.spec();
+    let column = |bytes: &[u8], descr| views::array(lease, bytes, descr, &[rows]);
+    let obs_arrays = |final_obs: bool| -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let mut out = Vec::with_capacity(spec.observations.len());
+        for (k, o) in spec.observations.iter().enumerate() {
+            let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
+            let Some(bytes) = bytes else { return Ok(None) };
+            let mut shape = vec![rows];
+            shape.extend(o.space.shape());
+            out.push(views::array(lease, bytes, views::descr(py, o.space.dtype()), &shape)?);
+        }
+        Ok(Some(PyTuple::new(py, out)?))
+    };
+    let obs = obs_arrays(false)?.ok_or_else(|| PyValueError::new_err("batch without observations"))?;
+    let final_obs = obs_arrays(true)?;
+    let items: Vec<Bound<'py, PyAny>> = vec![
+        obs.into_any(),
+        column(bytemuck::cast_slice(batch.rewards()), numpy::dtype::<f32>(py))?,
+        column(batch.terminated().as_bytes(), numpy::dtype::<bool>(py))?,
+        column(batch.truncated().as_bytes(), numpy::dtype::<bool>(py))?,
+        column(bytemuck::cast_slice(batch.env_ids()), numpy::dtype::<u32>(py))?,
+        column(bytemuck::cast_slice(batch.episode_returns()), numpy::dtype::<f64>(py))?,
+        column(bytemuck::cast_slice(batch.episode_lengths()), numpy::dtype::<u32>(py))?,
+        match final_obs {
+            Some(t) => t.into_any(),
+            None => py.None().into_bound(py),
+        },
+    ];
+    PyTuple::new(py, items)
+}
+
+/// Actions borrowed from a numpy array, in the action space's dtype.
+enum Actions<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    U8(&'a [u8]),
+    I8(&'a [i8]),
+    I16(&'a [i16]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+}
+
+impl Actions<'_> {
+    fn step<'p>(&self, pool: &'p mut Pool) -> Result<Batch<'p>, StepError> {
+        match *self {
+            Actions::F32(a) => pool.step(a),
+            Actions::F64(a) => pool.step(a),
+            Actions::U8(a) => pool.step(a),
+            Actions::I8(a) => pool.step(a),
+            Actions::I16(a) => pool.step(a),
+            Actions::I32(a) => pool.step(a),
+            Actions::I64(a) => pool.step(a),
+        }
+    }
+
+    fn send(&self, pool: &mut Pool, env_ids: &[usize]) -> Result<(), StepError> {
+        match *self {
+            Actions::F32(a) => pool.send(a, env_ids),
+            Actions::F64(a) => pool.send(a, env_ids),
+            Actions::U8(a) => pool.send(a, env_ids),
+            Actions::I8(a) => pool.send(a, env_ids),
+            Actions::I16(a) => pool.send(a, env_ids),
+            Actions::I32(a) => pool.send(a, env_ids),
+            Actions::I64(a) => pool.send(a, env_ids),
+        }
+    }
+}
+
+/// Runs `f` on the actions in `array`, which must be a C-contiguous numpy array of `dtype`.
+fn with_actions<R>(
+    dtype: DType,
+    array: &Bound<'_, PyAny>,
+    f: impl FnOnce(Actions<'_>) -> R,
+) -> PyResult<R> {
+    fn slice<'py, T: numpy::Element, R>(
+        array: &Bound<'py, PyAny>,
+        dtype: DType,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> PyResult<R> {
+        let typed = array.cast::<PyArrayDyn<T>>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "actions must be a numpy array of dtype {} (shmenv's VectorEnv converts for you)",
+                dtype.name()
+            ))
+        })?;
+        let ro = typed.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let s = ro.as_slice().map_err(|_| PyValueError::new_err("actions must be C-contiguous"))?;
+        Ok(f(s))
+    }
+    match dtype {
+        DType::F32 => slice(array, dtype, |s| f(Actions::F32(s))),
+        DType::F64 => slice(array, dtype, |s| f(Actions::F64(s))),
+        DType::U8 => slice(array, dtype, |s| f(Actions::U8(s))),
+        DType::I8 => slice(array, dtype, |s| f(Actions::I8(s))),
+        DType::I16 => slice(array, dtype, |s| f(Actions::I16(s))),
+        DType::I32 => slice(array, dtype, |s| f(Actions::I32(s))),
+        DType::I64 => slice(array, dtype, |s| f(Actions::I64(s))),
+    }
+}

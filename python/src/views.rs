@@ -1,0 +1,103 @@
+//! numpy arrays over the region: the only place the extension hands shared memory to
+//! Python. Each array is read-only, C-contiguous, and holds a [`Lease`] as its numpy
+//! `base`, so the mapping outlives every array, even after the pool is closed.
+
+use numpy::npyffi::{self, npy_intp, PY_ARRAY_API};
+use numpy::{PyArrayDescr, PyArrayDescrMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use shmenv_engine::{DType, MappingLease};
+
+/// Keeps a pool's region mapped; the `base` of every array this module makes.
+#[pyclass(module = "shmenv._shmenv", frozen)]
+pub(crate) struct Lease {
+    lease: MappingLease,
+}
+
+impl Lease {
+    pub(crate) fn new(lease: MappingLease) -> Self {
+        Lease { lease }
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// The mapped addresses `(start, end)`, for tests that check arrays point into them.
+    fn address_range(&self) -> (usize, usize) {
+        let r = self.lease.address_range();
+        (r.start, r.end)
+    }
+}
+
+/// The numpy dtype of a shmenv dtype.
+pub(crate) fn descr(py: Python<'_>, dtype: DType) -> Bound<'_, PyArrayDescr> {
+    match dtype {
+        DType::F32 => numpy::dtype::<f32>(py),
+        DType::F64 => numpy::dtype::<f64>(py),
+        DType::U8 => numpy::dtype::<u8>(py),
+        DType::I8 => numpy::dtype::<i8>(py),
+        DType::I16 => numpy::dtype::<i16>(py),
+        DType::I32 => numpy::dtype::<i32>(py),
+        DType::I64 => numpy::dtype::<i64>(py),
+    }
+}
+
+/// A read-only array of `descr` elements shaped `shape` over `bytes`, which must lie in
+/// the mapping `lease` keeps alive.
+pub(crate) fn array<'py>(
+    lease: &Bound<'py, Lease>,
+    bytes: &[u8],
+    descr: Bound<'py, PyArrayDescr>,
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = lease.py();
+    let item = descr.itemsize();
+    let count: usize = shape.iter().product();
+    let range = lease.get().lease.address_range();
+    let start = bytes.as_ptr() as usize;
+    if count * item != bytes.len()
+        || !(range.start <= start && start + bytes.len() <= range.end)
+        || start % descr.alignment().max(1) != 0
+    {
+        return Err(PyValueError::new_err(format!(
+            "internal error: {} bytes at {start:#x} cannot be a {shape:?} array of {item}-byte elements \
+             inside the mapping {:#x}..{:#x}",
+            bytes.len(),
+            range.start,
+            range.end
+        )));
+    }
+    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+    let flags = npyffi::NPY_ARRAY_C_CONTIGUOUS | npyffi::NPY_ARRAY_ALIGNED; // no WRITEABLE
+    // SAFETY: `bytes` is `count * item` bytes, aligned for the dtype and inside the
+    // mapping (checked above); the mapping lives until the array's base, a `Lease`, is
+    // dropped, which numpy does only after the array (and every view of it) is gone. The
+    // array is read-only, so Python never writes the region. `NewFromDescr` steals the
+    // descr reference (`into_dtype_ptr` hands one over) and computes C-order strides from
+    // `dims` when `strides` is null; `dims` outlives the call.
+    let ptr = unsafe {
+        PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            bytes.as_ptr() as *mut std::ffi::c_void,
+            flags,
+            std::ptr::null_mut(),
+        )
+    };
+    if ptr.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `ptr` is a new, owned reference to an array (checked non-null).
+    let array = unsafe { Bound::from_owned_ptr(py, ptr) };
+    let base = lease.clone().into_any().into_ptr();
+    // SAFETY: `array` is a fresh ndarray without a base; SetBaseObject steals the `base`
+    // reference (even on failure) and makes numpy keep the lease alive with the array.
+    if unsafe { PY_ARRAY_API.PyArray_SetBaseObject(py, ptr as *mut npyffi::PyArrayObject, base) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(array)
+}
