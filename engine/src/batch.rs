@@ -187,12 +187,12 @@ impl<'a> Batch<'a> {
         Flags::new(self.view.truncated)
     }
 
-    /// Return of the episode that ended at this step (valid where terminated or truncated).
+    /// Return of the episode that ended at this step where terminated or truncated, 0 elsewhere.
     pub fn episode_returns(&self) -> &'a [f64] {
         self.view.episode_return
     }
 
-    /// Length of the episode that ended at this step (valid where terminated or truncated).
+    /// Length of the episode that ended at this step where terminated or truncated, 0 elsewhere.
     pub fn episode_lengths(&self) -> &'a [u32] {
         self.view.episode_length
     }

@@ -38,8 +38,8 @@ def space_from_json(s: dict) -> spaces.Space:
             low = np.clip(np.nan_to_num(low, neginf=info.min), info.min, info.max)
             high = np.clip(np.nan_to_num(high, posinf=info.max), info.min, info.max)
         if low.size == 1:
-            low = low.reshape(())
-            high = high.reshape(())
+            low = np.full(shape, low[0])
+            high = np.full(shape, high[0])
         else:
             low = low.reshape(shape)
             high = high.reshape(shape)

@@ -213,7 +213,7 @@ class ShmVectorEnv(VectorEnv):
         if self.copy:
             obs_t = tuple(np.array(o) for o in obs_t)
             rewards, terminated, truncated = np.array(rewards), np.array(terminated), np.array(truncated)
-            env_ids = np.array(env_ids)
+            env_ids, ep_return, ep_length = np.array(env_ids), np.array(ep_return), np.array(ep_length)
         obs = obs_t[0] if len(obs_t) == 1 else dict(zip(self._obs_names, obs_t))
         infos: dict[str, Any] = {}
         if self.is_async:
@@ -222,10 +222,8 @@ class ShmVectorEnv(VectorEnv):
             done = np.logical_or(terminated, truncated)
             key = self.episode_stats_key
             if key:
-                infos[key] = {
-                    "r": np.where(done, ep_return, 0.0),
-                    "l": np.where(done, ep_length, 0).astype(np.int64),
-                }
+                # Workers write 0 where no episode ended, as RecordEpisodeStatistics does.
+                infos[key] = {"r": ep_return, "l": ep_length}
                 infos["_" + key] = done
             if final_t is not None:
                 final = np.full(len(done), None, dtype=object)

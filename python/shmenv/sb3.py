@@ -1,0 +1,191 @@
+"""``ShmVecEnv``: shmenv as a Stable-Baselines3 ``VecEnv``.
+
+Stable-Baselines3 is imported here, lazily: ``import shmenv`` never needs it. When it is
+not installed, ``ShmVecEnv`` still implements the same protocol on a small stand-in base
+class, so code (and tests) that drive a VecEnv by hand work without torch.
+
+>>> from shmenv.sb3 import ShmVecEnv
+>>> venv = ShmVecEnv("CartPole-v1", num_envs=8, seed=0)
+>>> obs = venv.reset()
+>>> obs.shape
+(8, 4)
+>>> venv.close()
+
+SB3 conventions it follows: auto-reset in the same step (the returned observation of a
+finished env is the first of its next episode), ``infos[i]["terminal_observation"]`` holds
+the last observation of the finished episode, ``infos[i]["TimeLimit.truncated"]`` says
+whether it was cut by the time limit, and ``infos[i]["episode"] = {"r", "l", "t"}`` reports
+it (what ``VecMonitor`` and SB3's episode logging read).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from shmenv.vector import ShmVectorEnv
+
+try:  # pragma: no cover - depends on the environment
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv as _Base
+
+    HAVE_SB3 = True
+except ImportError:
+    HAVE_SB3 = False
+
+    class _Base:  # type: ignore[no-redef]
+        """The parts of SB3's ``VecEnv`` that ShmVecEnv relies on, for use without SB3."""
+
+        def __init__(self, num_envs: int, observation_space, action_space):
+            self.num_envs = num_envs
+            self.observation_space = observation_space
+            self.action_space = action_space
+            self.reset_infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+            self._seeds: list[int | None] = [None for _ in range(num_envs)]
+            self._options: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+            self.render_mode = None
+            self.metadata = {"render_modes": []}
+
+        def step(self, actions):
+            self.step_async(actions)
+            return self.step_wait()
+
+        def _reset_seeds(self) -> None:
+            self._seeds = [None for _ in range(self.num_envs)]
+
+        def _reset_options(self) -> None:
+            self._options = [{} for _ in range(self.num_envs)]
+
+        @property
+        def unwrapped(self):
+            return self
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+            return False
+
+
+__all__ = ["ShmVecEnv", "HAVE_SB3"]
+
+# Attributes a native (Rust) env can answer for get_attr; there are no Python env objects.
+_NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
+
+
+class ShmVecEnv(_Base):
+    """A Stable-Baselines3 ``VecEnv`` over shmenv worker processes. Keywords are those of
+    :func:`shmenv.make_vec` (``num_workers``, ``seed``, ``config``, ``copy``, ...).
+
+    With ``copy=False`` (the default) observations are read-only views of the shared
+    memory, valid until the step after next, which is what SB3's rollout loops need
+    (``_last_obs`` is read one step later). Pass ``copy=True`` to own them."""
+
+    def __init__(self, env_id: str, num_envs: int, **kwargs: Any):
+        kwargs.pop("autoreset_mode", None)
+        self.venv = ShmVectorEnv(env_id, num_envs, autoreset_mode="same_step", **kwargs)
+        if self.venv.is_async:
+            self.venv.close()
+            raise ValueError("ShmVecEnv steps every env at once: do not pass batch_size")
+        self._actions = None
+        self._t0 = np.full(num_envs, time.perf_counter())
+        super().__init__(num_envs, self.venv.single_observation_space, self.venv.single_action_space)
+
+    # --- VecEnv API ------------------------------------------------------------------
+
+    def reset(self):
+        seed = self._seeds[0] if self._seeds and self._seeds[0] is not None else None
+        obs, _ = self.venv.reset(seed=seed)
+        self._reset_seeds()
+        self._reset_options()
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        self._t0[:] = time.perf_counter()
+        return obs
+
+    def step_async(self, actions) -> None:
+        self._actions = actions
+
+    def step_wait(self):
+        if self._actions is None:
+            raise RuntimeError("step_wait() without step_async(actions)")
+        obs, rewards, terminated, truncated, infos = self.venv.step(self._actions)
+        self._actions = None
+        dones = np.logical_or(terminated, truncated)
+        env_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        if infos:
+            now = time.perf_counter()
+            stats = infos[self.venv.episode_stats_key]
+            final = infos.get("final_obs")
+            for i in np.flatnonzero(dones):
+                info = env_infos[i]
+                info["terminal_observation"] = final[i] if final is not None else None
+                info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+                info["episode"] = {
+                    "r": float(stats["r"][i]),
+                    "l": int(stats["l"][i]),
+                    "t": round(now - self._t0[i], 6),
+                }
+                self._t0[i] = now
+        return obs, rewards, dones, env_infos
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """Seeds the next ``reset()``: env ``i`` gets ``seed + i``."""
+        if seed is None:
+            seed = int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32))
+        self._seeds = [seed + i for i in range(self.num_envs)]
+        return self._seeds
+
+    def get_attr(self, attr_name: str, indices=None) -> list[Any]:
+        idx = self._indices(indices)
+        if attr_name not in _NATIVE_ATTRS:
+            raise AttributeError(
+                f"{self.venv.env_id} is a native shmenv env: it has no Python attribute "
+                f"{attr_name!r} (available: {', '.join(_NATIVE_ATTRS)})"
+            )
+        value = {
+            "render_mode": None,
+            "spec": None,
+            "metadata": {"render_modes": []},
+            "observation_space": self.venv.single_observation_space,
+            "action_space": self.venv.single_action_space,
+        }[attr_name]
+        return [value for _ in idx]
+
+    def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+        raise AttributeError(
+            f"{self.venv.env_id} is a native shmenv env: its attributes live in worker processes "
+            f"and cannot be set (tried {attr_name!r}); pass settings through config=..."
+        )
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        raise AttributeError(
+            f"{self.venv.env_id} is a native shmenv env: it has no Python methods "
+            f"(tried {method_name!r})"
+        )
+
+    def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
+        return [False for _ in self._indices(indices)]
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        return [None for _ in range(self.num_envs)]
+
+    def render(self, mode: str | None = None):
+        return None
+
+    # --- internals -------------------------------------------------------------------
+
+    def _indices(self, indices) -> Iterable[int]:
+        if indices is None:
+            return range(self.num_envs)
+        if isinstance(indices, int):
+            return [indices]
+        return indices
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self.venv.worker_pids

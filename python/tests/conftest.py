@@ -1,0 +1,59 @@
+"""Shared helpers: process and fd accounting for the leak checks."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+
+def children(pid: int | None = None) -> set[int]:
+    """Direct children of `pid` (this process by default), zombies included."""
+    pid = pid or os.getpid()
+    out: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.update(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_gone(pids, timeout: float = 5.0) -> list[int]:
+    """Waits until no pid in `pids` is alive; returns those still alive after `timeout`."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves a child process or an fd behind."""
+    before_children, before_fds = children(), open_fds()
+    yield
+    import gc
+
+    gc.collect()
+    extra = children() - before_children
+    assert not [p for p in extra if alive(p)], f"child processes left behind: {extra}"
+    assert not extra, f"zombie children left behind: {extra}"
+    assert open_fds() <= before_fds, f"fds leaked: {before_fds} -> {open_fds()}"

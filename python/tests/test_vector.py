@@ -1,0 +1,211 @@
+"""shmenv.make_vec as a Gymnasium VectorEnv: API, zero-copy contract, autoreset modes,
+async send/recv. Every pool here runs real worker processes (python -m shmenv.worker)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+import shmenv
+
+
+def test_spaces_metadata_and_shapes(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 6, num_workers=2, seed=1) as envs:
+        assert isinstance(envs, VectorEnv)
+        assert envs.num_envs == 6
+        assert envs.single_observation_space == spaces.Box(
+            low=np.array([-4.8, -np.inf, -0.41887903, -np.inf], dtype=np.float32),
+            high=np.array([4.8, np.inf, 0.41887903, np.inf], dtype=np.float32),
+            dtype=np.float32,
+        )
+        assert envs.single_action_space == spaces.Discrete(2)
+        assert envs.observation_space.shape == (6, 4)
+        assert envs.action_space == spaces.MultiDiscrete([2] * 6)
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        obs, infos = envs.reset()
+        assert obs.shape == (6, 4) and obs.dtype == np.float32 and infos == {}
+        assert envs.observation_space.contains(obs)
+        obs, rewards, term, trunc, infos = envs.step(envs.action_space.sample())
+        assert obs.shape == (6, 4)
+        assert rewards.shape == (6,) and rewards.dtype == np.float32
+        assert term.dtype == np.bool_ and trunc.dtype == np.bool_
+        assert len(envs.worker_pids) == 2
+    assert envs.closed
+
+
+def test_box_actions_and_config(no_leaks):
+    with shmenv.make_vec("Pendulum-v1", 4, num_workers=2, seed=0, config={"g": 9.81}) as envs:
+        assert envs.single_action_space == spaces.Box(-2.0, 2.0, (1,), np.float32)
+        envs.reset()
+        # Lists and float64 are converted to the action dtype.
+        obs, rewards, *_ = envs.step([[0.5]] * 4)
+        assert obs.shape == (4, 3) and np.all(rewards <= 0)
+
+
+def test_observations_are_views_of_the_region_and_no_copy_happens(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=3) as envs:
+        start, end = envs.mapping_range
+        obs0, _ = envs.reset()
+        assert not obs0.flags.writeable and not obs0.flags.owndata
+        seen = set()
+        actions = np.zeros(8, dtype=np.int64)
+        for _ in range(10):
+            obs, rewards, term, trunc, _ = envs.step(actions)
+            for a in (obs, rewards, term, trunc):
+                assert start <= a.ctypes.data < end, "array is not in the shared mapping"
+                assert isinstance(a.base, shmenv._shmenv.Lease)
+            seen.add(obs.ctypes.data)
+        # Results alternate between two blocks: the same two buffers, never a new one.
+        assert len(seen) == 2
+
+
+def test_previous_observation_survives_the_next_step(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=5) as envs:
+        obs, _ = envs.reset()
+        actions = np.ones(8, dtype=np.int64)
+        for _ in range(20):
+            snapshot = obs.copy()
+            next_obs, *_ = envs.step(actions)
+            # The DQN pattern: (obs, next_obs) both valid after the step.
+            np.testing.assert_array_equal(obs, snapshot)
+            assert next_obs.ctypes.data != obs.ctypes.data
+            obs = next_obs
+
+
+def test_copy_mode_returns_owned_arrays(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=1, seed=0, copy=True) as envs:
+        start, end = envs.mapping_range
+        obs, _ = envs.reset()
+        obs2, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        for a in (obs, obs2, rewards):
+            assert a.flags.owndata and a.flags.writeable
+            assert not start <= a.ctypes.data < end
+        obs2[:] = 0  # ours to write
+
+
+def test_views_stay_readable_after_close():
+    envs = shmenv.make_vec("CartPole-v1", 4, num_workers=1, seed=0)
+    obs, _ = envs.reset()
+    expected = obs.copy()
+    envs.close()
+    del envs
+    import gc
+
+    gc.collect()
+    # The mapping lives as long as a view does: no use-after-unmap.
+    np.testing.assert_array_equal(obs, expected)
+
+
+def test_same_step_mode_puts_final_observations_in_infos(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0, autoreset_mode="same_step") as envs:
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        obs, _ = envs.reset()
+        ended = 0
+        for _ in range(60):
+            prev = obs.copy()
+            obs, rewards, term, trunc, infos = envs.step(np.ones(4, dtype=np.int64))
+            if term.any() or trunc.any():
+                done = term | trunc
+                np.testing.assert_array_equal(infos["_final_obs"], done)
+                for i in np.flatnonzero(done):
+                    final = infos["final_obs"][i]
+                    assert final.shape == (4,)
+                    # The final observation is a step away from the previous one; the
+                    # returned one is a fresh episode's first observation (|x| < 0.05).
+                    assert abs(final[2]) > 0.2 or abs(final[0]) > 2.4
+                    assert np.all(np.abs(obs[i]) < 0.05)
+                    assert not np.array_equal(final, prev[i])
+                    ended += 1
+                for i in np.flatnonzero(~done):
+                    assert infos["final_obs"][i] is None
+                assert infos["episode_stats"]["l"][done].min() > 0
+        assert ended > 0
+
+
+def test_next_step_mode_resets_on_the_following_step(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0) as envs:
+        envs.reset()
+        for _ in range(100):
+            obs, rewards, term, trunc, infos = envs.step(np.ones(2, dtype=np.int64))
+            if term[0]:
+                assert infos["_episode_stats"][0] and infos["episode_stats"]["r"][0] > 0
+                obs, rewards, term, trunc, _ = envs.step(np.ones(2, dtype=np.int64))
+                # The reset step: reward 0, not done, a fresh observation.
+                assert rewards[0] == 0 and not term[0] and not trunc[0]
+                assert np.all(np.abs(obs[0]) < 0.05)
+                return
+        pytest.fail("no episode ended in 100 steps")
+
+
+def test_disabled_mode_refuses_to_step_an_ended_env(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0, autoreset_mode="disabled") as envs:
+        envs.reset()
+        for _ in range(100):
+            _, _, term, trunc, _ = envs.step(np.ones(2, dtype=np.int64))
+            if term.any() or trunc.any():
+                break
+        with pytest.raises(shmenv.UsageError, match="call reset"):
+            envs.step(np.ones(2, dtype=np.int64))
+        envs.reset()
+        envs.step(np.ones(2, dtype=np.int64))
+        with pytest.raises(NotImplementedError, match="partial resets"):
+            envs.reset(options={"reset_mask": np.array([True, False])})
+
+
+def test_reset_seed_reproduces_and_seeds_each_env_differently(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2) as envs:
+        a, _ = envs.reset(seed=123)
+        a = a.copy()
+        envs.step(np.zeros(4, dtype=np.int64))
+        b, _ = envs.reset(seed=123)
+        np.testing.assert_array_equal(a, b)
+        assert len({tuple(r) for r in a}) == 4
+        c, _ = envs.reset(seed=[123, 124, 125, 126])
+        np.testing.assert_array_equal(a, c)
+        with pytest.raises(shmenv.InvalidArgumentError, match="seed"):
+            envs.reset(seed=[1, 1, 1, 1])
+
+
+def test_async_send_recv_returns_every_env_exactly_once(no_leaks):
+    n, b = 8, 4
+    with shmenv.make_vec("CartPole-v1", n, num_workers=2, batch_size=b, seed=0) as envs:
+        assert envs.is_async and envs.observation_space.shape == (b, 4)
+        obs, infos = envs.reset()
+        got = list(infos["env_id"])
+        obs, rew, term, trunc, infos, ids = envs.recv()
+        got += list(ids)
+        assert sorted(got) == list(range(n))
+        counts = np.zeros(n, dtype=int)
+        ids = np.array(got[-b:])
+        for _ in range(200):
+            envs.send(np.ones(len(ids), dtype=np.int64), ids)
+            obs, rew, term, trunc, infos, ids = envs.recv()
+            assert obs.shape == (b, 4) and len(ids) == b and len(set(ids.tolist())) == b
+            np.testing.assert_array_equal(infos["env_id"], ids)
+            counts[ids] += 1
+        # The envs not resent stay in flight; nobody is lost or duplicated.
+        assert counts.sum() == 200 * b
+        # EnvPool style: step(actions, env_ids) = send + recv.
+        obs, *_ = envs.step(np.ones(b, dtype=np.int64), ids)
+        assert obs.shape == (b, 4)
+
+
+def test_gymnasium_vector_wrappers_run_on_shmenv():
+    from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
+
+    envs = RecordEpisodeStatistics(
+        NormalizeObservation(shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0))
+    )
+    obs, _ = envs.reset(seed=0)
+    episodes = 0
+    for _ in range(200):
+        obs, rewards, term, trunc, infos = envs.step(envs.action_space.sample())
+        assert obs.shape == (4, 4)
+        if "episode" in infos:
+            episodes += int(infos["_episode"].sum())
+            # The wrapper's count agrees with shmenv's own stats.
+            np.testing.assert_array_equal(infos["episode"]["l"], infos["episode_stats"]["l"])
+    assert episodes > 0 and len(envs.return_queue) == min(episodes, 100)
+    envs.close()
