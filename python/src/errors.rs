@@ -11,7 +11,7 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
 }
 
 /// An instance of `shmenv.errors.<class>` carrying `message`, with `attrs` set on it.
-fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&str, Py<PyAny>)>) -> PyErr {
+pub(crate) fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&str, Py<PyAny>)>) -> PyErr {
     let made = || -> PyResult<PyErr> {
         let exc = py.import("shmenv.errors")?.getattr(class)?.call1((message,))?;
         for (k, v) in attrs {

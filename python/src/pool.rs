@@ -24,6 +24,7 @@ pub(crate) struct PyPool {
     pool: Option<Pool>,
     lease: Py<Lease>,
     spec_json: String,
+    worker_pids: Vec<u32>,
     /// Per result block (keyed by the address of its env-id column): the tuple of arrays
     /// over it. Blocks never move, so each is wrapped once and returned on every call
     /// that lands in it.
@@ -125,6 +126,7 @@ impl PyPool {
         let lease = Py::new(py, Lease::new(pool.mapping_lease()))?;
         Ok(PyPool {
             spec_json: pool.spec().to_json().to_string(),
+            worker_pids: pool.worker_pids().to_vec(),
             pool: Some(pool),
             lease,
             blocks: Vec::new(),
@@ -144,10 +146,10 @@ impl PyPool {
         self.lease.clone_ref(py)
     }
 
-    /// Process ids of the workers.
+    /// Process ids of the workers (also after `close()`, to check they are gone).
     #[getter]
-    fn worker_pids(&self) -> PyResult<Vec<u32>> {
-        Ok(self.pool()?.worker_pids().to_vec())
+    fn worker_pids(&self) -> Vec<u32> {
+        self.worker_pids.clone()
     }
 
     /// Whether `close()` was called.
@@ -231,7 +233,9 @@ impl PyPool {
 }
 
 fn closed() -> PyErr {
-    Python::attach(|py| step_error(py, StepError::Closed { reason: "close() was called".into() }, None))
+    Python::attach(|py| {
+        crate::errors::raise(py, "ClosedError", "the pool is closed (close() was called); build a new one".into(), vec![])
+    })
 }
 
 impl PyPool {

@@ -1,0 +1,65 @@
+"""shmenv.sb3.ShmVecEnv: the Stable-Baselines3 VecEnv protocol, checked by hand (no SB3
+needed), and for real with SB3 when it is installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shmenv.sb3 import HAVE_SB3, ShmVecEnv
+
+
+def test_vecenv_protocol(no_leaks):
+    venv = ShmVecEnv("CartPole-v1", 4, num_workers=2, max_episode_steps=5)
+    try:
+        assert venv.num_envs == 4
+        assert venv.observation_space.shape == (4,) and venv.action_space.n == 2
+        assert venv.get_attr("render_mode") == [None] * 4
+        assert venv.get_attr("action_space", indices=[0]) == [venv.action_space]
+        assert venv.env_is_wrapped(object) == [False] * 4
+        with pytest.raises(AttributeError, match="native shmenv env"):
+            venv.get_attr("gravity")
+        with pytest.raises(AttributeError, match="config"):
+            venv.set_attr("gravity", 1.0)
+        with pytest.raises(AttributeError, match="no Python methods"):
+            venv.env_method("render")
+        assert venv.seed(7) == [7, 8, 9, 10]
+        obs = venv.reset()
+        assert obs.shape == (4, 4)
+        first = obs.copy()
+        venv.seed(7)
+        np.testing.assert_array_equal(venv.reset(), first)
+        saw_done = False
+        for t in range(12):
+            venv.step_async(np.zeros(4, dtype=np.int64))
+            obs, rewards, dones, infos = venv.step_wait()
+            assert obs.shape == (4, 4) and rewards.shape == (4,) and dones.dtype == np.bool_
+            assert isinstance(infos, list) and len(infos) == 4
+            for i, info in enumerate(infos):
+                if dones[i]:
+                    saw_done = True
+                    term_obs = info["terminal_observation"]
+                    assert term_obs.shape == (4,)
+                    # Auto-reset in the same step: the returned obs starts a new episode.
+                    assert np.all(np.abs(obs[i]) < 0.05)
+                    assert info["episode"]["l"] <= 5 and info["episode"]["r"] == info["episode"]["l"]
+                    assert info["TimeLimit.truncated"] == (info["episode"]["l"] == 5)
+                else:
+                    assert info == {}
+        assert saw_done
+        obs, rewards, dones, infos = venv.step(np.ones(4, dtype=np.int64))
+        assert obs.shape == (4, 4)
+    finally:
+        venv.close()
+
+
+@pytest.mark.skipif(not HAVE_SB3, reason="stable-baselines3 is not installed")
+def test_sb3_trains_on_shmenv():  # pragma: no cover - needs torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    venv = VecNormalize(VecMonitor(ShmVecEnv("CartPole-v1", 8, num_workers=2, seed=0)))
+    model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, verbose=0)
+    model.learn(total_timesteps=2048)
+    assert len(model.ep_info_buffer) > 0
+    venv.close()
