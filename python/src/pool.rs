@@ -8,9 +8,7 @@ use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use shmenv_engine::{
-    AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand,
-};
+use shmenv_engine::{AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -224,9 +222,7 @@ impl PyPool {
     /// Arrays already returned stay readable. Calling it again does nothing.
     fn close(&mut self, py: Python<'_>) -> Vec<Option<String>> {
         match self.pool.take() {
-            Some(pool) => {
-                py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect()
-            }
+            Some(pool) => py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect(),
             None => Vec::new(),
         }
     }
@@ -234,7 +230,12 @@ impl PyPool {
 
 fn closed() -> PyErr {
     Python::attach(|py| {
-        crate::errors::raise(py, "ClosedError", "the pool is closed (close() was called); build a new one".into(), vec![])
+        crate::errors::raise(
+            py,
+            "ClosedError",
+            "the pool is closed (close() was called); build a new one".into(),
+            vec![],
+        )
     })
 }
 
@@ -340,11 +341,7 @@ impl Actions<'_> {
 }
 
 /// Runs `f` on the actions in `array`, which must be a C-contiguous numpy array of `dtype`.
-fn with_actions<R>(
-    dtype: DType,
-    array: &Bound<'_, PyAny>,
-    f: impl FnOnce(Actions<'_>) -> R,
-) -> PyResult<R> {
+fn with_actions<R>(dtype: DType, array: &Bound<'_, PyAny>, f: impl FnOnce(Actions<'_>) -> R) -> PyResult<R> {
     fn slice<'py, T: numpy::Element, R>(
         array: &Bound<'py, PyAny>,
         dtype: DType,

@@ -69,12 +69,12 @@ pub(crate) fn array<'py>(
     }
     let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
     let flags = npyffi::NPY_ARRAY_C_CONTIGUOUS | npyffi::NPY_ARRAY_ALIGNED; // no WRITEABLE
-    // SAFETY: `bytes` is `count * item` bytes, aligned for the dtype and inside the
-    // mapping (checked above); the mapping lives until the array's base, a `Lease`, is
-    // dropped, which numpy does only after the array (and every view of it) is gone. The
-    // array is read-only, so Python never writes the region. `NewFromDescr` steals the
-    // descr reference (`into_dtype_ptr` hands one over) and computes C-order strides from
-    // `dims` when `strides` is null; `dims` outlives the call.
+                                                                            // SAFETY: `bytes` is `count * item` bytes, aligned for the dtype and inside the
+                                                                            // mapping (checked above); the mapping lives until the array's base, a `Lease`, is
+                                                                            // dropped, which numpy does only after the array (and every view of it) is gone. The
+                                                                            // array is read-only, so Python never writes the region. `NewFromDescr` steals the
+                                                                            // descr reference (`into_dtype_ptr` hands one over) and computes C-order strides from
+                                                                            // `dims` when `strides` is null; `dims` outlives the call.
     let ptr = unsafe {
         PY_ARRAY_API.PyArray_NewFromDescr(
             py,
