@@ -50,11 +50,14 @@ class WorkerDiedError(StepError):
 
 
 class WorkerError(StepError):
-    """An env failed inside its worker (a panic or exception); ``env_id`` names it when
-    known, ``worker`` otherwise. The pool is closed."""
+    """An env failed inside its worker (a Rust panic or a Python exception); ``env_id``
+    names it when known, ``worker`` otherwise, and ``traceback`` holds the worker's full
+    traceback text (Python envs) or panic message. After a failed step the pool is closed;
+    after a failed ``call``/``get_attr``/``set_attr`` it stays usable."""
 
     env_id: "int | None"
     worker: "int | None"
+    traceback: "str | None"
 
 
 class ClosedError(StepError):

@@ -14,7 +14,8 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.errors import InvalidArgumentError
+from shmenv.errors import ClosedError, InvalidArgumentError
+from shmenv.resolve import resolve
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
 __all__ = ["make_vec", "ShmVectorEnv", "python_worker_command"]
@@ -26,22 +27,6 @@ def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     env = [("PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))]
     return sys.executable, ["-m", "shmenv.worker"], env
-
-
-def _config_json(config: dict | None) -> str:
-    if config is None:
-        return "{}"
-    if not isinstance(config, dict):
-        raise InvalidArgumentError(f"config must be a dict of JSON values, got {type(config).__name__}")
-    for key, value in config.items():
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(
-                f"config[{key!r}] is not JSON-serialisable ({e}); workers build envs from JSON "
-                "config only: pass plain numbers, strings, lists and dicts"
-            ) from None
-    return json.dumps(config)
 
 
 class ShmVectorEnv(VectorEnv):
@@ -57,10 +42,11 @@ class ShmVectorEnv(VectorEnv):
 
     def __init__(
         self,
-        env_id: str,
+        env: Any,
         num_envs: int,
         *,
         num_workers: int | None = None,
+        envs_per_worker: int | None = None,
         batch_size: int | None = None,
         seed: int | None = None,
         config: dict | None = None,
@@ -74,31 +60,45 @@ class ShmVectorEnv(VectorEnv):
         episode_stats_key: str = "episode_stats",
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
+        self._calls = None
         mode = _autoreset_mode(autoreset_mode)
+        resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
+        num_envs = int(num_envs)
+        if envs_per_worker is not None:
+            if num_workers is not None:
+                raise InvalidArgumentError("pass num_workers or envs_per_worker, not both")
+            if int(envs_per_worker) < 1:
+                raise InvalidArgumentError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
+            num_workers = -(-num_envs // int(envs_per_worker))
+        if num_workers is None:
+            num_workers = max(1, min(len(os.sched_getaffinity(0)), num_envs))
         if worker_program is None:
-            program, args, env = python_worker_command()
+            program, args, worker_env = python_worker_command()
+        elif resolved.python:
+            raise InvalidArgumentError(
+                f"{resolved.label} is a Python env: it runs in Python workers (python -m shmenv.worker); "
+                "worker_program is for native worker binaries"
+            )
         else:
-            program, args, env = os.fspath(worker_program), [], []
-        self._pool = _shmenv.Pool(
-            env_id,
-            int(num_envs),
-            num_workers=num_workers,
-            batch_size=batch_size,
-            seed=seed,
-            config_json=_config_json(config),
-            autoreset=mode.value,
-            max_episode_steps=max_episode_steps,
-            worker_program=program,
-            worker_args=args,
-            worker_env=env,
-            wait=wait,
-            ring_depth=ring_depth,
-            pin_workers=pin_workers,
-        )
+            program, args, worker_env = os.fspath(worker_program), [], []
+        if resolved.python and 1 <= num_workers <= num_envs:
+            from shmenv.calls import CallChannel
+
+            self._calls = CallChannel(num_workers)
+            worker_env = worker_env + self._calls.worker_env()
+        try:
+            self._pool = self._start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args,
+                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers)
+        except BaseException:
+            if self._calls is not None:
+                self._calls.close()
+            raise
         self.closed = False
+        self.python_env = resolved.python
         spec = json.loads(self._pool.spec_json)
-        self.env_id = env_id
-        self.num_envs = int(num_envs)
+        self.env_id = resolved.label
+        self.num_envs = num_envs
+        self.num_workers = num_workers
         self.batch_size = int(batch_size) if batch_size is not None else self.num_envs
         self.is_async = self.batch_size < self.num_envs
         self.single_observation_space, self._obs_names = observation_space(spec)
@@ -113,7 +113,27 @@ class ShmVectorEnv(VectorEnv):
         self.max_episode_steps = spec.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
         self._action_dtype = dtype_of(spec["action"])
         self._action_shape = tuple(self.single_action_space.shape or ())
-        self._np_random_seed = seed
+        self._shards = [tuple(r) for r in self._pool.shards()]
+
+    @staticmethod
+    def _start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args, worker_env,
+                    max_episode_steps, wait, ring_depth, pin_workers):
+        return _shmenv.Pool(
+            resolved.engine_id,
+            num_envs,
+            num_workers=num_workers,
+            batch_size=batch_size,
+            seed=seed,
+            config_json=json.dumps(resolved.config),
+            autoreset=mode.value,
+            max_episode_steps=max_episode_steps,
+            worker_program=program,
+            worker_args=args,
+            worker_env=worker_env,
+            wait=wait,
+            ring_depth=ring_depth,
+            pin_workers=pin_workers,
+        )
 
     # --- Gymnasium API ---------------------------------------------------------------
 
@@ -142,6 +162,39 @@ class ShmVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any):
         self._pool.close()
+        if self._calls is not None:
+            self._calls.close()
+
+    # --- calls into the envs (Python envs only; a side channel, not the step path) ---
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Calls method `name` of every env with the given (picklable) arguments, or reads
+        the attribute when it is not callable; returns the results in env order."""
+        return tuple(self.env_call("call", name, range(self.num_envs), args=args, kwargs=kwargs))
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute `name` of every env, in env order."""
+        return tuple(self.env_call("get", name, range(self.num_envs)))
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Sets attribute `name` of every env: `values` is one value per env (a list or
+        tuple of num_envs values) or a single value for all."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
+        self.env_call("set", name, range(self.num_envs), values=values)
+
+    def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
+        """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers."""
+        if self.closed:
+            raise ClosedError("the pool is closed (close() was called); build a new one")
+        if self._calls is None:
+            raise AttributeError(
+                f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
+                "(pass settings through config=...)"
+            )
+        return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
 
     def render(self):
         return None
@@ -257,10 +310,11 @@ def _shmenv_action_error(message: str):
 
 
 def make_vec(
-    env_id: str,
+    env: Any,
     num_envs: int,
     *,
     num_workers: int | None = None,
+    envs_per_worker: int | None = None,
     batch_size: int | None = None,
     seed: int | None = None,
     config: dict | None = None,
@@ -269,13 +323,22 @@ def make_vec(
     worker_program: str | os.PathLike | None = None,
     **kwargs: Any,
 ) -> ShmVectorEnv:
-    """Starts ``num_envs`` envs of ``env_id`` in ``num_workers`` worker processes (default:
-    one per core, at most ``num_envs``) and returns them as a Gymnasium ``VectorEnv``.
+    """Starts ``num_envs`` envs in ``num_workers`` worker processes (default: one per core,
+    at most ``num_envs``) and returns them as a Gymnasium ``VectorEnv``.
+
+    ``env`` is a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), a
+    Gymnasium id (also one registered only in this process), a
+    ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"`` (or
+    the class itself), or an env instance that has a ``spec``. Python envs are built in the
+    workers from JSON: ``config`` holds their constructor's keyword arguments.
 
     - ``batch_size < num_envs`` is async mode: ``send``/``recv`` (or ``step(actions,
       env_ids)``) return the first ``batch_size`` envs to finish.
     - ``seed``: env ``i`` is seeded with ``seed + i`` at the first reset.
-    - ``config``: the env's JSON config (unknown keys are refused with a message).
+    - ``config``: the env's JSON config (native envs refuse unknown keys with a message;
+      Python envs get it as keyword arguments).
+    - ``envs_per_worker``: instead of ``num_workers``; 1 gives each env its own process
+      (for libraries that allow one instance per process).
     - ``autoreset_mode``: "next_step" (Gymnasium's default), "same_step" (final
       observations in ``infos["final_obs"]``) or "disabled".
     - ``copy``: return owned arrays instead of views of the shared memory.
@@ -285,9 +348,10 @@ def make_vec(
       ``ring_depth``, ``pin_workers``, ``episode_stats_key``.
     """
     return ShmVectorEnv(
-        env_id,
+        env,
         num_envs,
         num_workers=num_workers,
+        envs_per_worker=envs_per_worker,
         batch_size=batch_size,
         seed=seed,
         config=config,

@@ -1,13 +1,204 @@
 """Worker process entry point: ``python -m shmenv.worker --shmenv-worker <index> <fd> <pid>``.
 
-Pools start it; it is not meant to be run by hand. The hot loop is Rust (the extension):
-it reads actions from the shared region, steps the envs and writes results in place.
+Pools start it (by exec, never ``multiprocessing``); it is not meant to be run by hand.
+The hot loop is Rust (the extension's host): it reads actions from the shared region,
+steps the envs and writes results in place. Python envs are built here, from JSON config
+(``make_env``), and their spaces reported as the engine's spec (``spec_json``). A daemon
+thread serves ``call``/``get_attr``/``set_attr`` requests from the trainer on a side
+channel (a Unix socket) that never touches the step path.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import signal
+import socket
 import sys
+import threading
+import traceback
+from typing import Any
+
+# This worker's Python envs, in shard order (local index = position).
+_ENVS: list[Any] = []
+
+_DTYPE_NAMES = {
+    "float32": "f32",
+    "float64": "f64",
+    "uint8": "u8",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+}
+
+
+def load_entry_point(entry_point: str):
+    """``"package.module:attr"`` (attr may be dotted) -> the object."""
+    module_name, sep, attr = entry_point.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"entry point {entry_point!r} must look like 'package.module:attr'")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def make_env(config_json: str):
+    """Builds one env from the pool's config (called by the host for each env of the shard)."""
+    config = json.loads(config_json)
+    kind = config.get("kind")
+    kwargs = config.get("kwargs") or {}
+    if kind == "spec":
+        import gymnasium as gym
+        from gymnasium.envs.registration import EnvSpec
+
+        spec = EnvSpec.from_json(config["spec"])
+        env = gym.make(spec, disable_env_checker=True, **kwargs)
+    elif kind == "entry_point":
+        env = load_entry_point(config["entry_point"])(**kwargs)
+    else:
+        raise ValueError(f"unknown Python env kind {kind!r} in the pool config")
+    _ENVS.append(env)
+    return env
+
+
+def _space_json(space, what: str) -> dict:
+    import numpy as np
+    from gymnasium import spaces
+
+    def bound(v: float):
+        v = float(v)
+        if v == float("inf"):
+            return "inf"
+        if v == float("-inf"):
+            return "-inf"
+        return v
+
+    if isinstance(space, spaces.Box):
+        name = _DTYPE_NAMES.get(np.dtype(space.dtype).name)
+        if name is None:
+            raise TypeError(f"{what}: Box dtype {space.dtype} is not supported (use one of {sorted(_DTYPE_NAMES)})")
+        return {
+            "type": "Box",
+            "dtype": name,
+            "shape": list(space.shape),
+            "low": [bound(v) for v in np.asarray(space.low, dtype=np.float64).reshape(-1)],
+            "high": [bound(v) for v in np.asarray(space.high, dtype=np.float64).reshape(-1)],
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        if np.asarray(space.nvec).ndim != 1 or np.any(np.asarray(space.start) != 0):
+            raise TypeError(f"{what}: only 1-D MultiDiscrete spaces starting at 0 are supported, got {space}")
+        return {"type": "MultiDiscrete", "nvec": [int(v) for v in space.nvec]}
+    if isinstance(space, spaces.MultiBinary):
+        if len(space.shape) != 1:
+            raise TypeError(f"{what}: only 1-D MultiBinary spaces are supported, got {space}")
+        return {"type": "MultiBinary", "n": int(space.shape[0])}
+    raise TypeError(
+        f"{what}: {type(space).__name__} spaces are not supported "
+        "(Box, Discrete, MultiDiscrete, MultiBinary, and a Dict of those for observations)"
+    )
+
+
+def spec_json(env) -> str:
+    """The env's spaces as the engine's spec JSON."""
+    from gymnasium import spaces
+
+    obs = env.observation_space
+    if isinstance(obs, spaces.Dict):
+        observations = [{"name": k, "space": _space_json(v, f"observation {k!r}")} for k, v in obs.spaces.items()]
+    else:
+        observations = [{"name": "obs", "space": _space_json(obs, "observation space")}]
+    action = _space_json(env.action_space, "action space")
+    return json.dumps({"observations": observations, "action": action, "max_episode_steps": None})
+
+
+# --- the call side channel ------------------------------------------------------------
+
+
+def send_message(sock: socket.socket, obj: Any) -> None:
+    import pickle
+
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(len(data).to_bytes(8, "little") + data)
+
+
+def recv_message(sock: socket.socket) -> Any:
+    """The next message, or raises EOFError when the peer closed."""
+    import pickle
+
+    def exactly(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("the peer closed the call channel")
+            buf += chunk
+        return bytes(buf)
+
+    return pickle.loads(exactly(int.from_bytes(exactly(8), "little")))
+
+
+def _attr(env, name: str):
+    getter = getattr(env, "get_wrapper_attr", None)
+    return getter(name) if getter is not None else getattr(env, name)
+
+
+def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> Any:
+    if op == "get":
+        return _attr(env, name)
+    if op == "call":
+        attr = _attr(env, name)
+        return attr(*args, **kwargs) if callable(attr) else attr
+    if op == "set":
+        setter = getattr(env, "set_wrapper_attr", None)
+        if setter is not None:
+            setter(name, value)
+        else:
+            setattr(env, name, value)
+        return None
+    if op == "is_wrapped":
+        from gymnasium import Wrapper
+
+        e = env
+        while isinstance(e, Wrapper):
+            if isinstance(e, value):
+                return True
+            e = e.env
+        return False
+    raise ValueError(f"unknown call op {op!r}")
+
+
+def _serve_calls(address: str, token: str, index: int) -> None:
+    # Run as `python -m shmenv.worker`, this file is `__main__`; the envs were registered
+    # in the `shmenv.worker` module the host imported.
+    envs = importlib.import_module("shmenv.worker")._ENVS
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + address)
+        send_message(sock, (token, index))
+        while True:
+            try:
+                op, local, name, values, args, kwargs = recv_message(sock)
+            except EOFError:
+                return
+            results = []
+            for k, i in enumerate(local):
+                try:
+                    results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))
+                except BaseException:  # noqa: BLE001 - reported to the trainer with the traceback
+                    results.append((False, traceback.format_exc()))
+            try:
+                send_message(sock, results)
+            except Exception:  # noqa: BLE001 - e.g. an unpicklable result
+                send_message(sock, [(False, traceback.format_exc())] * len(local))
+    except OSError:
+        return
+    finally:
+        sock.close()
 
 
 def main() -> int:
@@ -16,6 +207,11 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from shmenv._shmenv import run_worker
 
+    address = os.environ.pop("SHMENV_CALL_ADDRESS", None)
+    token = os.environ.pop("SHMENV_CALL_TOKEN", None)
+    if address and token and len(sys.argv) > 2:
+        index = int(sys.argv[2])
+        threading.Thread(target=_serve_calls, args=(address, token, index), daemon=True, name="shmenv-calls").start()
     return run_worker(sys.argv)
 
 

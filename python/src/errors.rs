@@ -69,12 +69,18 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
                 ("exit", obj(py, exit.to_string())),
             ],
         ),
-        StepError::EnvPanicked { env_id, .. } => {
-            raise(py, "WorkerError", message, vec![("env_id", obj(py, env_id)), ("worker", py.None())])
-        }
-        StepError::WorkerFailed { worker, .. } => {
-            raise(py, "WorkerError", message, vec![("env_id", py.None()), ("worker", obj(py, worker))])
-        }
+        StepError::EnvPanicked { env_id, message: traceback } => raise(
+            py,
+            "WorkerError",
+            message,
+            vec![("env_id", obj(py, env_id)), ("worker", py.None()), ("traceback", obj(py, traceback))],
+        ),
+        StepError::WorkerFailed { worker, .. } => raise(
+            py,
+            "WorkerError",
+            message,
+            vec![("env_id", py.None()), ("worker", obj(py, worker)), ("traceback", py.None())],
+        ),
         StepError::Closed { .. } => raise(py, "ClosedError", message, vec![]),
         _ => raise(py, "UsageError", message, vec![]),
     }

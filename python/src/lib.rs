@@ -5,16 +5,26 @@
 
 mod errors;
 mod pool;
+mod pyenv;
 mod views;
 
 use pyo3::prelude::*;
 use shmenv_worker::Registry;
 
 /// Runs a worker (the body of `python -m shmenv.worker`): `argv` is the whole command
-/// line as `sys.argv`. Returns the exit code.
+/// line as `sys.argv`. Hosts the built-in envs and Python envs. The GIL is released while
+/// the host waits, so the worker's call thread (`get_attr`, `call`) can serve in between.
+/// Returns the exit code.
 #[pyfunction]
 fn run_worker(py: Python<'_>, argv: Vec<String>) -> u8 {
-    py.detach(|| shmenv_worker::host::run_with_args(&Registry::with_builtins(), &argv))
+    let registry = pyenv::registry();
+    py.detach(|| shmenv_worker::host::run_with_args(&registry, &argv))
+}
+
+/// The env id a pool uses for Python envs (the config says which env).
+#[pyfunction]
+fn python_env_id() -> &'static str {
+    pyenv::PYTHON_ENV_ID
 }
 
 /// The ids of the built-in (Rust) envs.
@@ -29,6 +39,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<views::Lease>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

@@ -150,6 +150,12 @@ impl PyPool {
         self.worker_pids.clone()
     }
 
+    /// The env range `(start, end)` of each worker.
+    fn shards(&self) -> PyResult<Vec<(usize, usize)>> {
+        let pool = self.pool()?;
+        Ok((0..pool.num_workers()).map(|w| pool.shard(w)).map(|r| (r.start, r.end)).collect())
+    }
+
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
