@@ -76,16 +76,19 @@ _NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action
 
 
 class ShmVecEnv(_Base):
-    """A Stable-Baselines3 ``VecEnv`` over shmenv worker processes. Keywords are those of
-    :func:`shmenv.make_vec` (``num_workers``, ``seed``, ``config``, ``copy``, ...).
+    """A Stable-Baselines3 ``VecEnv`` over shmenv worker processes. ``env`` and the
+    keywords are those of :func:`shmenv.make_vec` (a native or Gymnasium id, an EnvSpec,
+    an entry point; ``num_workers``, ``seed``, ``config``, ``copy``, ...). With Python envs,
+    ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped`` reach the env objects in
+    the workers (arguments and results pickled, on a side channel).
 
     With ``copy=False`` (the default) observations are read-only views of the shared
     memory, valid until the step after next, which is what SB3's rollout loops need
     (``_last_obs`` is read one step later). Pass ``copy=True`` to own them."""
 
-    def __init__(self, env_id: str, num_envs: int, **kwargs: Any):
+    def __init__(self, env: Any, num_envs: int, **kwargs: Any):
         kwargs.pop("autoreset_mode", None)
-        self.venv = ShmVectorEnv(env_id, num_envs, autoreset_mode="same_step", **kwargs)
+        self.venv = ShmVectorEnv(env, num_envs, autoreset_mode="same_step", **kwargs)
         if self.venv.is_async:
             self.venv.close()
             raise ValueError("ShmVecEnv steps every env at once: do not pass batch_size")
@@ -141,7 +144,9 @@ class ShmVecEnv(_Base):
         return self._seeds
 
     def get_attr(self, attr_name: str, indices=None) -> list[Any]:
-        idx = self._indices(indices)
+        idx = list(self._indices(indices))
+        if self.venv.python_env:
+            return self.venv.env_call("get", attr_name, idx)
         if attr_name not in _NATIVE_ATTRS:
             raise AttributeError(
                 f"{self.venv.env_id} is a native shmenv env: it has no Python attribute "
@@ -157,19 +162,29 @@ class ShmVecEnv(_Base):
         return [value for _ in idx]
 
     def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+        idx = list(self._indices(indices))
+        if self.venv.python_env:
+            self.venv.env_call("set", attr_name, idx, values=[value] * len(idx))
+            return
         raise AttributeError(
             f"{self.venv.env_id} is a native shmenv env: its attributes live in worker processes "
             f"and cannot be set (tried {attr_name!r}); pass settings through config=..."
         )
 
     def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        idx = list(self._indices(indices))
+        if self.venv.python_env:
+            return self.venv.env_call("call", method_name, idx, args=method_args, kwargs=method_kwargs)
         raise AttributeError(
             f"{self.venv.env_id} is a native shmenv env: it has no Python methods "
             f"(tried {method_name!r})"
         )
 
     def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
-        return [False for _ in self._indices(indices)]
+        idx = list(self._indices(indices))
+        if self.venv.python_env:
+            return self.venv.env_call("is_wrapped", "", idx, values=[wrapper_class] * len(idx))
+        return [False for _ in idx]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         return [None for _ in range(self.num_envs)]

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
+
+# The pitfall fixtures are a package of their own (tests/fixtures/shmenv_fixtures); workers
+# find it because they inherit this process's sys.path.
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+if FIXTURES not in sys.path:
+    sys.path.insert(0, FIXTURES)
 
 
 def children(pid: int | None = None) -> set[int]:
