@@ -61,13 +61,6 @@ except ImportError:
         def unwrapped(self):
             return self
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.close()
-            return False
-
 
 __all__ = ["ShmVecEnv", "HAVE_SB3"]
 
@@ -191,6 +184,13 @@ class ShmVecEnv(_Base):
 
     def render(self, mode: str | None = None):
         return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     # --- internals -------------------------------------------------------------------
 
