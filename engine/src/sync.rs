@@ -224,10 +224,10 @@ impl WaitStrategy {
         let (spin, yield_for, sleep_early_after) = match self {
             // A core each: spinning costs nobody; sleep early only when waits are long.
             WaitStrategy::Auto if processes <= cores => (us(50), ms(1), Some(ms(2))),
-            // Shared cores: never spin; a waiter that keeps yielding through long waits
-            // takes a fair share of a core from the worker it waits for, so past ~100 us
-            // (about four futex wake-ups here) sleeping is cheaper.
-            WaitStrategy::Auto => (Duration::ZERO, ms(1), Some(us(100))),
+            // Shared cores: never spin; yield (a yielding waiter hands its core over at
+            // once and sees a post within a context switch), and sleep early only when
+            // waits are so long that a ~46 us futex wake-up is noise next to them.
+            WaitStrategy::Auto => (Duration::ZERO, ms(1), Some(ms(2))),
             WaitStrategy::Spin => (ms(10), Duration::ZERO, None),
             WaitStrategy::Yield => (Duration::ZERO, ms(10), None),
             WaitStrategy::Block => (Duration::ZERO, Duration::ZERO, None),

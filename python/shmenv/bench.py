@@ -9,6 +9,8 @@ reports each one's median round, so the noise of a shared machine hits all of th
 Actions are the same random sequence for everybody.
 
     python -m shmenv.bench --env CartPole-v1 --num-envs 32 --workers 2 --png bench.png
+    python -m shmenv.bench --env CartPole-v1 --python --num-envs 32      # Gymnasium's CartPole in shmenv
+    python -m shmenv.bench --env shmenv.pyenvs:BurnEnv --config '{"step_us": 50}' --num-envs 8
 """
 
 from __future__ import annotations
@@ -65,10 +67,25 @@ def _cycle(actions: list[np.ndarray]) -> Callable[[], np.ndarray]:
     return next_actions
 
 
-def shmenv_sync(env_id: str, n: int, workers: int, config: dict | None, name: str | None = None) -> Contestant:
+def _target(env_id: str, python: bool):
+    """What shmenv runs: the native env, or with `python` the Gymnasium (Python) env of that id."""
+    if python:
+        import gymnasium as gym
+
+        return gym.spec(env_id)
+    return env_id
+
+
+def _kind(env_id: str, python: bool) -> str:
     import shmenv
 
-    envs = shmenv.make_vec(env_id, n, num_workers=workers, seed=0, config=config)
+    return "native" if env_id in shmenv.builtin_env_ids() and not python else "Python env"
+
+
+def shmenv_sync(env_id: str, n: int, workers: int, config: dict | None, python: bool = False) -> Contestant:
+    import shmenv
+
+    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, seed=0, config=config)
     envs.reset()
     acts = _cycle(_actions(envs.single_action_space, n))
 
@@ -76,13 +93,13 @@ def shmenv_sync(env_id: str, n: int, workers: int, config: dict | None, name: st
         envs.step(acts())
         return n
 
-    return Contestant(name or f"shmenv sync ({workers} workers)", step, envs.close)
+    return Contestant(f"shmenv sync ({workers} workers, {_kind(env_id, python)})", step, envs.close)
 
 
-def shmenv_async(env_id: str, n: int, workers: int, batch: int, config: dict | None) -> Contestant:
+def shmenv_async(env_id: str, n: int, workers: int, batch: int, config: dict | None, python: bool) -> Contestant:
     import shmenv
 
-    envs = shmenv.make_vec(env_id, n, num_workers=workers, batch_size=batch, seed=0, config=config)
+    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config)
     envs.async_reset()
     acts = _cycle(_actions(envs.single_action_space, batch))
 
@@ -91,14 +108,24 @@ def shmenv_async(env_id: str, n: int, workers: int, batch: int, config: dict | N
         envs.send(acts(), ids)
         return batch
 
-    return Contestant(f"shmenv async (batch {batch}, {workers} workers)", step, envs.close)
+    return Contestant(f"shmenv async (batch {batch}, {workers} workers, {_kind(env_id, python)})", step, envs.close)
 
 
-def gymnasium_vec(env_id: str, n: int, mode: str) -> Contestant:
+def gymnasium_vec(env_id: str, n: int, mode: str, config: dict | None) -> Contestant:
     import gymnasium as gym
 
-    kwargs = {"shared_memory": True} if mode == "async" else {}
-    envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, vector_kwargs=kwargs)
+    if ":" in env_id and env_id not in gym.registry:  # an entry point
+        from shmenv.worker import load_entry_point
+
+        factory = load_entry_point(env_id)
+        fns = [lambda: factory(**(config or {})) for _ in range(n)]
+        if mode == "async":
+            envs = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+        else:
+            envs = gym.vector.SyncVectorEnv(fns)
+    else:
+        kwargs = {"shared_memory": True} if mode == "async" else {}
+        envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, vector_kwargs=kwargs)
     envs.reset(seed=0)
     acts = _cycle(_actions(envs.single_action_space, n))
 
@@ -136,8 +163,21 @@ def envpool_vec(env_id: str, n: int, threads: int, batch: int | None) -> Contest
     return Contestant(label, step, envs.close)
 
 
+def _settle(timeout: float = 10.0) -> None:
+    """Waits until a closed contestant's processes are gone (AsyncVectorEnv's 32 workers
+    take a while to exit and would eat the next contestant's cores), then a moment more."""
+    import gc
+    import multiprocessing
+
+    gc.collect()
+    deadline = time.monotonic() + timeout
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+
 def call_overhead(env_id: str, config: dict | None) -> float:
-    """Microseconds per `step()` call of a 1-env, 1-worker shmenv pool."""
+    """Microseconds per `step()` call of a 1-env, 1-worker shmenv pool (native env)."""
     c = shmenv_sync(env_id, 1, 1, config)
     try:
         for _ in range(2000):
@@ -151,7 +191,16 @@ def call_overhead(env_id: str, config: dict | None) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m shmenv.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument(
+        "--env",
+        default="CartPole-v1",
+        help="a native or Gymnasium id, or an entry point 'module:Class' (e.g. shmenv.pyenvs:BurnEnv)",
+    )
+    p.add_argument(
+        "--python",
+        action="store_true",
+        help="host the Gymnasium (Python) env of --env in shmenv's workers instead of the native one",
+    )
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--workers", type=int, default=2, help="shmenv workers and EnvPool threads")
     p.add_argument("--batch-size", type=int, default=None, help="async batch (default num_envs / 2)")
@@ -172,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.split(","))
 
     makers: list[tuple[str, Callable[[], Contestant]]] = [
-        ("shmenv", lambda: shmenv_sync(args.env, n, w, args.config)),
-        ("shmenv-async", lambda: shmenv_async(args.env, n, w, batch, args.config)),
-        ("sync", lambda: gymnasium_vec(args.env, n, "sync")),
-        ("async", lambda: gymnasium_vec(args.env, n, "async")),
+        ("shmenv", lambda: shmenv_sync(args.env, n, w, args.config, args.python)),
+        ("shmenv-async", lambda: shmenv_async(args.env, n, w, batch, args.config, args.python)),
+        ("sync", lambda: gymnasium_vec(args.env, n, "sync", args.config)),
+        ("async", lambda: gymnasium_vec(args.env, n, "async", args.config)),
         ("envpool", lambda: envpool_vec(args.env, n, w, None)),
         ("envpool-async", lambda: envpool_vec(args.env, n, w, batch)),
     ]
@@ -200,11 +249,16 @@ def main(argv: list[str] | None = None) -> int:
                     c.round(args.round_seconds)
             finally:
                 c.close()
+                _settle()
             rates.setdefault(c.name, []).extend(c.rates)
     contestants = [Contestant(name, lambda: 0, lambda: None, r) for name, r in rates.items()]
-    overhead = call_overhead(args.env, args.config) if "shmenv" in wanted else None
+    import shmenv
+
+    native = args.env in shmenv.builtin_env_ids() and not args.python
+    overhead = call_overhead(args.env, args.config) if "shmenv" in wanted and native else None
 
     base = next((c.median for c in contestants if c.name.startswith("shmenv sync")), None)
+    sync_ref = next((c.median for c in contestants if c.name == "gymnasium SyncVectorEnv"), None)
     rows = [
         {
             "name": c.name,
@@ -212,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "min": round(min(c.rates)),
             "max": round(max(c.rates)),
             "shmenv_ratio": (base / c.median) if base else None,
+            "vs_sync_vector_env": (c.median / sync_ref) if sync_ref else None,
         }
         for c in contestants
     ]
@@ -230,11 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{args.env}, {n} envs, {w} workers/threads, median of {args.passes} x {args.rounds} rounds")
         width = max(len(r["name"]) for r in rows) if rows else 10
-        print(f"{'engine':<{width}}  {'steps/s':>12}  {'range':>23}  {'shmenv sync is':>14}")
+        print(f"{'engine':<{width}}  {'steps/s':>12}  {'range':>23}  {'shmenv sync is':>14}  {'x SyncVectorEnv':>15}")
         for r in rows:
             ratio = f"{r['shmenv_ratio']:.2f}x" if r["shmenv_ratio"] else "-"
+            vs = f"{r['vs_sync_vector_env']:.2f}x" if r["vs_sync_vector_env"] else "-"
             span = f"{r['min']:,}-{r['max']:,}"
-            print(f"{r['name']:<{width}}  {r['steps_per_sec']:>12,}  {span:>23}  {ratio:>14}")
+            print(f"{r['name']:<{width}}  {r['steps_per_sec']:>12,}  {span:>23}  {ratio:>14}  {vs:>15}")
         if overhead is not None:
             print(f"shmenv step() call, 1 env, 1 worker: {overhead:.2f} us")
         for key, why in skipped.items():
