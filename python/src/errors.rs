@@ -32,6 +32,10 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
             message,
             vec![("env_id", obj(py, id)), ("registered", obj(py, registered)), ("closest", obj(py, closest))],
         ),
+        // A Python env's constructor failed in a worker: its traceback is the message.
+        BuildError::BadConfig { id, message } if id == crate::pyenv::PYTHON_ENV_ID => {
+            raise(py, "BuildError", message, vec![])
+        }
         BuildError::BadConfig { .. } => raise(py, "ConfigError", message, vec![]),
         BuildError::InvalidArgument(_) => raise(py, "InvalidArgumentError", message, vec![]),
         BuildError::WorkerDied { worker, pid, exit, .. } => raise(
