@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -14,7 +14,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.errors import ClosedError, InvalidArgumentError
+from shmenv.errors import ActionError, ClosedError, InvalidArgumentError
 from shmenv.resolve import resolve
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
@@ -257,7 +257,7 @@ class ShmVectorEnv(VectorEnv):
             if a.dtype.kind == "f" and self._action_dtype.kind in "iu":
                 # Like Gymnasium's spaces: an integer space takes integral values only.
                 if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                    raise _shmenv_action_error(f"actions must be integers for {self.single_action_space}, got {a}")
+                    raise ActionError(f"actions must be integers for {self.single_action_space}, got {a}")
             a = a.astype(self._action_dtype)
         return np.ascontiguousarray(a)
 
@@ -301,12 +301,6 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
             "(or gymnasium.vector.AutoresetMode)"
         )
     return found
-
-
-def _shmenv_action_error(message: str):
-    from shmenv.errors import ActionError
-
-    return ActionError(message)
 
 
 def make_vec(
