@@ -18,7 +18,7 @@ use shmenv_worker::Registry;
 #[pyfunction]
 fn run_worker(py: Python<'_>, argv: Vec<String>) -> u8 {
     let registry = pyenv::registry();
-    py.detach(|| shmenv_worker::host::run_with_args(&registry, &argv))
+    py.detach(|| shmenv_worker::host::run_with_scope(&registry, &argv, &pyenv::GilScope))
 }
 
 /// The env id a pool uses for Python envs (the config says which env).

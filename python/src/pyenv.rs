@@ -35,6 +35,16 @@ pub(crate) fn registry() -> Registry {
     r
 }
 
+/// Holds the GIL for a whole sync batch: the envs' `Python::attach` calls inside are then
+/// nearly free, instead of taking and releasing the GIL once per env.
+pub(crate) struct GilScope;
+
+impl shmenv_worker::host::BatchScope for GilScope {
+    fn run(&self, work: &mut dyn FnMut()) {
+        Python::attach(|_py| work())
+    }
+}
+
 /// `err` with its traceback, as Python prints it.
 fn describe(py: Python<'_>, err: &PyErr) -> String {
     let text = py

@@ -50,6 +50,27 @@ pub fn run(registry: &Registry) -> ExitCode {
 /// [`run`] for hosts that are not a Rust `main` (such as the Python worker module): `args`
 /// is the whole command line, program name first, as `argv`. Returns the exit code.
 pub fn run_with_args(registry: &Registry, args: &[String]) -> u8 {
+    run_with_scope(registry, args, &NoScope)
+}
+
+/// Wraps each sync batch of env work (a worker's `step`/`reset` of all its envs). The
+/// Python worker holds the GIL for a batch instead of taking it once per env.
+pub trait BatchScope {
+    /// Runs `work` inside the scope.
+    fn run(&self, work: &mut dyn FnMut());
+}
+
+/// The scope that does nothing around the work.
+pub struct NoScope;
+
+impl BatchScope for NoScope {
+    fn run(&self, work: &mut dyn FnMut()) {
+        work()
+    }
+}
+
+/// [`run_with_args`] with a [`BatchScope`] around each sync batch.
+pub fn run_with_scope(registry: &Registry, args: &[String], scope: &dyn BatchScope) -> u8 {
     let parsed = match args {
         [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
             index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())
@@ -65,7 +86,7 @@ pub fn run_with_args(registry: &Registry, args: &[String]) -> u8 {
         return 2;
     };
     match Worker::attach(index, fd, parent) {
-        Ok(worker) => worker.serve(registry),
+        Ok(worker) => worker.serve(registry, scope),
         Err(e) => {
             eprintln!("shmenv worker {index}: {e}");
             3
@@ -160,7 +181,7 @@ impl Worker {
         }
     }
 
-    fn serve(mut self, registry: &Registry) -> u8 {
+    fn serve(mut self, registry: &Registry, scope: &dyn BatchScope) -> u8 {
         let range = protocol::shard(self.index, self.params.num_envs, self.params.num_workers);
         let mut shard = match EnvShard::new(registry, &self.params, range) {
             Ok(s) => s,
@@ -193,7 +214,7 @@ impl Worker {
         self.post_trainer();
         let stop = match &layout.ring {
             Some(ring) => self.async_loop(&mut shard, &layout, ring),
-            None => self.command_loop(&mut shard, &layout),
+            None => self.command_loop(&mut shard, &layout, scope),
         };
         match stop {
             Stop::Close | Stop::ParentGone => 0,
@@ -218,7 +239,7 @@ impl Worker {
         Ok(layout)
     }
 
-    fn command_loop(&mut self, shard: &mut EnvShard, layout: &Layout) -> Stop {
+    fn command_loop(&mut self, shard: &mut EnvShard, layout: &Layout, scope: &dyn BatchScope) -> Stop {
         let range = shard.range();
         loop {
             if let Err(stop) = self.next_command() {
@@ -243,14 +264,18 @@ impl Worker {
                     // SAFETY: in the same window nobody else reads or writes this shard's
                     // result rows (the trainer waits; shards are disjoint).
                     let mut rows = unsafe { block_rows(&self.region, block, range.clone()) };
-                    shard.step_all(actions, &mut rows)
+                    let mut result = Ok(());
+                    scope.run(&mut || result = shard.step_all(actions, &mut rows));
+                    result
                 }
                 Some(c @ (Command::Reset | Command::ResetSeeded)) => {
                     let seed = (c == Command::ResetSeeded)
                         .then(|| self.region.read_pod::<u64>(protocol::RESET_SEED));
                     // SAFETY: as above.
                     let mut rows = unsafe { block_rows(&self.region, block, range.clone()) };
-                    shard.reset_all(seed, &mut rows)
+                    let mut result = Ok(());
+                    scope.run(&mut || result = shard.reset_all(seed, &mut rows));
+                    result
                 }
                 None => {
                     self.report(
