@@ -29,6 +29,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         wait: "auto".into(),
         batch_size: num_envs,
         ring_depth: 2,
+        stats: false,
     }
 }
 

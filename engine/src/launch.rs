@@ -124,8 +124,11 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
     /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
+    /// `label` (the env id) names the workers for `ps`: a native worker program's `argv[0]`
+    /// becomes `shmenv-worker[<index>] <label>`.
     pub fn start(
         command: &WorkerCommand,
+        label: &str,
         region_fd: RawFd,
         cpus: Vec<Option<usize>>,
     ) -> io::Result<Supervisor> {
@@ -144,11 +147,12 @@ impl Supervisor {
         });
         let (tx, rx) = mpsc::channel();
         let command = command.clone();
+        let label = label.to_string();
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new().name("shmenv-supervisor".into()).spawn(move || {
             let mut children = Vec::with_capacity(num_workers);
             for (w, &cpu) in cpus.iter().enumerate() {
-                match spawn_worker(&command, region_fd, w, cpu) {
+                match spawn_worker(&command, &label, region_fd, w, cpu) {
                     Ok(child) => children.push(child),
                     Err(e) => {
                         kill_and_reap(&mut children);
@@ -225,6 +229,7 @@ impl Drop for Supervisor {
 
 fn spawn_worker(
     command: &WorkerCommand,
+    label: &str,
     region_fd: RawFd,
     index: usize,
     cpu: Option<usize>,
@@ -243,6 +248,11 @@ fn spawn_worker(
         }
     });
     let mut cmd = Command::new(&command.program);
+    if command.args.is_empty() {
+        // A native worker program: name it for `ps`. (An interpreter, such as Python, may
+        // need its real argv[0] to find itself, so it keeps it.)
+        cmd.arg0(format!("shmenv-worker[{index}] {label}"));
+    }
     cmd.args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
         .arg(WORKER_FLAG)

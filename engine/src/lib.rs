@@ -6,7 +6,8 @@
 //! everything lives in the region) -> [`region`] (the memfd mapping; the only module that
 //! touches raw shared memory) -> [`sync`] (semaphores and waiting) -> [`launch`] (worker
 //! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results);
-//! [`ring`] holds the async ring's claim/commit/release protocol.
+//! [`ring`] holds the async ring's claim/commit/release protocol; [`stats`] the live
+//! counters in the region's stats area.
 
 // Under `--cfg loom` only the protocol code is built, with loom's atomics, for the model
 // check in `tests/loom_ring.rs`; everything touching real memory and processes is left out.
@@ -25,6 +26,8 @@ pub mod protocol;
 pub mod region;
 pub mod ring;
 pub mod spec;
+#[cfg(not(loom))]
+pub mod stats;
 pub mod sync;
 
 #[cfg(not(loom))]
@@ -37,4 +40,6 @@ pub use launch::{CpuAffinity, WorkerCommand, WorkerExit};
 pub use pool::{MappingLease, Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};
+#[cfg(not(loom))]
+pub use stats::{StatsReport, StatsSnapshot, WorkerActivity};
 pub use sync::WaitStrategy;

@@ -11,6 +11,7 @@ use crate::protocol::{
 use crate::region::Region;
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::{Element, EnvSpec};
+use crate::stats::{now_ns, PoolStats, StatsReport, StatsSnapshot};
 use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ pub struct PoolBuilder {
     startup_timeout: Duration,
     batch_size: Option<usize>,
     ring_depth: usize,
+    stats: bool,
 }
 
 impl PoolBuilder {
@@ -116,6 +118,13 @@ impl PoolBuilder {
     /// the next blocks while the trainer reads one; more blocks absorb more jitter.
     pub fn ring_depth(mut self, d: usize) -> Self {
         self.ring_depth = d;
+        self
+    }
+
+    /// Whether workers record live stats in the region (default on; see
+    /// [`Pool::stats`]). Off saves two clock reads per batch and one per 16 env steps.
+    pub fn stats(mut self, on: bool) -> Self {
+        self.stats = on;
         self
     }
 
@@ -235,6 +244,7 @@ impl Pool {
             affinity: CpuAffinity::Auto,
             batch_size: None,
             ring_depth: 2,
+            stats: true,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -285,6 +295,7 @@ impl Pool {
             wait: b.wait.name().into(),
             batch_size,
             ring_depth: b.ring_depth,
+            stats: b.stats,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -300,8 +311,9 @@ impl Pool {
         region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor = Supervisor::start(&command, region.fd(), b.affinity.assign(num_workers))
-            .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        let supervisor =
+            Supervisor::start(&command, &params.env_id, region.fd(), b.affinity.assign(num_workers))
+                .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
         let mut startup = Startup {
             supervisor,
             region,
@@ -477,6 +489,7 @@ impl Pool {
     /// worker sees it.
     pub fn send<T: Element>(&mut self, actions: &[T], env_ids: &[usize]) -> Result<(), StepError> {
         self.check_open()?;
+        let entered = now_ns();
         self.release_held();
         let n = self.params.num_envs;
         let Some(ring) = self.ring.as_mut() else {
@@ -526,6 +539,7 @@ impl Pool {
             dst.copy_from_slice(&actions[k * per_env..(k + 1) * per_env]);
         }
         self.push(env_ids.iter().copied(), protocol::queue_entry::STEP);
+        self.pool_stats().add_call(now_ns() - entered, 0, false);
         Ok(())
     }
 
@@ -593,6 +607,7 @@ impl Pool {
     /// valid until the next call on the pool; meanwhile workers fill the next blocks.
     pub fn recv(&mut self) -> Result<Batch<'_>, StepError> {
         self.check_open()?;
+        let entered = now_ns();
         self.release_held();
         let Some(ring) = self.ring.as_ref() else {
             return Err(StepError::WrongMode { call: "recv", hint: "this pool is sync: use step()" });
@@ -607,9 +622,14 @@ impl Pool {
         let words =
             RegionRing { region: &self.region, layout: self.layout.ring.as_ref().expect("async layout") };
         let j = words.block_of(q);
+        let ring_layout = self.layout.ring.as_ref().expect("async layout");
+        let full =
+            ring_layout.committed.iter().filter(|&&c| self.region.semaphore(c).count() as usize >= b).count();
+        PoolStats::new(&self.region, self.params.num_workers).add_ring_sample(full as u64);
         let (sup, control) =
             (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
         let interrupt = &mut self.interrupt;
+        let waited_from = now_ns();
         let outcome = words.receive(q, &mut self.waiter, || {
             if let Some((worker, exit)) = sup.exited_worker() {
                 return Some(Abort::Died(worker, exit));
@@ -619,6 +639,7 @@ impl Pool {
             }
             interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
         });
+        let waited = now_ns() - waited_from;
         match outcome {
             Ok(()) => {}
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
@@ -661,6 +682,7 @@ impl Pool {
                 self.ended[id] = e;
             }
         }
+        self.pool_stats().add_call(now_ns() - entered, waited, true);
         Ok(Batch { view: self.batch_view(j, 0..b) })
     }
 
@@ -676,6 +698,35 @@ impl Pool {
     /// closed or dropped: what views that outlive a borrow (numpy arrays) hold on to.
     pub fn mapping_lease(&self) -> MappingLease {
         MappingLease(self.region.clone())
+    }
+
+    /// What the pool did since it started: per worker steps, utilization (share of the time
+    /// in env code), wait and publish shares, sampled env-step p50/p99; the trainer's wait
+    /// share; async ring fill. [`StatsReport::verdict`] says where the time went.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut pool = shmenv_engine::Pool::builder("CartPole-v1").num_envs(64).build()?;
+    /// pool.reset()?;
+    /// for _ in 0..1000 {
+    ///     pool.step(&[0i64; 64])?;
+    /// }
+    /// let report = pool.stats();
+    /// println!("{} steps/s, trainer waits {:.0}% ({})", report.steps_per_sec,
+    ///          100.0 * report.trainer_wait_share, report.verdict());
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> StatsReport {
+        self.stats_snapshot().since(None)
+    }
+
+    /// The raw counters now; `later.since(Some(&earlier))` gives an interval's figures.
+    pub fn stats_snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot::read(&self.region, self.params.num_workers)
+    }
+
+    fn pool_stats(&self) -> PoolStats<'_> {
+        PoolStats::new(&self.region, self.params.num_workers)
     }
 
     /// Number of envs with an action in flight (async mode; 0 in sync mode).
@@ -746,6 +797,7 @@ impl Pool {
     /// Sync mode: sends `command` to every worker and waits until all are done.
     fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
         self.check_open()?;
+        let entered = now_ns();
         let j = self.next_sync_block;
         self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
         self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
@@ -756,12 +808,14 @@ impl Pool {
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         let interrupt = &mut self.interrupt;
+        let waited_from = now_ns();
         let outcome = sem.acquire(w, &mut self.waiter, None, || {
             if let Some((worker, exit)) = sup.exited_worker() {
                 return Some(Abort::Died(worker, exit));
             }
             interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
         });
+        let waited = now_ns() - waited_from;
         match outcome {
             Ok(()) => {}
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
@@ -783,6 +837,7 @@ impl Pool {
                 self.ended.fill(false);
             }
         }
+        self.pool_stats().add_call(now_ns() - entered, waited, true);
         Ok(Batch { view: self.batch_view(j, 0..n) })
     }
 
@@ -904,6 +959,8 @@ impl Startup {
         if let Some(ring) = &layout.ring {
             RegionRing { region: &self.region, layout: ring }.open_all();
         }
+        // The stats clock starts before any worker can start waiting for commands.
+        PoolStats::new(&self.region, self.params.num_workers).start(self.params.stats);
         // Release: publishes the header and the grown region before workers read them.
         self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
         self.control().post_all();

@@ -26,7 +26,7 @@ use std::ops::Range;
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;
@@ -267,9 +267,77 @@ pub fn report_offset(num_workers: usize, w: usize) -> usize {
     params_offset(num_workers) + PARAMS_CAPACITY + w * REPORT_CAPACITY
 }
 
+/// Offset of the stats area (after the report areas): the pool's block, then one block
+/// per worker (see [`stats`]).
+pub fn stats_offset(num_workers: usize) -> usize {
+    report_offset(num_workers, num_workers)
+}
+
+/// Offset of worker `w`'s stats block.
+pub fn worker_stats_offset(num_workers: usize, w: usize) -> usize {
+    stats_offset(num_workers) + stats::POOL_BYTES + w * stats::WORKER_BYTES
+}
+
 /// Bytes of the bootstrap part.
 pub fn bootstrap_size(num_workers: usize) -> usize {
-    round_up(report_offset(num_workers, num_workers), PAGE)
+    round_up(worker_stats_offset(num_workers, num_workers), PAGE)
+}
+
+/// The stats area: counters that each have a single writer (the trainer for the pool
+/// block, worker `w` for its block), updated with relaxed loads and stores, and read by
+/// anyone (`Pool::stats`, `shmenv top` from another process). Times are nanoseconds;
+/// `*_NS` words are running totals. It lives in the bootstrap part, so a reader needs only
+/// the header to find it.
+pub mod stats {
+    /// Buckets of the env-step time histograms: bucket `k` counts durations in
+    /// `[2^k, 2^(k+1))` ns (bucket 0 also counts 0 and 1 ns; the last, everything longer).
+    pub const HIST_BUCKETS: usize = 32;
+    /// Bytes of the pool block.
+    pub const POOL_BYTES: usize = 256;
+    /// Bytes of each worker block.
+    pub const WORKER_BYTES: usize = 384;
+    /// Envs time one step in this many (two clock reads each), for the histograms.
+    pub const SAMPLE_EVERY: u32 = 16;
+
+    /// Words of the pool block (written by the trainer).
+    pub mod pool {
+        /// u32: 1 when stats are recorded (`PoolBuilder::stats`).
+        pub const ENABLED: usize = 0;
+        /// u32: the trainer's pid.
+        pub const TRAINER_PID: usize = 4;
+        /// u64: CLOCK_MONOTONIC when the pool started.
+        pub const STARTED_NS: usize = 8;
+        /// u64: batches returned by `reset`/`step`/`recv`.
+        pub const BATCHES: usize = 16;
+        /// u64: time the trainer spent waiting for workers inside `reset`/`step`/`recv`.
+        pub const TRAINER_WAIT_NS: usize = 24;
+        /// u64: time the trainer spent inside `reset`/`step`/`send`/`recv` in all.
+        pub const TRAINER_CALL_NS: usize = 32;
+        /// u64: async: sum over `recv` calls of the ring blocks already full on entry.
+        pub const RING_FULL_SUM: usize = 40;
+        /// u64: async: `recv` calls counted in `RING_FULL_SUM`.
+        pub const RING_SAMPLES: usize = 48;
+    }
+
+    /// Words of a worker block (written by that worker).
+    pub mod worker {
+        /// u64: env steps.
+        pub const STEPS: usize = 0;
+        /// u64: env resets (commanded and automatic).
+        pub const RESETS: usize = 8;
+        /// u64: time in env code (`reset`/`step`/`observe` and the episode bookkeeping).
+        pub const ENV_NS: usize = 16;
+        /// u64: time waiting for commands or actions.
+        pub const WAIT_NS: usize = 24;
+        /// u64: time publishing results (claiming rows, committing, posting).
+        pub const PUBLISH_NS: usize = 32;
+        /// u64: sampled env-step timings in the histogram.
+        pub const SAMPLED: usize = 40;
+        /// u32: the worker's pid.
+        pub const PID: usize = 48;
+        /// `HIST_BUCKETS` u64: the env-step time histogram.
+        pub const HIST: usize = 64;
+    }
 }
 
 /// The envs that worker `w` hosts: a contiguous shard, sizes differing by at most one.
@@ -313,6 +381,8 @@ pub struct PoolParams {
     pub batch_size: usize,
     /// Blocks in the async ring (at least 2).
     pub ring_depth: usize,
+    /// Whether workers record stats (the stats area).
+    pub stats: bool,
 }
 
 /// What a worker writes in its report area.
@@ -587,6 +657,7 @@ mod tests {
             wait: "auto".into(),
             batch_size: n,
             ring_depth: 2,
+            stats: true,
         }
     }
 

@@ -21,6 +21,7 @@ use shmenv_engine::protocol::{
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::ring::{RegionRing, RingWords};
+use shmenv_engine::stats::{now_ns, WorkerStats};
 use shmenv_engine::sync::{WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
@@ -92,6 +93,25 @@ pub fn run_with_scope(registry: &Registry, args: &[String], scope: &dyn BatchSco
             3
         }
     }
+}
+
+/// Names this process for `top`, `ps -o comm` and `perf` (the kernel keeps 15 bytes).
+fn set_thread_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `buf`,
+    // which lives for the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Async mode: what a worker has done since it last wrote its stats.
+#[derive(Default)]
+struct AsyncTally {
+    steps: u64,
+    resets_seen: u64,
+    env_ns: u64,
+    wait_ns: u64,
 }
 
 /// Why a worker could not use its region.
@@ -182,6 +202,8 @@ impl Worker {
     }
 
     fn serve(mut self, registry: &Registry, scope: &dyn BatchScope) -> u8 {
+        self.stats().set_pid(std::process::id());
+        set_thread_name(&format!("shmenv-w[{}]", self.index));
         let range = protocol::shard(self.index, self.params.num_envs, self.params.num_workers);
         let mut shard = match EnvShard::new(registry, &self.params, range) {
             Ok(s) => s,
@@ -241,10 +263,13 @@ impl Worker {
 
     fn command_loop(&mut self, shard: &mut EnvShard, layout: &Layout, scope: &dyn BatchScope) -> Stop {
         let range = shard.range();
+        let mut resets_seen = shard.resets();
         loop {
+            let waited_from = now_ns();
             if let Err(stop) = self.next_command() {
                 return stop;
             }
+            let started = now_ns();
             let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
             // The block index is untrusted: check it against our own layout.
             let j = self.region.atomic_u32(protocol::SYNC_BLOCK).load(Ordering::Relaxed) as usize;
@@ -286,7 +311,17 @@ impl Worker {
                 }
             };
             match result {
-                Ok(()) => self.post_trainer(),
+                Ok(()) => {
+                    // Counted before the post, so a trainer that has the batch sees them.
+                    let worked = now_ns();
+                    let stats = self.stats();
+                    let steps = if Command::from_word(word) == Some(Command::Step) { range.len() } else { 0 };
+                    stats.add_steps(steps as u64, shard.resets() - resets_seen);
+                    resets_seen = shard.resets();
+                    stats.flush_hist(shard.hist_mut());
+                    self.post_trainer();
+                    stats.add_times(worked - started, started - waited_from, now_ns() - worked);
+                }
                 Err((env_id, message)) => {
                     self.report(&WorkerReport::EnvPanicked { env_id, message }, WorkerStatus::Failed);
                     let _ = self.next_command();
@@ -294,6 +329,11 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// This worker's stats writer.
+    fn stats(&self) -> WorkerStats<'_> {
+        WorkerStats::new(&self.region, self.params.num_workers, self.index, self.params.stats)
     }
 }
 
@@ -310,10 +350,14 @@ impl Worker {
         let mut head: u32 = 0;
         let mut done: Vec<(usize, Advanced)> = Vec::with_capacity(range.len());
         let mut since: Option<Instant> = None;
+        let mut tally = AsyncTally { resets_seen: shard.resets(), ..AsyncTally::default() };
         loop {
             if tail == head {
                 // Queue drained: wait for the trainer's next post.
-                if let Err(stop) = self.next_command() {
+                let waited_from = now_ns();
+                let next = self.next_command();
+                tally.wait_ns += now_ns() - waited_from;
+                if let Err(stop) = next {
                     return stop;
                 }
                 let word = self.region.atomic_u32(protocol::COMMAND_WORD).load(Ordering::Relaxed);
@@ -342,6 +386,8 @@ impl Worker {
             }
             let local = env - range.start;
             let start = *since.get_or_insert_with(Instant::now);
+            let advance_from = now_ns();
+            tally.steps += u64::from(entry & KIND_MASK == STEP);
             let advanced = match entry & KIND_MASK {
                 STEP => {
                     let row = layout.actions.rows(env..env + 1);
@@ -358,6 +404,7 @@ impl Worker {
                 }
                 _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
             };
+            tally.env_ns += now_ns() - advance_from;
             match advanced {
                 Ok(a) => done.push((local, a)),
                 Err((env_id, message)) => return self.panicked_async(ring, env_id, message),
@@ -370,9 +417,20 @@ impl Worker {
             // published right after it finishes, cheap ones cost few clock reads.
             let late = done.len().is_power_of_two() && start.elapsed() >= COALESCE_FOR;
             if tail == head || late || done.len() >= ring.batch_size {
+                let stats = self.stats();
+                stats.add_steps(std::mem::take(&mut tally.steps), shard.resets() - tally.resets_seen);
+                tally.resets_seen = shard.resets();
+                stats.flush_hist(shard.hist_mut());
+                let publish_from = now_ns();
                 if let Err(stop) = self.publish(shard, layout, ring, &mut done) {
                     return stop;
                 }
+                let stats = self.stats();
+                stats.add_times(
+                    std::mem::take(&mut tally.env_ns),
+                    std::mem::take(&mut tally.wait_ns),
+                    now_ns() - publish_from,
+                );
                 since = None;
             }
         }
@@ -528,7 +586,7 @@ mod tests {
 
     #[test]
     fn attach_refuses_version_mismatch_and_corrupt_params() {
-        let params = br#"{"env_id":"CartPole-v1","config":{},"num_envs":2,"num_workers":1,"autoreset":"NextStep","max_episode_steps":null,"wait":"auto","batch_size":2,"ring_depth":2}"#;
+        let params = br#"{"env_id":"CartPole-v1","config":{},"num_envs":2,"num_workers":1,"autoreset":"NextStep","max_episode_steps":null,"wait":"auto","batch_size":2,"ring_depth":2,"stats":true}"#;
         let good = Header::new(2, 1, params.len() as u32);
         assert!(attach_checks(region_with(good, params), 0, 1).is_ok());
         let old = Header { version: 0, ..good };

@@ -4,8 +4,9 @@
 
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::registry::{MakeError, Registry};
-use shmenv_engine::protocol::{AutoReset, PoolParams};
+use shmenv_engine::protocol::{stats, AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
+use shmenv_engine::stats::{bucket, now_ns};
 use std::ops::Range;
 
 /// The result rows of a shard, `[shard_len, ...]` each.
@@ -42,6 +43,12 @@ pub struct EnvShard {
     needs_reset: Vec<bool>,
     running_return: Vec<f64>,
     running_length: Vec<u32>,
+    /// Stats: episodes begun (resets, commanded or automatic).
+    resets: u64,
+    /// Stats: time one env step in `stats::SAMPLE_EVERY` into `hist`.
+    sampling: bool,
+    tick: u32,
+    hist: [u64; stats::HIST_BUCKETS],
 }
 
 impl EnvShard {
@@ -80,7 +87,37 @@ impl EnvShard {
             needs_reset: vec![false; n],
             running_return: vec![0.0; n],
             running_length: vec![0; n],
+            resets: 0,
+            sampling: params.stats,
+            tick: 0,
+            hist: [0; stats::HIST_BUCKETS],
         })
+    }
+
+    /// Episodes begun so far (commanded and automatic resets).
+    pub fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    /// The sampled env-step time histogram since the host last flushed it into the
+    /// region (it adds the counts there and clears them here).
+    pub fn hist_mut(&mut self) -> &mut [u64; stats::HIST_BUCKETS] {
+        &mut self.hist
+    }
+
+    /// `advance_in`, timed when this env step is sampled for the histogram.
+    #[inline(always)]
+    fn advance_sampled(&mut self, i: usize, work: Work<'_>) -> Advanced {
+        if self.sampling {
+            self.tick = self.tick.wrapping_add(1);
+            if self.tick % stats::SAMPLE_EVERY == 0 {
+                let t0 = now_ns();
+                let advanced = self.advance_in(i, work);
+                self.hist[bucket(now_ns().saturating_sub(t0))] += 1;
+                return advanced;
+            }
+        }
+        self.advance_in(i, work)
     }
 
     /// The envs' spec (with the registry's time limit).
@@ -108,7 +145,7 @@ impl EnvShard {
         let start = self.range.start;
         self.guarded_loop(|shard, i| {
             let seed = base_seed.map(|b| b.wrapping_add((start + i) as u64));
-            let advanced = shard.advance_in(i, Work::Reset { seed });
+            let advanced = shard.advance_sampled(i, Work::Reset { seed });
             shard.emit_in(i, advanced, rows, i);
         })
     }
@@ -118,7 +155,7 @@ impl EnvShard {
     pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
         self.guarded_loop(|shard, i| {
-            let advanced = shard.advance_in(i, Work::Step(&actions[i * ab..(i + 1) * ab]));
+            let advanced = shard.advance_sampled(i, Work::Step(&actions[i * ab..(i + 1) * ab]));
             shard.emit_in(i, advanced, rows, i);
         })
     }
@@ -141,7 +178,7 @@ impl EnvShard {
     /// episode ended on the previous step under `AutoReset::NextStep`, the reset that
     /// replaces this step (its action is ignored). Writes nothing; see [`EnvShard::emit`].
     pub fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
-        guard(self.range.start + i, || self.advance_in(i, work))
+        guard(self.range.start + i, || self.advance_sampled(i, work))
     }
 
     #[inline(always)]
@@ -227,6 +264,7 @@ impl EnvShard {
     }
 
     fn begin_episode(&mut self, i: usize) {
+        self.resets += 1;
         self.needs_reset[i] = false;
         self.running_return[i] = 0.0;
         self.running_length[i] = 0;
@@ -408,6 +446,7 @@ mod tests {
             wait: "auto".into(),
             batch_size: n,
             ring_depth: 2,
+            stats: true,
         }
     }
 

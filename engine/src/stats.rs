@@ -1,0 +1,392 @@
+//! Live statistics in the region's stats area ([`protocol::stats`]): cheap writers for
+//! the trainer and the workers, and [`StatsSnapshot`], which reads them (from this process
+//! or, through a read-only mapping, from `shmenv top` in another) and derives utilization,
+//! step-time quantiles and wait shares.
+//!
+//! Every counter has exactly one writer, so a relaxed load plus a relaxed store updates it
+//! (no locked instruction); readers see each word whole, and a snapshot is a set of
+//! independent relaxed loads (totals may be a few nanoseconds apart, never torn).
+
+use crate::protocol::{self, stats};
+use crate::region::Region;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process on the machine, so
+/// worker and trainer times line up (traces, stats start times).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill; CLOCK_MONOTONIC exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The histogram bucket of a duration (see [`stats::HIST_BUCKETS`]).
+pub fn bucket(ns: u64) -> usize {
+    ((63 - ns.max(1).leading_zeros()) as usize).min(stats::HIST_BUCKETS - 1)
+}
+
+/// Adds `v` to a counter this process is the only writer of.
+#[inline]
+fn add(word: &AtomicU64, v: u64) {
+    word.store(word.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+}
+
+/// A worker's writer for its stats block.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerStats<'a> {
+    region: &'a Region,
+    base: usize,
+    enabled: bool,
+}
+
+impl<'a> WorkerStats<'a> {
+    /// Worker `w`'s block; `enabled` false makes every method a no-op.
+    pub fn new(region: &'a Region, num_workers: usize, w: usize, enabled: bool) -> Self {
+        WorkerStats { region, base: protocol::worker_stats_offset(num_workers, w), enabled }
+    }
+
+    fn word(&self, offset: usize) -> &'a AtomicU64 {
+        self.region.atomic_u64(self.base + offset)
+    }
+
+    /// Whether stats are recorded.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Records the worker's pid.
+    pub fn set_pid(&self, pid: u32) {
+        self.region.atomic_u32(self.base + stats::worker::PID).store(pid, Ordering::Relaxed);
+    }
+
+    /// Adds env steps and resets.
+    #[inline]
+    pub fn add_steps(&self, steps: u64, resets: u64) {
+        if self.enabled {
+            add(self.word(stats::worker::STEPS), steps);
+            add(self.word(stats::worker::RESETS), resets);
+        }
+    }
+
+    /// Adds time spent in env code, waiting, and publishing.
+    #[inline]
+    pub fn add_times(&self, env_ns: u64, wait_ns: u64, publish_ns: u64) {
+        if self.enabled {
+            add(self.word(stats::worker::ENV_NS), env_ns);
+            add(self.word(stats::worker::WAIT_NS), wait_ns);
+            add(self.word(stats::worker::PUBLISH_NS), publish_ns);
+        }
+    }
+
+    /// Adds sampled env-step timings (a local histogram, then cleared).
+    pub fn flush_hist(&self, hist: &mut [u64; stats::HIST_BUCKETS]) {
+        if !self.enabled {
+            return;
+        }
+        let mut sampled = 0;
+        for (k, n) in hist.iter_mut().enumerate() {
+            if *n != 0 {
+                add(self.word(stats::worker::HIST + 8 * k), *n);
+                sampled += *n;
+                *n = 0;
+            }
+        }
+        add(self.word(stats::worker::SAMPLED), sampled);
+    }
+}
+
+/// The trainer's writer for the pool block.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolStats<'a> {
+    region: &'a Region,
+    base: usize,
+}
+
+impl<'a> PoolStats<'a> {
+    /// The pool block of a region with `num_workers` workers.
+    pub fn new(region: &'a Region, num_workers: usize) -> Self {
+        PoolStats { region, base: protocol::stats_offset(num_workers) }
+    }
+
+    fn word(&self, offset: usize) -> &'a AtomicU64 {
+        self.region.atomic_u64(self.base + offset)
+    }
+
+    /// Marks the start: enabled flag, trainer pid, start time.
+    pub fn start(&self, enabled: bool) {
+        self.region.atomic_u32(self.base + stats::pool::ENABLED).store(enabled as u32, Ordering::Relaxed);
+        self.region
+            .atomic_u32(self.base + stats::pool::TRAINER_PID)
+            .store(std::process::id(), Ordering::Relaxed);
+        self.word(stats::pool::STARTED_NS).store(now_ns(), Ordering::Relaxed);
+    }
+
+    /// Records one call that returned a batch: its total time and the part spent waiting.
+    #[inline]
+    pub fn add_call(&self, call_ns: u64, wait_ns: u64, batch: bool) {
+        add(self.word(stats::pool::TRAINER_CALL_NS), call_ns);
+        add(self.word(stats::pool::TRAINER_WAIT_NS), wait_ns);
+        if batch {
+            add(self.word(stats::pool::BATCHES), 1);
+        }
+    }
+
+    /// Async: the ring blocks already full when `recv` was entered.
+    #[inline]
+    pub fn add_ring_sample(&self, full_blocks: u64) {
+        add(self.word(stats::pool::RING_FULL_SUM), full_blocks);
+        add(self.word(stats::pool::RING_SAMPLES), 1);
+    }
+}
+
+/// One worker's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct WorkerCounters {
+    /// Worker index.
+    pub worker: usize,
+    /// Its pid.
+    pub pid: u32,
+    /// Env steps.
+    pub steps: u64,
+    /// Env resets.
+    pub resets: u64,
+    /// Time in env code.
+    pub env_ns: u64,
+    /// Time waiting for commands or actions.
+    pub wait_ns: u64,
+    /// Time publishing results.
+    pub publish_ns: u64,
+    /// Sampled env-step timings.
+    pub sampled: u64,
+    /// The sampled env-step time histogram (see [`stats::HIST_BUCKETS`]).
+    pub hist: Vec<u64>,
+}
+
+/// All counters of a pool at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StatsSnapshot {
+    /// When it was taken (CLOCK_MONOTONIC ns).
+    pub taken_ns: u64,
+    /// When the pool started.
+    pub started_ns: u64,
+    /// Whether workers record stats.
+    pub enabled: bool,
+    /// The trainer's pid.
+    pub trainer_pid: u32,
+    /// Batches returned.
+    pub batches: u64,
+    /// Trainer time waiting for workers.
+    pub trainer_wait_ns: u64,
+    /// Trainer time inside pool calls.
+    pub trainer_call_ns: u64,
+    /// Async: sum of full ring blocks seen at `recv`.
+    pub ring_full_sum: u64,
+    /// Async: `recv` calls sampled.
+    pub ring_samples: u64,
+    /// Per worker.
+    pub workers: Vec<WorkerCounters>,
+}
+
+impl StatsSnapshot {
+    /// Reads the stats area of `region`, which has `num_workers` workers (validated by the
+    /// caller against the region's size, e.g. by `Header::validate`).
+    pub fn read(region: &Region, num_workers: usize) -> StatsSnapshot {
+        let load = |offset: usize| region.atomic_u64(offset).load(Ordering::Relaxed);
+        let base = protocol::stats_offset(num_workers);
+        let workers = (0..num_workers)
+            .map(|w| {
+                let b = protocol::worker_stats_offset(num_workers, w);
+                WorkerCounters {
+                    worker: w,
+                    pid: region.atomic_u32(b + stats::worker::PID).load(Ordering::Relaxed),
+                    steps: load(b + stats::worker::STEPS),
+                    resets: load(b + stats::worker::RESETS),
+                    env_ns: load(b + stats::worker::ENV_NS),
+                    wait_ns: load(b + stats::worker::WAIT_NS),
+                    publish_ns: load(b + stats::worker::PUBLISH_NS),
+                    sampled: load(b + stats::worker::SAMPLED),
+                    hist: (0..stats::HIST_BUCKETS).map(|k| load(b + stats::worker::HIST + 8 * k)).collect(),
+                }
+            })
+            .collect();
+        StatsSnapshot {
+            taken_ns: now_ns(),
+            started_ns: load(base + stats::pool::STARTED_NS),
+            enabled: region.atomic_u32(base + stats::pool::ENABLED).load(Ordering::Relaxed) != 0,
+            trainer_pid: region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed),
+            batches: load(base + stats::pool::BATCHES),
+            trainer_wait_ns: load(base + stats::pool::TRAINER_WAIT_NS),
+            trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
+            ring_full_sum: load(base + stats::pool::RING_FULL_SUM),
+            ring_samples: load(base + stats::pool::RING_SAMPLES),
+            workers,
+        }
+    }
+
+    /// What happened between `earlier` and this snapshot, with the derived figures. Pass
+    /// `None` for "since the pool started".
+    pub fn since(&self, earlier: Option<&StatsSnapshot>) -> StatsReport {
+        let zero = StatsSnapshot {
+            taken_ns: self.started_ns,
+            workers: self
+                .workers
+                .iter()
+                .map(|w| WorkerCounters { hist: vec![0; w.hist.len()], ..Default::default() })
+                .collect(),
+            ..Default::default()
+        };
+        let e = earlier.unwrap_or(&zero);
+        let secs = (self.taken_ns.saturating_sub(e.taken_ns)).max(1) as f64 / 1e9;
+        let d = |a: u64, b: u64| a.wrapping_sub(b);
+        let workers: Vec<WorkerActivity> = self
+            .workers
+            .iter()
+            .zip(&e.workers)
+            .map(|(now, then)| {
+                let hist: Vec<u64> = now.hist.iter().zip(&then.hist).map(|(a, b)| d(*a, *b)).collect();
+                let steps = d(now.steps, then.steps);
+                WorkerActivity {
+                    worker: now.worker,
+                    pid: now.pid,
+                    steps,
+                    resets: d(now.resets, then.resets),
+                    steps_per_sec: steps as f64 / secs,
+                    utilization: d(now.env_ns, then.env_ns) as f64 / 1e9 / secs,
+                    wait_share: d(now.wait_ns, then.wait_ns) as f64 / 1e9 / secs,
+                    publish_share: d(now.publish_ns, then.publish_ns) as f64 / 1e9 / secs,
+                    step_p50_us: quantile(&hist, 0.5).map(|ns| ns / 1e3),
+                    step_p99_us: quantile(&hist, 0.99).map(|ns| ns / 1e3),
+                }
+            })
+            .collect();
+        let steps: u64 = workers.iter().map(|w| w.steps).sum();
+        let samples = d(self.ring_samples, e.ring_samples);
+        StatsReport {
+            seconds: secs,
+            enabled: self.enabled,
+            batches: d(self.batches, e.batches),
+            steps,
+            steps_per_sec: steps as f64 / secs,
+            trainer_wait_share: d(self.trainer_wait_ns, e.trainer_wait_ns) as f64 / 1e9 / secs,
+            trainer_call_share: d(self.trainer_call_ns, e.trainer_call_ns) as f64 / 1e9 / secs,
+            ring_full_blocks: (samples > 0)
+                .then(|| d(self.ring_full_sum, e.ring_full_sum) as f64 / samples as f64),
+            workers,
+        }
+    }
+}
+
+/// The `q` quantile (0..1) of a log2 histogram, in ns, interpolated inside its bucket;
+/// `None` when it is empty.
+pub fn quantile(hist: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let target = q.clamp(0.0, 1.0) * total as f64;
+    let mut seen = 0.0;
+    for (k, &n) in hist.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        if seen + n as f64 >= target {
+            let lo = (1u64 << k) as f64;
+            let frac = ((target - seen) / n as f64).clamp(0.0, 1.0);
+            return Some(lo + frac * lo); // the bucket spans [lo, 2 lo)
+        }
+        seen += n as f64;
+    }
+    Some((1u64 << (hist.len() - 1)) as f64)
+}
+
+/// A worker's activity over an interval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerActivity {
+    /// Worker index.
+    pub worker: usize,
+    /// Its pid.
+    pub pid: u32,
+    /// Env steps.
+    pub steps: u64,
+    /// Env resets.
+    pub resets: u64,
+    /// Env steps per second.
+    pub steps_per_sec: f64,
+    /// Share of the interval spent in env code (0..1).
+    pub utilization: f64,
+    /// Share spent waiting for commands or actions.
+    pub wait_share: f64,
+    /// Share spent publishing results.
+    pub publish_share: f64,
+    /// Median sampled env-step time, microseconds.
+    pub step_p50_us: Option<f64>,
+    /// 99th percentile sampled env-step time, microseconds.
+    pub step_p99_us: Option<f64>,
+}
+
+/// A pool's activity over an interval (from [`StatsSnapshot::since`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatsReport {
+    /// Length of the interval.
+    pub seconds: f64,
+    /// Whether workers recorded stats (if not, only the trainer's figures are real).
+    pub enabled: bool,
+    /// Batches returned to the trainer.
+    pub batches: u64,
+    /// Env steps of all workers.
+    pub steps: u64,
+    /// Env steps per second of all workers.
+    pub steps_per_sec: f64,
+    /// Share of the interval the trainer spent waiting for workers.
+    pub trainer_wait_share: f64,
+    /// Share of the interval the trainer spent inside pool calls.
+    pub trainer_call_share: f64,
+    /// Async: average ring blocks already full when `recv` was called.
+    pub ring_full_blocks: Option<f64>,
+    /// Per worker.
+    pub workers: Vec<WorkerActivity>,
+}
+
+impl StatsReport {
+    /// Where the time went, in one word: `"env-bound"` (workers busy in env code most of the
+    /// time), `"trainer-bound"` (workers mostly wait while the trainer is outside pool
+    /// calls), or `"sync-bound"` (neither: the time goes to handing batches over).
+    pub fn verdict(&self) -> &'static str {
+        let n = self.workers.len().max(1) as f64;
+        let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
+        let outside = 1.0 - self.trainer_call_share;
+        if util >= 0.6 {
+            "env-bound"
+        } else if outside >= 0.5 {
+            "trainer-bound"
+        } else {
+            "sync-bound"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_and_quantiles() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(1), 0);
+        assert_eq!(bucket(2), 1);
+        assert_eq!(bucket(1023), 9);
+        assert_eq!(bucket(1024), 10);
+        assert_eq!(bucket(u64::MAX), stats::HIST_BUCKETS - 1);
+        let mut hist = vec![0u64; stats::HIST_BUCKETS];
+        assert_eq!(quantile(&hist, 0.5), None);
+        hist[10] = 99; // 1024..2048 ns
+        hist[20] = 1; // ~1 ms
+        let p50 = quantile(&hist, 0.5).unwrap();
+        assert!((1024.0..2048.0).contains(&p50), "{p50}");
+        let p99 = quantile(&hist, 0.99).unwrap();
+        assert!(p99 <= 2048.0, "{p99}");
+        let p100 = quantile(&hist, 1.0).unwrap();
+        assert!(p100 >= (1 << 20) as f64, "{p100}");
+    }
+}

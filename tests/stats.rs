@@ -1,0 +1,86 @@
+//! The stats area agrees with what the pool did: exact step and reset counts, non-zero
+//! times that add up, quantiles from the sampled histogram, in sync and async mode.
+
+mod common;
+
+use common::{builder, Watchdog};
+use serde_json::json;
+use std::time::Duration;
+
+#[test]
+fn sync_stats_count_exactly_what_the_pool_did() {
+    let _w = Watchdog::new("sync stats", Duration::from_secs(60));
+    let (n, steps) = (8usize, 100usize);
+    let mut pool = builder("CartPole-v1").num_envs(n).num_workers(2).seed(1).build().unwrap();
+    pool.reset().unwrap();
+    let mut ended_before_last = 0u64;
+    for t in 0..steps {
+        let batch = pool.step(&vec![0i64; n]).unwrap();
+        if t + 1 < steps {
+            // NextStep: an episode that ends at step t is reset at step t + 1.
+            ended_before_last += batch.episodes().count() as u64;
+        }
+    }
+    let report = pool.stats();
+    let snap = pool.stats_snapshot();
+    assert!(report.enabled);
+    assert_eq!(report.batches, steps as u64 + 1);
+    assert_eq!(report.steps, (n * steps) as u64);
+    for (w, worker) in report.workers.iter().enumerate() {
+        assert_eq!(worker.steps, (pool.shard(w).len() * steps) as u64);
+        assert!(worker.pid == pool.worker_pids()[w]);
+        assert!(worker.utilization > 0.0 && worker.utilization <= 1.0, "{worker:?}");
+        assert!(worker.wait_share > 0.0 && worker.wait_share <= 1.0, "{worker:?}");
+        let total = worker.utilization + worker.wait_share + worker.publish_share;
+        assert!(total <= 1.05, "shares add up to more than the time: {worker:?}");
+        let (p50, p99) = (worker.step_p50_us.unwrap(), worker.step_p99_us.unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{worker:?}");
+    }
+    let resets: u64 = snap.workers.iter().map(|w| w.resets).sum();
+    assert_eq!(resets, n as u64 + ended_before_last);
+    let sampled: u64 = snap.workers.iter().map(|w| w.sampled).sum();
+    assert!(sampled >= ((n * (steps + 1)) / 16 - 2) as u64, "{sampled}");
+    assert_eq!(snap.workers.iter().map(|w| w.hist.iter().sum::<u64>()).sum::<u64>(), sampled);
+    assert!(report.trainer_wait_share > 0.0 && report.trainer_wait_share <= report.trainer_call_share);
+    assert!(report.trainer_call_share <= 1.0);
+    assert!(["env-bound", "trainer-bound", "sync-bound"].contains(&report.verdict()));
+    // Intervals: nothing happened between two snapshots taken back to back.
+    let later = pool.stats_snapshot();
+    let idle = later.since(Some(&snap));
+    assert_eq!((idle.steps, idle.batches), (0, 0));
+}
+
+#[test]
+fn async_stats_count_every_step_received() {
+    let _w = Watchdog::new("async stats", Duration::from_secs(60));
+    let (n, b) = (8usize, 4usize);
+    let mut pool = builder("CartPole-v1").num_envs(n).num_workers(2).batch_size(b).seed(2).build().unwrap();
+    pool.async_reset().unwrap();
+    pool.recv().unwrap();
+    let mut ids: Vec<usize> = pool.recv().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    let rounds = 50;
+    for _ in 0..rounds {
+        pool.send(&vec![1i64; b], &ids).unwrap();
+        ids = pool.recv().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    }
+    let report = pool.stats();
+    assert_eq!(report.steps, (rounds * b) as u64);
+    assert_eq!(report.batches, rounds as u64 + 2);
+    let fill = report.ring_full_blocks.expect("async pools sample the ring");
+    assert!((0.0..=2.0).contains(&fill), "{fill}");
+}
+
+#[test]
+fn stats_can_be_turned_off() {
+    let _w = Watchdog::new("stats off", Duration::from_secs(60));
+    let mut pool =
+        builder("Burn-v0").config(json!({})).num_envs(4).num_workers(2).stats(false).build().unwrap();
+    pool.reset().unwrap();
+    for _ in 0..10 {
+        pool.step(&[0i64; 4]).unwrap();
+    }
+    let report = pool.stats();
+    assert!(!report.enabled);
+    assert_eq!(report.steps, 0);
+    assert_eq!(report.batches, 11); // the trainer's own counters stay on
+}
