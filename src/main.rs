@@ -67,6 +67,13 @@ struct BenchArgs {
     /// Worker CPU affinity: auto (a core per worker when there are enough) or none.
     #[arg(long, default_value = "auto")]
     affinity: String,
+    /// After the run, show where the pool's time went (env work, waiting, publishing) and
+    /// a one-line verdict: env-bound, trainer-bound or sync-bound.
+    #[arg(long)]
+    profile: bool,
+    /// Live stats in the region: on (default) or off (to measure their cost).
+    #[arg(long, default_value = "on")]
+    stats: String,
 }
 
 fn main() -> ExitCode {
@@ -172,6 +179,11 @@ impl Progress {
 trait Stepper {
     /// Steps batch number `k`; returns the number of env steps taken.
     fn step_batch(&mut self, k: usize) -> Result<u64, Error>;
+
+    /// The pool's live counters, for `--profile` (none for the serial loop).
+    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
+        None
+    }
 }
 
 struct PoolStepper<T> {
@@ -183,6 +195,10 @@ impl<T: Element> Stepper for PoolStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
         self.pool.step(&self.tape.batches[k % self.tape.batches.len()])?;
         Ok(self.pool.num_envs() as u64)
+    }
+
+    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
+        Some(self.pool.stats_snapshot())
     }
 }
 
@@ -207,6 +223,10 @@ impl<T: Element> Stepper for AsyncStepper<T> {
         self.ids.clear();
         self.ids.extend(batch.env_ids().iter().map(|&e| e as usize));
         Ok(self.ids.len() as u64)
+    }
+
+    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
+        Some(self.pool.stats_snapshot())
     }
 }
 
@@ -265,7 +285,16 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         "none" => CpuAffinity::None,
         other => return Err(format!("unknown --affinity {other:?}: use auto or none").into()),
     };
+    let stats = match args.stats.as_str() {
+        "on" => true,
+        "off" => false,
+        other => return Err(format!("unknown --stats {other:?}: use on or off").into()),
+    };
+    if args.profile && !stats {
+        return Err("--profile reads the live stats: drop --stats off".into());
+    }
     let mut builder = Pool::builder(&args.env)
+        .stats(stats)
         .cpu_affinity(affinity)
         .config(config.clone())
         .num_envs(args.num_envs)
@@ -281,7 +310,7 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let pool = builder.build()?;
     let workers = pool.num_workers();
     let batch_size = pool.batch_size();
-    let (ours, baseline) = match pool.spec().action.dtype() {
+    let (ours, baseline, profile) = match pool.spec().action.dtype() {
         DType::F32 => bench_typed::<f32>(registry, &args, &config, pool),
         DType::F64 => bench_typed::<f64>(registry, &args, &config, pool),
         DType::U8 => bench_typed::<u8>(registry, &args, &config, pool),
@@ -295,8 +324,12 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         let mut out = json!({
             "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait.name(), "affinity": args.affinity, "seconds": ours.seconds, "steps": ours.steps,
-            "steps_per_sec": ours.rate(),
+            "steps_per_sec": ours.rate(), "stats": stats,
         });
+        if let Some(p) = &profile {
+            out["profile"] = json!(p);
+            out["verdict"] = json!(p.verdict());
+        }
         if let (Some(b), Some(r)) = (&baseline, ratio) {
             out["baseline_steps"] = json!(b.steps);
             out["baseline_steps_per_sec"] = json!(b.rate());
@@ -324,16 +357,61 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             );
             println!("  ratio:         {r:>10.2}x");
         }
+        if let Some(p) = &profile {
+            print_profile(p);
+        }
     }
     Ok(())
 }
+
+/// The `--profile` breakdown of the pool's rounds.
+fn print_profile(p: &shmenv::StatsReport) {
+    let n = p.workers.len().max(1) as f64;
+    let mean = |f: fn(&shmenv::WorkerActivity) -> f64| p.workers.iter().map(f).sum::<f64>() / n;
+    let pct = |x: f64| format!("{:>5.1}%", 100.0 * x);
+    let per_worker = |f: fn(&shmenv::WorkerActivity) -> f64| {
+        p.workers.iter().map(|w| pct(f(w)).trim().to_string()).collect::<Vec<_>>().join(", ")
+    };
+    println!("  where the pool's time went ({:.1} s of pool rounds, {} batches):", p.seconds, p.batches);
+    println!(
+        "    workers in env code      {}   (per worker: {})",
+        pct(mean(|w| w.utilization)),
+        per_worker(|w| w.utilization)
+    );
+    println!("    workers waiting          {}", pct(mean(|w| w.wait_share)));
+    println!(
+        "    workers publishing       {}   (transfer: claiming rows, committing, posting)",
+        pct(mean(|w| w.publish_share))
+    );
+    println!(
+        "    trainer waiting          {}   (of the trainer's time; inside pool calls: {})",
+        pct(p.trainer_wait_share),
+        pct(p.trainer_call_share)
+    );
+    if let Some(fill) = p.ring_full_blocks {
+        println!("    ring blocks full at recv {fill:>6.2}");
+    }
+    let p50: Vec<String> =
+        p.workers.iter().filter_map(|w| w.step_p50_us).map(|v| format!("{v:.2}")).collect();
+    let p99: Vec<String> =
+        p.workers.iter().filter_map(|w| w.step_p99_us).map(|v| format!("{v:.2}")).collect();
+    println!("    env step p50 / p99 (us)  {} / {}", p50.join(", "), p99.join(", "));
+    let why = match p.verdict() {
+        "env-bound" => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
+        "trainer-bound" => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
+        _ => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",
+    };
+    println!("  verdict: {} ({why})", p.verdict());
+}
+
+type BenchResult = (Tally, Option<Tally>, Option<shmenv::StatsReport>);
 
 fn bench_typed<T: Element>(
     registry: &Registry,
     args: &BenchArgs,
     config: &serde_json::Value,
     mut pool: Pool,
-) -> Result<(Tally, Option<Tally>), Error> {
+) -> Result<BenchResult, Error> {
     let action = pool.spec().action.clone();
     let mut serial = if args.baseline {
         let params = PoolParams {
@@ -370,14 +448,28 @@ fn bench_typed<T: Element>(
     let slice = Duration::from_secs_f64(args.seconds) / rounds;
     let (mut ours, mut theirs) = (Tally::default(), Tally::default());
     let mut progress = Progress::new("shmenv pool", args.json);
+    // The profile covers the pool's rounds only (the serial rounds leave it idle).
+    let mut profile = shmenv::StatsSnapshot::default();
     for _ in 0..rounds {
+        // One untimed batch first: a worker books the time it waited for a command when the
+        // command arrives, so the idle time of the serial round lands in that batch.
+        let before = if args.profile {
+            contender.step_batch(ours.batches)?;
+            contender.stats()
+        } else {
+            None
+        };
         ours.run(contender.as_mut(), slice, &mut progress)?;
+        if let (Some(before), Some(after)) = (before, contender.stats()) {
+            profile.add(&after.delta(&before));
+        }
         if let Some(s) = serial.as_mut() {
             theirs.run(s, slice, &mut Progress::new("serial loop", true))?;
         }
     }
     progress.done();
-    Ok((ours, serial.map(|_| theirs)))
+    let profile = args.profile.then(|| profile.since(None));
+    Ok((ours, serial.map(|_| theirs), profile))
 }
 
 fn fmt_rate(r: f64) -> String {

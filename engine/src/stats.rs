@@ -224,6 +224,63 @@ impl StatsSnapshot {
         }
     }
 
+    /// The counters that changed between `earlier` and this snapshot, as a snapshot of a
+    /// pool that started `taken_ns - earlier.taken_ns` ago: `add` several such deltas to
+    /// profile a set of intervals (say, the pool's rounds of a benchmark), then `since(None)`.
+    pub fn delta(&self, earlier: &StatsSnapshot) -> StatsSnapshot {
+        let d = |a: u64, b: u64| a.wrapping_sub(b);
+        StatsSnapshot {
+            taken_ns: d(self.taken_ns, earlier.taken_ns),
+            started_ns: 0,
+            enabled: self.enabled,
+            trainer_pid: self.trainer_pid,
+            batches: d(self.batches, earlier.batches),
+            trainer_wait_ns: d(self.trainer_wait_ns, earlier.trainer_wait_ns),
+            trainer_call_ns: d(self.trainer_call_ns, earlier.trainer_call_ns),
+            ring_full_sum: d(self.ring_full_sum, earlier.ring_full_sum),
+            ring_samples: d(self.ring_samples, earlier.ring_samples),
+            workers: self
+                .workers
+                .iter()
+                .zip(&earlier.workers)
+                .map(|(a, b)| WorkerCounters {
+                    worker: a.worker,
+                    pid: a.pid,
+                    steps: d(a.steps, b.steps),
+                    resets: d(a.resets, b.resets),
+                    env_ns: d(a.env_ns, b.env_ns),
+                    wait_ns: d(a.wait_ns, b.wait_ns),
+                    publish_ns: d(a.publish_ns, b.publish_ns),
+                    sampled: d(a.sampled, b.sampled),
+                    hist: a.hist.iter().zip(&b.hist).map(|(x, y)| d(*x, *y)).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Adds the counters of `other` (a [`StatsSnapshot::delta`]) to this one.
+    pub fn add(&mut self, other: &StatsSnapshot) {
+        if self.workers.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        self.taken_ns += other.taken_ns;
+        self.batches += other.batches;
+        self.trainer_wait_ns += other.trainer_wait_ns;
+        self.trainer_call_ns += other.trainer_call_ns;
+        self.ring_full_sum += other.ring_full_sum;
+        self.ring_samples += other.ring_samples;
+        for (a, b) in self.workers.iter_mut().zip(&other.workers) {
+            a.steps += b.steps;
+            a.resets += b.resets;
+            a.env_ns += b.env_ns;
+            a.wait_ns += b.wait_ns;
+            a.publish_ns += b.publish_ns;
+            a.sampled += b.sampled;
+            a.hist.iter_mut().zip(&b.hist).for_each(|(x, y)| *x += y);
+        }
+    }
+
     /// What happened between `earlier` and this snapshot, with the derived figures. Pass
     /// `None` for "since the pool started".
     pub fn since(&self, earlier: Option<&StatsSnapshot>) -> StatsReport {
