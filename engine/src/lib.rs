@@ -14,6 +14,8 @@
 #[cfg(not(loom))]
 pub mod action;
 #[cfg(not(loom))]
+pub mod attach;
+#[cfg(not(loom))]
 pub mod batch;
 #[cfg(not(loom))]
 pub mod error;

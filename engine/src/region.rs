@@ -23,6 +23,8 @@ use std::sync::atomic::AtomicU32;
 pub struct Region {
     file: File,
     map: MmapRaw,
+    /// False for a read-only attachment (`shmenv top`): writes are refused.
+    writable: bool,
 }
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -46,7 +48,23 @@ impl Region {
         file.set_len(len as u64)?;
         add_seals(&file, libc::F_SEAL_SHRINK)?;
         let map = map_file(&file, len)?;
-        Ok(Region { file, map })
+        Ok(Region { file, map, writable: true })
+    }
+
+    /// Maps another process's region read-only, from `path` (such as `/proc/<pid>/fd/<n>`,
+    /// readable for processes of the same user). Refuses files that are not a memfd sealed
+    /// against shrinking (a truncation would turn our reads into SIGBUS). Only loads are
+    /// allowed on the result: the write methods panic, and the page protection turns any
+    /// store through an atomic into a fault, never into a change of the other process's data.
+    pub fn open_read_only(path: &std::path::Path) -> io::Result<Region> {
+        let file = File::open(path)?;
+        let seals = get_seals(&file)?;
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::other("not a sealed shmenv region (the memfd can shrink)"));
+        }
+        let len = file.metadata()?.len() as usize;
+        let map = MmapOptions::new().len(len).map_raw_read_only(&file)?;
+        Ok(Region { file, map, writable: false })
     }
 
     /// Opens a region from an fd inherited from the trainer, mapping the whole file.
@@ -64,7 +82,7 @@ impl Region {
         }
         let len = file.metadata()?.len() as usize;
         let map = map_file(&file, len)?;
-        Ok(Region { file, map })
+        Ok(Region { file, map, writable: true })
     }
 
     /// Grows the region to `len` bytes once, then seals it against any further size change
@@ -163,6 +181,7 @@ impl Region {
 
     /// Copies `bytes` into the region at `offset`.
     pub fn write_bytes(&self, offset: usize, bytes: &[u8]) {
+        assert!(self.writable, "write to a read-only region");
         let ptr = self.check(offset, bytes.len(), 1);
         // SAFETY: the destination is inside the mapping and cannot overlap the caller's slice
         // (which is ordinary process memory, or a disjoint part of the region by protocol).
@@ -200,6 +219,7 @@ impl Region {
     /// (see the module contract).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut<T: bytemuck::Pod>(&self, offset: usize, count: usize) -> &mut [T] {
+        assert!(self.writable, "write to a read-only region");
         let bytes = count.checked_mul(std::mem::size_of::<T>()).expect("slice length overflows");
         let ptr = self.check(offset, bytes, std::mem::align_of::<T>());
         // SAFETY: as for `slice`, plus exclusivity by the caller's promise.

@@ -1,0 +1,94 @@
+//! `shmenv top` attaches read-only to a pool running in another process and reports it;
+//! attaching to a process without a pool, or to a dead pid, is a clear error.
+
+mod common;
+
+use common::Watchdog;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SHMENV: &str = env!("CARGO_BIN_EXE_shmenv");
+
+/// Kills the child when dropped, so a failing test leaves nothing running.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn top(pid: u32) -> std::process::Output {
+    Command::new(SHMENV)
+        .args(["top", "--pid", &pid.to_string(), "--once", "--json", "--interval", "0.3"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn top_reports_a_pool_running_in_another_process() {
+    let _w = Watchdog::new("top attaches", Duration::from_secs(90));
+    let bench = Command::new(SHMENV)
+        .args(["bench", "--env", "Burn-v0", "--config", r#"{"step_us":100}"#, "--num-envs", "4"])
+        .args(["--workers", "2", "--seconds", "60", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let bench = Guard(bench);
+    let pid = bench.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let report = loop {
+        let out = top(pid);
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["pools"][0]["interval"]["steps"].as_u64().unwrap_or(0) > 0 {
+                break v;
+            }
+        }
+        assert!(Instant::now() < deadline, "top never saw the pool step: {out:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(report["pid"].as_u64(), Some(pid as u64));
+    let pool = &report["pools"][0];
+    assert_eq!(pool["env_id"], "Burn-v0");
+    assert_eq!((pool["num_envs"].as_u64(), pool["num_workers"].as_u64()), (Some(4), Some(2)));
+    let interval = &pool["interval"];
+    assert!(interval["steps_per_sec"].as_f64().unwrap() > 0.0);
+    let workers = interval["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2);
+    for w in workers {
+        let pid = w["pid"].as_u64().unwrap();
+        // The worker pid belongs to a live worker process named for ps.
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(cmdline.starts_with(&format!("shmenv-worker[{}] Burn-v0", w["worker"])), "{cmdline:?}");
+        let util = w["utilization"].as_f64().unwrap();
+        assert!(util > 0.0 && util <= 1.01, "{w}");
+        assert!(w["step_p50_us"].as_f64().unwrap() > 50.0, "a 100 us step: {w}");
+    }
+    assert!(pool["totals"]["workers"][0]["steps"].as_u64().unwrap() > 0);
+    // The text view works too.
+    let out = Command::new(SHMENV).args(["top", "--pid", &pid.to_string(), "--once"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Burn-v0 x 4 on 2 workers") && text.contains("step p50"), "{text}");
+}
+
+#[test]
+fn top_on_a_process_without_a_pool_or_a_dead_pid_is_a_clear_error() {
+    let _w = Watchdog::new("top errors", Duration::from_secs(60));
+    let sleeper = Guard(Command::new("sleep").arg("30").spawn().unwrap());
+    let out = top(sleeper.0.id());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no shmenv pool"), "{err}");
+    assert!(err.contains("(sleep)"), "{err}");
+
+    let mut done = Command::new("true").spawn().unwrap();
+    let dead = done.id();
+    done.wait().unwrap();
+    let out = top(dead);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("no process with pid {dead}")), "{err}");
+}
