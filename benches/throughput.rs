@@ -30,6 +30,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         batch_size: num_envs,
         ring_depth: 2,
         stats: false,
+        trace: false,
     }
 }
 

@@ -524,6 +524,7 @@ fn bench_typed<T: Element>(
             batch_size: args.num_envs,
             ring_depth: 2,
             stats: false,
+            trace: false,
         };
         let mut shard = EnvShard::new(registry, &params, 0..params.num_envs)?;
         let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);

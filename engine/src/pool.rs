@@ -36,6 +36,7 @@ pub struct PoolBuilder {
     batch_size: Option<usize>,
     ring_depth: usize,
     stats: bool,
+    trace: bool,
 }
 
 impl PoolBuilder {
@@ -125,6 +126,14 @@ impl PoolBuilder {
     /// [`Pool::stats`]). Off saves two clock reads per batch and one per 16 env steps.
     pub fn stats(mut self, on: bool) -> Self {
         self.stats = on;
+        self
+    }
+
+    /// Records trace spans (trainer calls and waits; each worker's waits, env work and
+    /// publishing per batch) for [`Pool::write_trace`] (default off). Workers keep their
+    /// last 4096 spans each in the region; the trainer its last 16384.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
         self
     }
 
@@ -245,6 +254,7 @@ impl Pool {
             batch_size: None,
             ring_depth: 2,
             stats: true,
+            trace: false,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -296,6 +306,7 @@ impl Pool {
             batch_size,
             ring_depth: b.ring_depth,
             stats: b.stats,
+            trace: b.trace,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {

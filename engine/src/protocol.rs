@@ -296,8 +296,9 @@ pub mod stats {
     pub const POOL_BYTES: usize = 256;
     /// Bytes of each worker block.
     pub const WORKER_BYTES: usize = 384;
-    /// Envs time one step in this many (two clock reads each), for the histograms.
-    pub const SAMPLE_EVERY: u32 = 16;
+    /// Async mode: a worker times one env step in this many for the histogram (two clock
+    /// reads each); sync mode times one env per batch.
+    pub const ASYNC_SAMPLE_EVERY: u32 = 64;
 
     /// Words of the pool block (written by the trainer).
     pub mod pool {
@@ -383,6 +384,31 @@ pub struct PoolParams {
     pub ring_depth: usize,
     /// Whether workers record stats (the stats area).
     pub stats: bool,
+    /// Whether workers record trace spans (the trace rings).
+    #[serde(default)]
+    pub trace: bool,
+}
+
+/// The trace rings (with `PoolParams::trace`): per worker a row of [`trace::ROW_BYTES`],
+/// a head counter then a ring of [`trace::SPANS`] spans of two u64 words each (start ns;
+/// duration ns << 8 | kind), written with relaxed atomic stores by the worker, the head
+/// stored with Release after each span; readers load the head with Acquire.
+pub mod trace {
+    /// Spans kept per worker (older ones are overwritten).
+    pub const SPANS: usize = 4096;
+    /// Offset of the first span in a row (the head u64 sits at 0).
+    pub const SPANS_AT: usize = 64;
+    /// Bytes of one worker's row.
+    pub const ROW_BYTES: usize = SPANS_AT + SPANS * 16;
+    /// Span kinds.
+    pub mod kind {
+        /// Waiting for a command or actions.
+        pub const WAIT: u64 = 1;
+        /// Env work (a batch of steps or resets).
+        pub const ENV: u64 = 2;
+        /// Publishing results.
+        pub const PUBLISH: u64 = 3;
+    }
 }
 
 /// What a worker writes in its report area.
@@ -511,6 +537,8 @@ pub struct Layout {
     pub blocks: Vec<ResultBlock>,
     /// Async mode only: the ring's control words and the work queues.
     pub ring: Option<RingLayout>,
+    /// With tracing on: one row per worker, its span ring ([`trace`]).
+    pub trace: Option<ArraySlot>,
     /// Bytes of the whole region.
     pub total_size: usize,
     /// FNV-1a hash of the version, the spec's canonical JSON and every offset.
@@ -557,6 +585,7 @@ impl Layout {
             ready_for: (0..params.ring_depth).map(|_| array(1, CACHE_LINE).offset).collect(),
             queue: array(n, 4),
         });
+        let trace = params.trace.then(|| array(params.num_workers, trace::ROW_BYTES));
         let total_size = round_up(cursor, PAGE);
         let mut layout = Layout {
             num_envs: n,
@@ -565,6 +594,7 @@ impl Layout {
             actions,
             blocks,
             ring,
+            trace,
             total_size,
             hash: 0,
         };
@@ -591,6 +621,7 @@ impl Layout {
             .into_iter()
             .chain(self.blocks.iter().flat_map(|b| b.slots()))
             .chain(self.ring.iter().map(|r| &r.queue))
+            .chain(self.trace.iter())
     }
 
     /// Every byte range of the data part: arrays (with their row counts) and ring words.
@@ -598,6 +629,9 @@ impl Layout {
         let mut out = vec![self.actions.rows(0..self.num_envs)];
         for b in &self.blocks {
             out.extend(b.slots().map(|s| s.rows(0..b.rows)));
+        }
+        if let Some(t) = &self.trace {
+            out.push(t.rows(0..self.num_workers));
         }
         if let Some(r) = &self.ring {
             out.push(r.queue.rows(0..self.num_envs));
@@ -658,6 +692,7 @@ mod tests {
             batch_size: n,
             ring_depth: 2,
             stats: true,
+            trace: false,
         }
     }
 

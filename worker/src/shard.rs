@@ -45,7 +45,7 @@ pub struct EnvShard {
     running_length: Vec<u32>,
     /// Stats: episodes begun (resets, commanded or automatic).
     resets: u64,
-    /// Stats: time one env step in `stats::SAMPLE_EVERY` into `hist`.
+    /// Stats: time one env step per sync batch (async: one in `ASYNC_SAMPLE_EVERY`) into `hist`.
     sampling: bool,
     tick: u32,
     hist: [u64; stats::HIST_BUCKETS],
@@ -105,19 +105,27 @@ impl EnvShard {
         &mut self.hist
     }
 
-    /// `advance_in`, timed when this env step is sampled for the histogram.
+    /// `advance_in`, timed into the histogram when `timed`.
     #[inline(always)]
-    fn advance_sampled(&mut self, i: usize, work: Work<'_>) -> Advanced {
-        if self.sampling {
-            self.tick = self.tick.wrapping_add(1);
-            if self.tick % stats::SAMPLE_EVERY == 0 {
-                let t0 = now_ns();
-                let advanced = self.advance_in(i, work);
-                self.hist[bucket(now_ns().saturating_sub(t0))] += 1;
-                return advanced;
-            }
+    fn advance_timed(&mut self, i: usize, work: Work<'_>, timed: bool) -> Advanced {
+        if timed {
+            let t0 = now_ns();
+            let advanced = self.advance_in(i, work);
+            self.hist[bucket(now_ns().saturating_sub(t0))] += 1;
+            advanced
+        } else {
+            self.advance_in(i, work)
         }
-        self.advance_in(i, work)
+    }
+
+    /// Which env of this batch to time (one per batch, rotating), if stats are on: two clock
+    /// reads per batch, whatever the batch size.
+    fn batch_sample(&mut self) -> usize {
+        if !self.sampling {
+            return usize::MAX;
+        }
+        self.tick = self.tick.wrapping_add(1);
+        self.tick as usize % self.envs.len().max(1)
     }
 
     /// The envs' spec (with the registry's time limit).
@@ -143,9 +151,10 @@ impl EnvShard {
         rows: &mut ShardRows<'_>,
     ) -> Result<(), (usize, String)> {
         let start = self.range.start;
+        let sampled = self.batch_sample();
         self.guarded_loop(|shard, i| {
             let seed = base_seed.map(|b| b.wrapping_add((start + i) as u64));
-            let advanced = shard.advance_sampled(i, Work::Reset { seed });
+            let advanced = shard.advance_timed(i, Work::Reset { seed }, i == sampled);
             shard.emit_in(i, advanced, rows, i);
         })
     }
@@ -154,8 +163,9 @@ impl EnvShard {
     /// writing each env's results into its row.
     pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
         let ab = self.action_row_bytes;
+        let sampled = self.batch_sample();
         self.guarded_loop(|shard, i| {
-            let advanced = shard.advance_sampled(i, Work::Step(&actions[i * ab..(i + 1) * ab]));
+            let advanced = shard.advance_timed(i, Work::Step(&actions[i * ab..(i + 1) * ab]), i == sampled);
             shard.emit_in(i, advanced, rows, i);
         })
     }
@@ -178,7 +188,11 @@ impl EnvShard {
     /// episode ended on the previous step under `AutoReset::NextStep`, the reset that
     /// replaces this step (its action is ignored). Writes nothing; see [`EnvShard::emit`].
     pub fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
-        guard(self.range.start + i, || self.advance_sampled(i, work))
+        let timed = self.sampling && {
+            self.tick = self.tick.wrapping_add(1);
+            self.tick % stats::ASYNC_SAMPLE_EVERY == 0
+        };
+        guard(self.range.start + i, || self.advance_timed(i, work, timed))
     }
 
     #[inline(always)]
@@ -447,6 +461,7 @@ mod tests {
             batch_size: n,
             ring_depth: 2,
             stats: true,
+            trace: false,
         }
     }
 
