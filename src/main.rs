@@ -93,6 +93,10 @@ struct BenchArgs {
     /// Live stats in the region: on (default) or off (to measure their cost).
     #[arg(long, default_value = "on")]
     stats: String,
+    /// Record trace spans (trainer calls, each worker's waits, env work and publishing) and
+    /// write them to this file as Chrome trace JSON (open it in https://ui.perfetto.dev).
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -200,8 +204,8 @@ trait Stepper {
     /// Steps batch number `k`; returns the number of env steps taken.
     fn step_batch(&mut self, k: usize) -> Result<u64, Error>;
 
-    /// The pool's live counters, for `--profile` (none for the serial loop).
-    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
+    /// The pool (none for the serial loop): its live counters for `--profile`, its trace.
+    fn pool(&self) -> Option<&Pool> {
         None
     }
 }
@@ -217,8 +221,8 @@ impl<T: Element> Stepper for PoolStepper<T> {
         Ok(self.pool.num_envs() as u64)
     }
 
-    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
-        Some(self.pool.stats_snapshot())
+    fn pool(&self) -> Option<&Pool> {
+        Some(&self.pool)
     }
 }
 
@@ -245,8 +249,8 @@ impl<T: Element> Stepper for AsyncStepper<T> {
         Ok(self.ids.len() as u64)
     }
 
-    fn stats(&self) -> Option<shmenv::StatsSnapshot> {
-        Some(self.pool.stats_snapshot())
+    fn pool(&self) -> Option<&Pool> {
+        Some(&self.pool)
     }
 }
 
@@ -315,6 +319,7 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let mut builder = Pool::builder(&args.env)
         .stats(stats)
+        .trace(args.trace.is_some())
         .cpu_affinity(affinity)
         .config(config.clone())
         .num_envs(args.num_envs)
@@ -555,19 +560,25 @@ fn bench_typed<T: Element>(
         // command arrives, so the idle time of the serial round lands in that batch.
         let before = if args.profile {
             contender.step_batch(ours.batches)?;
-            contender.stats()
+            contender.pool().map(Pool::stats_snapshot)
         } else {
             None
         };
         ours.run(contender.as_mut(), slice, &mut progress)?;
-        if let (Some(before), Some(after)) = (before, contender.stats()) {
-            profile.add(&after.delta(&before));
+        if let (Some(before), Some(pool)) = (before, contender.pool()) {
+            profile.add(&pool.stats_snapshot().delta(&before));
         }
         if let Some(s) = serial.as_mut() {
             theirs.run(s, slice, &mut Progress::new("serial loop", true))?;
         }
     }
     progress.done();
+    if let (Some(path), Some(pool)) = (&args.trace, contender.pool()) {
+        pool.write_trace(path).map_err(|e| format!("cannot write the trace to {}: {e}", path.display()))?;
+        if !args.json {
+            eprintln!("trace written to {} (open it in https://ui.perfetto.dev)", path.display());
+        }
+    }
     let profile = args.profile.then(|| profile.since(None));
     Ok((ours, serial.map(|_| theirs), profile))
 }

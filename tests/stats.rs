@@ -85,3 +85,45 @@ fn stats_can_be_turned_off() {
     assert_eq!(report.steps, 0);
     assert_eq!(report.batches, 11); // the trainer's own counters stay on
 }
+
+#[test]
+fn trace_export_is_chrome_json_with_every_process_named() {
+    let _w = Watchdog::new("trace", Duration::from_secs(60));
+    let mut pool = builder("Burn-v0")
+        .config(json!({"step_us": 20}))
+        .num_envs(4)
+        .num_workers(2)
+        .trace(true)
+        .build()
+        .unwrap();
+    pool.reset().unwrap();
+    for _ in 0..50 {
+        pool.step(&[0i64; 4]).unwrap();
+    }
+    let path = std::env::temp_dir().join(format!("shmenv-trace-{}.json", std::process::id()));
+    pool.write_trace(&path).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let names: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(names.contains(&(std::process::id() as u64, "shmenv trainer (Burn-v0)".into())), "{names:?}");
+    for (w, &pid) in pool.worker_pids().iter().enumerate() {
+        assert!(names.contains(&(pid as u64, format!("shmenv-worker[{w}] Burn-v0"))), "{names:?}");
+        let env_spans: Vec<&serde_json::Value> =
+            events.iter().filter(|e| e["pid"] == pid && e["name"] == "env").collect();
+        assert_eq!(env_spans.len(), 51, "one env span per batch (reset + 50 steps)");
+        // Each step burns 2 x 20 us in this worker.
+        assert!(env_spans.iter().all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+        assert!(env_spans[1..].iter().all(|e| e["dur"].as_f64().unwrap() >= 40.0));
+    }
+    let steps = events.iter().filter(|e| e["name"] == "step" && e["pid"] == std::process::id()).count();
+    assert_eq!(steps, 50);
+    // Without tracing there is nothing to write, and the error says how to get it.
+    let plain = builder("Burn-v0").num_envs(2).num_workers(1).build().unwrap();
+    let err = plain.write_trace(&path).unwrap_err();
+    assert!(err.to_string().contains(".trace(true)"), "{err}");
+}

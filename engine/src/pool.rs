@@ -183,9 +183,14 @@ pub struct Pool {
     next_sync_block: usize,
     /// Asked while waiting whether to give up (Ctrl-C in a Python trainer).
     interrupt: Option<InterruptCheck>,
+    /// With tracing on: the trainer's recent spans (name, start ns, end ns).
+    trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// Async mode only.
     ring: Option<RingState>,
 }
+
+/// Trainer spans kept for [`Pool::write_trace`].
+const TRAINER_SPANS: usize = 16384;
 
 /// Why a wait for workers was given up.
 enum Abort {
@@ -340,6 +345,7 @@ impl Pool {
             }
         };
         let Startup { supervisor, region, params, program, waiter } = startup;
+        let trace = params.trace.then(std::collections::VecDeque::new);
         let ring = layout.ring.as_ref().map(|r| RingState {
             batch_size: r.batch_size,
             next_batch: 0,
@@ -376,6 +382,7 @@ impl Pool {
             ended,
             next_sync_block: 0,
             interrupt: None,
+            trace,
             ring,
         })
     }
@@ -551,6 +558,7 @@ impl Pool {
         }
         self.push(env_ids.iter().copied(), protocol::queue_entry::STEP);
         self.pool_stats().add_call(now_ns() - entered, 0, false);
+        self.record_spans(&[("send", entered, now_ns())]);
         Ok(())
     }
 
@@ -694,6 +702,7 @@ impl Pool {
             }
         }
         self.pool_stats().add_call(now_ns() - entered, waited, true);
+        self.record_spans(&[("recv", entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..b) })
     }
 
@@ -734,6 +743,63 @@ impl Pool {
     /// The raw counters now; `later.since(Some(&earlier))` gives an interval's figures.
     pub fn stats_snapshot(&self) -> StatsSnapshot {
         StatsSnapshot::read(&self.region, self.params.num_workers)
+    }
+
+    /// Writes the recorded spans (see [`PoolBuilder::trace`]) as Chrome trace JSON, which
+    /// Perfetto (<https://ui.perfetto.dev>) and `chrome://tracing` open: one track for the
+    /// trainer (its `step`/`recv`/`send` calls and the waits inside them) and one per worker
+    /// process (`wait`, `env`, `publish` per batch), named as `ps` shows them. Times are
+    /// microseconds since the pool started, on the machine-wide monotonic clock.
+    pub fn write_trace(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let Some(trainer) = &self.trace else {
+            return Err(std::io::Error::other("tracing is off: build the pool with .trace(true)"));
+        };
+        let t0 = StatsSnapshot::read(&self.region, self.params.num_workers).started_ns;
+        let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1e3;
+        let me = std::process::id();
+        let mut events = vec![serde_json::json!({
+            "ph": "M", "name": "process_name", "pid": me, "args": {"name": format!("shmenv trainer ({})", self.params.env_id)},
+        })];
+        for &(name, start, end) in trainer {
+            events.push(serde_json::json!({
+                "ph": "X", "name": name, "cat": "trainer", "pid": me, "tid": me,
+                "ts": us(start), "dur": end.saturating_sub(start) as f64 / 1e3,
+            }));
+        }
+        if let Some(rows) = &self.layout.trace {
+            for (w, &pid) in self.supervisor.pids().iter().enumerate() {
+                events.push(serde_json::json!({
+                    "ph": "M", "name": "process_name", "pid": pid,
+                    "args": {"name": format!("shmenv-worker[{w}] {}", self.params.env_id)},
+                }));
+                for span in crate::stats::TraceRing::new(&self.region, rows, w).spans() {
+                    let name = match span.kind {
+                        protocol::trace::kind::WAIT => "wait",
+                        protocol::trace::kind::ENV => "env",
+                        protocol::trace::kind::PUBLISH => "publish",
+                        _ => continue, // untrusted bytes: skip what we do not know
+                    };
+                    events.push(serde_json::json!({
+                        "ph": "X", "name": name, "cat": "worker", "pid": pid, "tid": pid,
+                        "ts": us(span.start_ns), "dur": span.dur_ns as f64 / 1e3,
+                    }));
+                }
+            }
+        }
+        let doc = serde_json::json!({"traceEvents": events, "displayTimeUnit": "ns"});
+        std::fs::write(path, serde_json::to_vec(&doc).map_err(std::io::Error::other)?)
+    }
+
+    /// Keeps the trainer's last spans when tracing.
+    fn record_spans(&mut self, spans: &[(&'static str, u64, u64)]) {
+        if let Some(trace) = self.trace.as_mut() {
+            for &s in spans {
+                if trace.len() == TRAINER_SPANS {
+                    trace.pop_front();
+                }
+                trace.push_back(s);
+            }
+        }
     }
 
     fn pool_stats(&self) -> PoolStats<'_> {
@@ -849,6 +915,8 @@ impl Pool {
             }
         }
         self.pool_stats().add_call(now_ns() - entered, waited, true);
+        let name = if command == Command::Step { "step" } else { "reset" };
+        self.record_spans(&[(name, entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..n) })
     }
 

@@ -16,12 +16,12 @@ use crate::registry::{MakeError, Registry};
 use crate::shard::{Advanced, EnvShard, ShardError, ShardRows, Work};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
+    self, trace, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
     RingLayout, WorkerReport, WorkerStatus,
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::ring::{RegionRing, RingWords};
-use shmenv_engine::stats::{now_ns, WorkerStats};
+use shmenv_engine::stats::{now_ns, TraceRing, WorkerStats};
 use shmenv_engine::sync::{WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
@@ -320,7 +320,14 @@ impl Worker {
                     resets_seen = shard.resets();
                     stats.flush_hist(shard.hist_mut());
                     self.post_trainer();
-                    stats.add_times(worked - started, started - waited_from, now_ns() - worked);
+                    let posted = now_ns();
+                    stats.add_times(worked - started, started - waited_from, posted - worked);
+                    if let Some(rows) = &layout.trace {
+                        let ring = TraceRing::new(&self.region, rows, self.index);
+                        ring.record(trace::kind::WAIT, waited_from, started);
+                        ring.record(trace::kind::ENV, started, worked);
+                        ring.record(trace::kind::PUBLISH, worked, posted);
+                    }
                 }
                 Err((env_id, message)) => {
                     self.report(&WorkerReport::EnvPanicked { env_id, message }, WorkerStatus::Failed);
@@ -425,11 +432,16 @@ impl Worker {
                 if let Err(stop) = self.publish(shard, layout, ring, &mut done) {
                     return stop;
                 }
-                let stats = self.stats();
+                let (stats, published) = (self.stats(), now_ns());
+                if let Some(rows) = &layout.trace {
+                    let trace = TraceRing::new(&self.region, rows, self.index);
+                    trace.record(trace::kind::ENV, publish_from - tally.env_ns, publish_from);
+                    trace.record(trace::kind::PUBLISH, publish_from, published);
+                }
                 stats.add_times(
                     std::mem::take(&mut tally.env_ns),
                     std::mem::take(&mut tally.wait_ns),
-                    now_ns() - publish_from,
+                    published - publish_from,
                 );
                 since = None;
             }
