@@ -29,9 +29,31 @@ enum Cmd {
     List,
     /// Step an env with random actions through a pool and report steps per second.
     Bench(BenchArgs),
+    /// Try worker counts, batch sizes and wait strategies briefly; print a ranked table
+    /// and the builder settings of the fastest.
+    Tune(TuneArgs),
     /// Live view of the pools of a running process (read-only; same user): per worker
     /// utilization, steps/s, env-step p50/p99, wait share; the trainer's wait share.
     Top(TopArgs),
+}
+
+#[derive(clap::Args)]
+struct TuneArgs {
+    /// Env id (see `shmenv list`).
+    #[arg(long, default_value = "CartPole-v1")]
+    env: String,
+    /// Env config as a JSON object.
+    #[arg(long, default_value = "{}")]
+    config: String,
+    /// Number of envs.
+    #[arg(long, default_value_t = 64)]
+    num_envs: usize,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -109,6 +131,7 @@ fn main() -> ExitCode {
         Cmd::List => list(&registry),
         Cmd::Bench(args) => bench(&registry, args),
         Cmd::Top(args) => top(args),
+        Cmd::Tune(args) => tune(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -387,6 +410,160 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// One configuration tried by `tune`.
+#[derive(Clone, serde::Serialize)]
+struct Trial {
+    workers: usize,
+    envs_per_worker: String,
+    batch_size: usize,
+    wait: &'static str,
+    steps_per_sec: f64,
+}
+
+fn tune(args: TuneArgs) -> Result<(), Error> {
+    let config: serde_json::Value =
+        serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    let n = args.num_envs;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let program = std::env::current_exe()?;
+    let slice = Duration::from_secs_f64(args.seconds.max(0.05));
+    let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
+        let pool = Pool::builder(&args.env)
+            .config(config.clone())
+            .num_envs(n)
+            .num_workers(workers)
+            .batch_size(batch)
+            .wait(wait)
+            .seed(0)
+            .worker_program(&program)
+            .build()?;
+        match pool.spec().action.dtype() {
+            DType::F32 => trial::<f32>(pool, slice),
+            DType::F64 => trial::<f64>(pool, slice),
+            DType::U8 => trial::<u8>(pool, slice),
+            DType::I8 => trial::<i8>(pool, slice),
+            DType::I16 => trial::<i16>(pool, slice),
+            DType::I32 => trial::<i32>(pool, slice),
+            DType::I64 => trial::<i64>(pool, slice),
+        }
+    };
+    let mut workers: Vec<usize> = (1..=2 * cores).filter(|&w| w <= n).collect();
+    workers.dedup();
+    let mut batches = vec![n, n / 2, n / 4];
+    batches.retain(|&b| b >= 1);
+    batches.dedup();
+    let mut trials = Vec::new();
+    if !args.json {
+        eprintln!(
+            "tuning {} x {n}: about {} trials of {:.1} s ...",
+            args.env,
+            workers.len() * batches.len() + 36,
+            slice.as_secs_f64()
+        );
+    }
+    // Stage 1: shapes (workers x batch size) with the adaptive wait strategy.
+    for &w in &workers {
+        for &b in &batches {
+            let rate = run(w, b, WaitStrategy::Auto)?;
+            trials.push(Trial {
+                workers: w,
+                envs_per_worker: envs_per_worker(n, w),
+                batch_size: b,
+                wait: "auto",
+                steps_per_sec: rate,
+            });
+        }
+    }
+    // Stage 2: the three best shapes, each with every wait strategy (spin only when every
+    // process can have a core), measured three times; medians.
+    trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    let mut finals = Vec::new();
+    for shape in trials.iter().take(3).cloned().collect::<Vec<_>>() {
+        for wait in [WaitStrategy::Auto, WaitStrategy::Yield, WaitStrategy::Block, WaitStrategy::Spin] {
+            if wait == WaitStrategy::Spin && shape.workers + 1 > cores {
+                continue;
+            }
+            let mut rates =
+                (0..3).map(|_| run(shape.workers, shape.batch_size, wait)).collect::<Result<Vec<_>, _>>()?;
+            rates.sort_by(|a, b| a.total_cmp(b));
+            finals.push(Trial { wait: wait.name(), steps_per_sec: rates[1], ..shape.clone() });
+        }
+    }
+    finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    let best = finals.first().ok_or("no configuration could run")?;
+    let mut builder = format!("Pool::builder({:?}).num_envs({n}).num_workers({})", args.env, best.workers);
+    if best.batch_size < n {
+        builder += &format!(".batch_size({})", best.batch_size);
+    }
+    let variant = match best.wait {
+        "spin" => "Spin",
+        "yield" => "Yield",
+        "block" => "Block",
+        _ => "Auto",
+    };
+    if variant != "Auto" {
+        builder += &format!(".wait(WaitStrategy::{variant})");
+    }
+    if args.json {
+        println!(
+            "{}",
+            json!({"env": args.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": builder})
+        );
+        return Ok(());
+    }
+    println!(
+        "{} x {n}, {cores} cores: {} shapes tried, the 3 best with each wait strategy (median of 3)",
+        args.env,
+        trials.len()
+    );
+    println!("  rank  workers  envs/worker  batch   mode   wait      steps/s");
+    for (i, t) in finals.iter().enumerate() {
+        let mode = if t.batch_size < n { "async" } else { "sync" };
+        println!(
+            "  {:>4}  {:>7}  {:>11}  {:>5}  {:>5}  {:>5}  {:>11}",
+            i + 1,
+            t.workers,
+            t.envs_per_worker,
+            t.batch_size,
+            mode,
+            t.wait,
+            fmt_rate(t.steps_per_sec)
+        );
+    }
+    println!("recommended: {builder}");
+    if best.batch_size < n {
+        println!("  (async: use send()/recv(); sync step() needs batch_size = num_envs)");
+    }
+    Ok(())
+}
+
+fn envs_per_worker(n: usize, w: usize) -> String {
+    if n % w == 0 {
+        (n / w).to_string()
+    } else {
+        format!("{}-{}", n / w, n / w + 1)
+    }
+}
+
+/// Steps `pool` with random actions for `slice` (after a short warm-up); returns steps/s.
+fn trial<T: Element>(mut pool: Pool, slice: Duration) -> Result<f64, Error> {
+    let action = pool.spec().action.clone();
+    let n = pool.num_envs();
+    let tape = ActionTape::<T>::new(&action, n, 0);
+    let mut stepper: Box<dyn Stepper> = if pool.is_async() {
+        let ids = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
+        Box::new(AsyncStepper { pool, tape, per_env: action.num_elements(), ids, actions: Vec::new() })
+    } else {
+        pool.reset()?;
+        Box::new(PoolStepper { pool, tape })
+    };
+    let mut warm = Tally::default();
+    warm.run(stepper.as_mut(), slice / 5, &mut Progress::new("", true))?;
+    let mut tally = Tally::default();
+    tally.run(stepper.as_mut(), slice, &mut Progress::new("", true))?;
+    Ok(tally.rate())
 }
 
 fn top(args: TopArgs) -> Result<(), Error> {

@@ -92,3 +92,22 @@ fn top_on_a_process_without_a_pool_or_a_dead_pid_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("no process with pid {dead}")), "{err}");
 }
+
+#[test]
+fn tune_ranks_configurations_and_recommends_one() {
+    let _w = Watchdog::new("tune", Duration::from_secs(120));
+    let out = Command::new(SHMENV)
+        .args(["tune", "--env", "Burn-v0", "--num-envs", "4", "--seconds", "0.05", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranked = v["ranked"].as_array().unwrap();
+    assert!(!ranked.is_empty());
+    let rates: Vec<f64> = ranked.iter().map(|t| t["steps_per_sec"].as_f64().unwrap()).collect();
+    assert!(rates.windows(2).all(|w| w[0] >= w[1]) && rates[0] > 0.0, "{rates:?}");
+    let best = &ranked[0];
+    let rec = v["recommended"].as_str().unwrap();
+    assert!(rec.starts_with("Pool::builder(\"Burn-v0\").num_envs(4)"), "{rec}");
+    assert!(rec.contains(&format!(".num_workers({})", best["workers"])), "{rec}");
+}
