@@ -218,6 +218,13 @@ class ShmVectorEnv(VectorEnv):
 
     # --- shmenv extras ---------------------------------------------------------------
 
+    def stats(self) -> dict:
+        """What the pool did since it started, from the live stats in shared memory: per
+        worker steps, utilization (share of time in env code), wait share, env-step p50/p99;
+        the trainer's wait share; and a verdict ("env-bound", "trainer-bound", "sync-bound").
+        See docs/profiling.md; ``shmenv top --pid <this pid>`` shows the same live."""
+        return json.loads(self._pool.stats_json())
+
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of the worker processes."""

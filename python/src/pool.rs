@@ -150,6 +150,14 @@ impl PyPool {
         self.worker_pids.clone()
     }
 
+    /// What the pool did since it started (`Pool::stats`), as JSON with a `verdict`.
+    fn stats_json(&self) -> PyResult<String> {
+        let report = self.pool()?.stats();
+        let mut v = serde_json::to_value(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        v["verdict"] = report.verdict().into();
+        Ok(v.to_string())
+    }
+
     /// The env range `(start, end)` of each worker.
     fn shards(&self) -> PyResult<Vec<(usize, usize)>> {
         let pool = self.pool()?;

@@ -209,3 +209,16 @@ def test_gymnasium_vector_wrappers_run_on_shmenv():
             np.testing.assert_array_equal(infos["episode"]["l"], infos["episode_stats"]["l"])
     assert episodes > 0 and len(envs.return_queue) == min(episodes, 100)
     envs.close()
+
+
+def test_stats_report_what_the_pool_did(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0) as envs:
+        envs.reset()
+        for _ in range(20):
+            envs.step(np.zeros(4, dtype=np.int64))
+        stats = envs.stats()
+        assert stats["steps"] == 80 and stats["batches"] == 21
+        assert [w["steps"] for w in stats["workers"]] == [40, 40]
+        assert [w["pid"] for w in stats["workers"]] == envs.worker_pids
+        assert 0 < stats["trainer_wait_share"] <= 1
+        assert stats["verdict"] in ("env-bound", "trainer-bound", "sync-bound")
