@@ -108,6 +108,54 @@ fn interrupt_check_ends_a_wait() {
     }
 }
 
+/// Hang detection: an env that never returns makes the step time out, naming its worker
+/// and envs; the pool closes and its workers are stopped (the hung one killed).
+fn hung_env_times_out() {
+    for batch_size in [4, 2] {
+        let mut pool = builder("Burn-v0")
+            .config(json!({"fault": "hang", "fault_step": 3, "fault_seed": 103}))
+            .num_envs(4)
+            .num_workers(2)
+            .seed(100)
+            .batch_size(batch_size)
+            .step_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let pids = pool.worker_pids().to_vec();
+        let err = if batch_size == 4 {
+            pool.reset().unwrap();
+            pool.step(&[0i64; 4]).unwrap();
+            pool.step(&[0i64; 4]).unwrap();
+            pool.step(&[0i64; 4]).unwrap_err()
+        } else {
+            pool.reset().unwrap();
+            pool.recv().unwrap();
+            let mut outcome = Ok(());
+            for _ in 0..4 {
+                if let Err(e) = pool.send(&[0i64; 4], &[0, 1, 2, 3]).and_then(|()| {
+                    pool.recv()?;
+                    pool.recv().map(|_| ())
+                }) {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+            outcome.unwrap_err()
+        };
+        match &err {
+            StepError::Timeout { workers, env_ids, waited } => {
+                assert!(workers.contains(&1) && !workers.contains(&0), "{err}");
+                assert!(env_ids.contains(&3), "{err}");
+                assert_eq!(*waited, Duration::from_millis(300));
+            }
+            other => panic!("expected Timeout, got {other:?}"),
+        }
+        assert!(err.to_string().contains("step timeout"), "{err}");
+        assert!(pids.iter().all(|&p| !alive(p)), "workers left behind: {pids:?}");
+        assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+    }
+}
+
 fn worker_exit_and_abort_are_reported() {
     for (fault, expected) in [("exit", WorkerExit::Code(17)), ("abort", WorkerExit::Signal(libc::SIGABRT))] {
         let config = json!({"fault": fault, "fault_step": 2, "fault_seed": 1});
@@ -195,6 +243,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     sigkill_in_async_mode();
     worker_exit_and_abort_are_reported();
     interrupt_check_ends_a_wait();
+    hung_env_times_out();
     many_pools_leave_nothing_behind();
     workers_die_with_their_trainer();
 

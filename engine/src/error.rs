@@ -191,6 +191,22 @@ pub enum StepError {
     /// (Ctrl-C in a Python trainer); the pool is closed and its workers stopped.
     #[error("interrupted while waiting for the workers; the pool is closed, build a new one")]
     Interrupted,
+    /// Hang detection: the workers did not answer within the pool's step timeout. The
+    /// pool is closed and its workers stopped.
+    #[error(
+        "workers {workers:?} (envs {}) did not answer within the step timeout of {waited:?}; the pool is closed \
+         and its workers stopped. If an env can legitimately take that long, raise .step_timeout(..); to find \
+         the hang, look at the worker with `shmenv top` or a trace",
+        format_envs(env_ids)
+    )]
+    Timeout {
+        /// The workers that did not finish.
+        workers: Vec<usize>,
+        /// The envs they host (async: the envs whose results had not come back).
+        env_ids: Vec<usize>,
+        /// The timeout.
+        waited: Duration,
+    },
     /// A worker reported an error it could not recover from.
     #[error("worker {worker} (envs {}..{}) failed: {message}", env_ids.start, env_ids.end)]
     WorkerFailed {
@@ -263,4 +279,13 @@ pub enum ViewError {
     /// Final observations exist only with `AutoReset::SameStep`.
     #[error("final observations are only kept with AutoReset::SameStep")]
     NoFinalObs,
+}
+
+/// A list of env ids, shortened when long.
+fn format_envs(ids: &[usize]) -> String {
+    if ids.len() <= 16 {
+        format!("{ids:?}")
+    } else {
+        format!("{:?} and {} more", &ids[..16], ids.len() - 16)
+    }
 }

@@ -37,6 +37,7 @@ pub struct PoolBuilder {
     ring_depth: usize,
     stats: bool,
     trace: bool,
+    step_timeout: Option<Duration>,
 }
 
 impl PoolBuilder {
@@ -137,6 +138,14 @@ impl PoolBuilder {
         self
     }
 
+    /// Hang detection: `step`/`reset`/`recv` give up after waiting this long for the
+    /// workers, with [`StepError::Timeout`] naming the envs that did not answer; the pool
+    /// closes and its workers are stopped (default: wait as long as it takes).
+    pub fn step_timeout(mut self, timeout: Duration) -> Self {
+        self.step_timeout = Some(timeout);
+        self
+    }
+
     /// How long workers may take to build their envs (default 60 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -183,6 +192,10 @@ pub struct Pool {
     next_sync_block: usize,
     /// Asked while waiting whether to give up (Ctrl-C in a Python trainer).
     interrupt: Option<InterruptCheck>,
+    /// Hang detection (see [`PoolBuilder::step_timeout`]).
+    step_timeout: Option<Duration>,
+    /// Sync commands sent so far (the `COMMAND_SEQ` word).
+    command_seq: u32,
     /// With tracing on: the trainer's recent spans (name, start ns, end ns).
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// Async mode only.
@@ -197,6 +210,7 @@ enum Abort {
     Died(usize, WorkerExit),
     Failed(usize),
     Interrupted,
+    TimedOut { workers: Vec<usize>, env_ids: Vec<usize> },
 }
 
 /// The check installed by [`Pool::set_interrupt_check`].
@@ -260,6 +274,7 @@ impl Pool {
             ring_depth: 2,
             stats: true,
             trace: false,
+            step_timeout: None,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -382,6 +397,8 @@ impl Pool {
             ended,
             next_sync_block: 0,
             interrupt: None,
+            step_timeout: b.step_timeout,
+            command_seq: 0,
             trace,
             ring,
         })
@@ -649,7 +666,8 @@ impl Pool {
             (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
         let interrupt = &mut self.interrupt;
         let waited_from = now_ns();
-        let outcome = words.receive(q, &mut self.waiter, || {
+        let deadline = self.step_timeout.map(|t| Instant::now() + t);
+        let outcome = words.receive_until(q, &mut self.waiter, deadline, || {
             if let Some((worker, exit)) = sup.exited_worker() {
                 return Some(Abort::Died(worker, exit));
             }
@@ -662,7 +680,13 @@ impl Pool {
         match outcome {
             Ok(()) => {}
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
-            Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
+            Err(WaitOutcome::TimedOut) => {
+                let ring = self.ring.as_ref().expect("async mode");
+                let env_ids: Vec<usize> = (0..self.params.num_envs).filter(|&e| ring.pending[e]).collect();
+                let mut workers: Vec<usize> = env_ids.iter().map(|&e| ring.worker_of[e] as usize).collect();
+                workers.dedup();
+                return Err(self.abort(Abort::TimedOut { workers, env_ids }));
+            }
         }
         // A batch can be complete while another worker has failed or died (the healthy
         // workers fill it): its envs would silently never come back, so report it now.
@@ -846,6 +870,10 @@ impl Pool {
                 self.shutdown();
                 StepError::Interrupted
             }
+            Abort::TimedOut { workers, env_ids } => {
+                self.shutdown();
+                StepError::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
+            }
         };
         self.fail(err)
     }
@@ -877,8 +905,10 @@ impl Pool {
         let entered = now_ns();
         let j = self.next_sync_block;
         self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
+        self.command_seq = self.command_seq.wrapping_add(1);
         self.region.atomic_u32(protocol::COMMAND_WORD).store(command as u32, Ordering::Relaxed);
         self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
+        self.region.atomic_u32(protocol::COMMAND_SEQ).store(self.command_seq, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
         self.control().post_all();
         let w = self.params.num_workers as u32;
@@ -886,7 +916,8 @@ impl Pool {
         let sup = &self.supervisor;
         let interrupt = &mut self.interrupt;
         let waited_from = now_ns();
-        let outcome = sem.acquire(w, &mut self.waiter, None, || {
+        let deadline = self.step_timeout.map(|t| Instant::now() + t);
+        let outcome = sem.acquire(w, &mut self.waiter, deadline, || {
             if let Some((worker, exit)) = sup.exited_worker() {
                 return Some(Abort::Died(worker, exit));
             }
@@ -896,7 +927,17 @@ impl Pool {
         match outcome {
             Ok(()) => {}
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
-            Err(WaitOutcome::TimedOut) => unreachable!("no deadline"),
+            Err(WaitOutcome::TimedOut) => {
+                let control = self.control();
+                let hung: Vec<usize> = (0..self.params.num_workers)
+                    .filter(|&w| {
+                        let done = protocol::worker_control(w) + worker_block::DONE_SEQ;
+                        control.region.atomic_u32(done).load(Ordering::Relaxed) != self.command_seq
+                    })
+                    .collect();
+                let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
+                return Err(self.abort(Abort::TimedOut { workers: hung, env_ids }));
+            }
         }
         // A worker that failed still posted; find it.
         if let Some(worker) = self.control().failed_worker() {

@@ -26,7 +26,7 @@ use std::ops::Range;
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;
@@ -48,6 +48,10 @@ pub const RESET_SEED: usize = POOL_CONTROL + 8;
 /// Offset of the sync block word (u32): which of the [`SYNC_BLOCKS`] result blocks the
 /// current sync command writes (published with the command).
 pub const SYNC_BLOCK: usize = POOL_CONTROL + 16;
+/// Offset of the command sequence number (u32, wrapping): sync commands are numbered, and
+/// each worker stores the number of the last one it finished in its `DONE_SEQ` word, so a
+/// trainer whose wait timed out can name the workers that did not answer.
+pub const COMMAND_SEQ: usize = POOL_CONTROL + 20;
 /// Sync mode's result blocks: commands alternate between them, so the views of one batch
 /// stay intact while the next command runs (what Python's zero-copy arrays rely on).
 pub const SYNC_BLOCKS: usize = 2;
@@ -105,6 +109,8 @@ pub mod worker_block {
     pub const STATUS: usize = 8;
     /// Length in bytes of the JSON in the worker's report area.
     pub const REPORT_LEN: usize = 12;
+    /// The last sync command (its `COMMAND_SEQ`) this worker finished.
+    pub const DONE_SEQ: usize = 16;
     /// Async mode: entries the trainer has pushed into the worker's queue (u32, wrapping).
     pub const QUEUE_HEAD: usize = 64;
 }

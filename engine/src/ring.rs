@@ -115,7 +115,18 @@ pub trait RingWords {
         waiter: &mut Waiter,
         check: impl FnMut() -> Option<E>,
     ) -> Result<(), WaitOutcome<E>> {
-        self.committed(self.block_of(q)).acquire(self.batch_size() as u32, waiter, None, check)
+        self.receive_until(q, waiter, None, check)
+    }
+
+    /// [`RingWords::receive`], giving up at `deadline` (hang detection).
+    fn receive_until<E>(
+        &self,
+        q: u64,
+        waiter: &mut Waiter,
+        deadline: Option<std::time::Instant>,
+        check: impl FnMut() -> Option<E>,
+    ) -> Result<(), WaitOutcome<E>> {
+        self.committed(self.block_of(q)).acquire(self.batch_size() as u32, waiter, deadline, check)
     }
 
     /// Trainer: gives batch `q`'s block back for batch `q + depth` (Release: the trainer's

@@ -26,6 +26,7 @@ from shmenv.errors import (
     UsageError,
     WorkerDiedError,
     WorkerError,
+    WorkerTimeoutError,
 )
 
 __version__ = "0.1.0"
@@ -60,6 +61,7 @@ __all__ = [
     "ActionError",
     "WorkerDiedError",
     "WorkerError",
+    "WorkerTimeoutError",
     "ClosedError",
     "UsageError",
 ]

@@ -60,6 +60,14 @@ class WorkerError(StepError):
     traceback: "str | None"
 
 
+class WorkerTimeoutError(StepError, TimeoutError):
+    """Hang detection (``step_timeout=``): workers did not answer in time. ``workers`` and
+    ``env_ids`` name them; the pool is closed and its workers stopped."""
+
+    workers: list
+    env_ids: list
+
+
 class ClosedError(StepError):
     """The pool was closed (by ``close()`` or by an earlier failure)."""
 
@@ -79,6 +87,7 @@ __all__ = [
     "ActionError",
     "WorkerDiedError",
     "WorkerError",
+    "WorkerTimeoutError",
     "ClosedError",
     "UsageError",
 ]

@@ -58,6 +58,7 @@ class ShmVectorEnv(VectorEnv):
         ring_depth: int = 2,
         pin_workers: bool = True,
         episode_stats_key: str = "episode_stats",
+        step_timeout: float | None = None,
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
@@ -88,7 +89,7 @@ class ShmVectorEnv(VectorEnv):
             worker_env = worker_env + self._calls.worker_env()
         try:
             self._pool = self._start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args,
-                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers)
+                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers, step_timeout)
         except BaseException:
             if self._calls is not None:
                 self._calls.close()
@@ -117,7 +118,7 @@ class ShmVectorEnv(VectorEnv):
 
     @staticmethod
     def _start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args, worker_env,
-                    max_episode_steps, wait, ring_depth, pin_workers):
+                    max_episode_steps, wait, ring_depth, pin_workers, step_timeout):
         return _shmenv.Pool(
             resolved.engine_id,
             num_envs,
@@ -133,6 +134,7 @@ class ShmVectorEnv(VectorEnv):
             wait=wait,
             ring_depth=ring_depth,
             pin_workers=pin_workers,
+            step_timeout=step_timeout,
         )
 
     # --- Gymnasium API ---------------------------------------------------------------
@@ -346,7 +348,8 @@ def make_vec(
     - ``worker_program``: a native worker binary (such as ``shmenv-worker`` or your own
       Rust build with custom envs) instead of ``python -m shmenv.worker``.
     - more keywords: ``max_episode_steps``, ``wait`` ("auto", "spin", "yield", "block"),
-      ``ring_depth``, ``pin_workers``, ``episode_stats_key``.
+      ``ring_depth``, ``pin_workers``, ``episode_stats_key``, ``step_timeout`` (seconds:
+      hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer).
     """
     return ShmVectorEnv(
         env,

@@ -85,6 +85,12 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
             message,
             vec![("env_id", py.None()), ("worker", obj(py, worker)), ("traceback", py.None())],
         ),
+        StepError::Timeout { workers, env_ids, .. } => raise(
+            py,
+            "WorkerTimeoutError",
+            message,
+            vec![("workers", obj(py, workers)), ("env_ids", obj(py, env_ids))],
+        ),
         StepError::Closed { .. } => raise(py, "ClosedError", message, vec![]),
         _ => raise(py, "UsageError", message, vec![]),
     }

@@ -48,7 +48,8 @@ impl PyPool {
     #[pyo3(signature = (
         env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
         autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
-        worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0
+        worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
+        step_timeout=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -68,6 +69,7 @@ impl PyPool {
         ring_depth: usize,
         pin_workers: bool,
         startup_timeout: f64,
+        step_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let config: serde_json::Value = serde_json::from_str(config_json)
             .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
@@ -100,6 +102,14 @@ impl PyPool {
         }
         if let Some(s) = seed {
             builder = builder.seed(s);
+        }
+        if let Some(t) = step_timeout {
+            if !(t > 0.0 && t.is_finite()) {
+                return Err(PyValueError::new_err(format!(
+                    "step_timeout must be a positive number of seconds, got {t}"
+                )));
+            }
+            builder = builder.step_timeout(Duration::from_secs_f64(t));
         }
         if let Some(k) = max_episode_steps {
             builder = builder.max_episode_steps(k);

@@ -183,3 +183,17 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_promptly():
     # Far less than the 60 s the step would take: the wait gave up.
     assert took < 30, f"Ctrl-C took {took:.1f} s to be honoured"
     assert not wait_gone(pids), f"workers left behind after Ctrl-C: {pids}"
+
+
+def test_a_hung_env_times_out_with_the_envs_named(no_leaks):
+    config = {"fault": "hang", "fault_step": 2, "fault_seed": 11}
+    envs = shmenv.make_vec("Burn-v0", 4, num_workers=2, seed=10, config=config, step_timeout=0.3)
+    pids = envs.worker_pids
+    envs.reset()
+    envs.step(np.zeros(4, dtype=np.int64))
+    with pytest.raises(shmenv.WorkerTimeoutError) as e:
+        envs.step(np.zeros(4, dtype=np.int64))
+    assert e.value.workers == [0] and e.value.env_ids == [0, 1]
+    assert isinstance(e.value, TimeoutError) and "step timeout" in str(e.value)
+    assert not wait_gone(pids)
+    envs.close()

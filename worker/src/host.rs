@@ -312,6 +312,9 @@ impl Worker {
             };
             match result {
                 Ok(()) => {
+                    let seq = self.region.atomic_u32(protocol::COMMAND_SEQ).load(Ordering::Relaxed);
+                    let done = protocol::worker_control(self.index) + worker_block::DONE_SEQ;
+                    self.region.atomic_u32(done).store(seq, Ordering::Relaxed);
                     // Counted before the post, so a trainer that has the batch sees them.
                     let worked = now_ns();
                     let stats = self.stats();

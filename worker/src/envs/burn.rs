@@ -35,7 +35,9 @@ struct Fault {
 
 impl Burn {
     /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
-    /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200).
+    /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200), and
+    /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"` or `"hang"`) at step
+    /// `fault_step` of an episode, in every env or only the one seeded `fault_seed`.
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
             config,
@@ -50,7 +52,7 @@ impl Burn {
                 "fault_seed",
             ],
         )?;
-        let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit"])? {
+        let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit", "hang"])? {
             "none" => None,
             kind => Some(Fault {
                 kind,
@@ -148,6 +150,10 @@ impl Env for Burn {
                 match f.kind {
                     "panic" => panic!("Burn-v0 fault injected at step {} (seed {})", f.step, self.seed),
                     "abort" => std::process::abort(),
+                    // A hung env (a deadlock, an infinite loop): never returns.
+                    "hang" => loop {
+                        std::thread::sleep(std::time::Duration::from_secs(3600));
+                    },
                     _ => std::process::exit(17),
                 }
             }
