@@ -25,7 +25,7 @@ fn sigkill_between_steps() {
     kill(victim, libc::SIGKILL);
     let err = pool.step(&[0i64; 6]).unwrap_err();
     match &err {
-        StepError::WorkerDied { worker, pid, env_ids, exit } => {
+        StepError::WorkerDied { worker, pid, env_ids, exit, .. } => {
             assert_eq!((*worker, *pid, env_ids.clone()), (1, victim, 2..4));
             assert_eq!(*exit, WorkerExit::Signal(libc::SIGKILL));
         }
@@ -163,7 +163,14 @@ fn worker_exit_and_abort_are_reported() {
         pool.reset().unwrap();
         pool.step(&[0i64; 2]).unwrap();
         match pool.step(&[0i64; 2]) {
-            Err(StepError::WorkerDied { worker: 1, exit, .. }) => assert_eq!(exit, expected, "{fault}"),
+            Err(err @ StepError::WorkerDied { worker: 1, .. }) => {
+                let StepError::WorkerDied { exit, output, .. } = &err else { unreachable!() };
+                assert_eq!(*exit, expected, "{fault}");
+                // The worker's last words travel with the error.
+                let said = format!("Burn-v0: fault {fault} injected at step 2 (seed 1)");
+                assert!(output.contains(&said), "{fault}: {output:?}");
+                assert!(err.to_string().contains(&said), "{err}");
+            }
             other => panic!("{fault}: expected WorkerDied of worker 1, got {other:?}"),
         }
     }

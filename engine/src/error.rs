@@ -168,7 +168,12 @@ pub enum StepError {
         env_ids: Vec<usize>,
     },
     /// A worker process ended; the pool cannot continue.
-    #[error("worker {worker} (pid {pid}, envs {}..{}) {exit}; the pool is closed, build a new one", env_ids.start, env_ids.end)]
+    #[error(
+        "worker {worker} (pid {pid}, envs {}..{}) {exit}; the pool is closed, build a new one{}",
+        env_ids.start,
+        env_ids.end,
+        last_output(output)
+    )]
     WorkerDied {
         /// Worker index.
         worker: usize,
@@ -178,6 +183,8 @@ pub enum StepError {
         env_ids: Range<usize>,
         /// How it ended.
         exit: WorkerExit,
+        /// The last lines it wrote to stdout/stderr (empty if none).
+        output: String,
     },
     /// An env panicked inside `reset` or `step`.
     #[error("env {env_id} panicked: {message}")]
@@ -287,5 +294,14 @@ fn format_envs(ids: &[usize]) -> String {
         format!("{ids:?}")
     } else {
         format!("{:?} and {} more", &ids[..16], ids.len() - 16)
+    }
+}
+
+/// ": its last output: ..." when a dead worker said something.
+fn last_output(output: &str) -> String {
+    if output.is_empty() {
+        String::new()
+    } else {
+        format!("; its last output:\n{output}")
     }
 }

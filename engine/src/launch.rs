@@ -10,7 +10,8 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -72,7 +73,12 @@ struct Shared {
     any_exited: AtomicBool,
     /// How each worker ended, once it has.
     exits: Mutex<Vec<Option<WorkerExit>>>,
+    /// The last bytes each worker wrote to its stdout and stderr (see [`OUTPUT_TAIL`]).
+    tails: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Bytes of each worker's output kept for error reports (the last lines of a crash).
+pub const OUTPUT_TAIL: usize = 4096;
 
 /// How to start a worker process: a program, the arguments that go before the worker's
 /// own (`--shmenv-worker <index> <fd> <parent pid>`), and environment variables to set.
@@ -144,6 +150,7 @@ impl Supervisor {
         let shared = Arc::new(Shared {
             any_exited: AtomicBool::new(false),
             exits: Mutex::new(vec![None; num_workers]),
+            tails: Mutex::new(vec![Vec::new(); num_workers]),
         });
         let (tx, rx) = mpsc::channel();
         let command = command.clone();
@@ -151,9 +158,13 @@ impl Supervisor {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new().name("shmenv-supervisor".into()).spawn(move || {
             let mut children = Vec::with_capacity(num_workers);
+            let mut outputs = Vec::with_capacity(num_workers);
             for (w, &cpu) in cpus.iter().enumerate() {
                 match spawn_worker(&command, &label, region_fd, w, cpu) {
-                    Ok(child) => children.push(child),
+                    Ok((child, output)) => {
+                        children.push(child);
+                        outputs.push(Some(output));
+                    }
                     Err(e) => {
                         kill_and_reap(&mut children);
                         let _ = tx.send(Err(e));
@@ -162,7 +173,7 @@ impl Supervisor {
                 }
             }
             let _ = tx.send(Ok(children.iter().map(|c| c.id()).collect::<Vec<_>>()));
-            supervise(children, &thread_shared, stop_fd);
+            supervise(children, outputs, &thread_shared, stop_fd);
         })?;
         match rx.recv() {
             Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, thread: Some(thread) }),
@@ -204,6 +215,22 @@ impl Supervisor {
         exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
     }
 
+    /// The last lines worker `w` wrote to its stdout or stderr (at most [`OUTPUT_TAIL`]
+    /// bytes, starting at a line). Everything a worker writes is also copied to the
+    /// trainer's stderr as it comes.
+    pub fn output_tail(&self, w: usize) -> String {
+        let tails = self.shared.tails.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = tails.get(w).map_or(&[][..], |t| &t[..]);
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end();
+        if bytes.len() >= OUTPUT_TAIL {
+            // Drop the partial first line.
+            text.split_once('\n').map_or(text, |(_, rest)| rest).to_string()
+        } else {
+            text.to_string()
+        }
+    }
+
     /// How each worker ended (`None`: still running).
     pub fn exits(&self) -> Vec<Option<WorkerExit>> {
         self.shared.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -233,9 +260,10 @@ fn spawn_worker(
     region_fd: RawFd,
     index: usize,
     cpu: Option<usize>,
-) -> io::Result<Child> {
+) -> io::Result<(Child, OwnedFd)> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    let (read_end, write_end) = output_pipe()?;
     let cpu_set = cpu.map(|c| {
         // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET only writes
         // bit `c` of it and `c` comes from the allowed set or the caller (checked below).
@@ -260,8 +288,11 @@ fn spawn_worker(
         .arg(region_fd.to_string())
         .arg(parent.to_string())
         .stdin(Stdio::null())
-        // Worker prints go to the trainer's stderr so they never mix with its stdout.
-        .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
+        // Worker prints (stdout and stderr) go through a pipe the supervisor reads: it
+        // copies them to the trainer's stderr (never its stdout) and keeps the last lines
+        // for error reports.
+        .stdout(Stdio::from(write_end.try_clone()?))
+        .stderr(Stdio::from(write_end));
     // SAFETY: the closure runs in the child between fork and exec and calls only
     // async-signal-safe functions (prctl, getppid, sched_setaffinity, fcntl, _exit) on
     // plain integers and a cpu set prepared before the fork.
@@ -286,9 +317,54 @@ fn spawn_worker(
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", command.program.display()))
-    })
+    })?;
+    Ok((child, read_end))
+}
+
+/// A pipe for a worker's output: (read end, non-blocking; write end), both close-on-exec
+/// (the child gets the write end as its stdout and stderr through `Command`).
+fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two fds pipe2 writes; the flags are valid.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created by pipe2 and are owned by nobody else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The child's end must block (a worker writing a long traceback must not fail).
+    // SAFETY: F_SETFL on an fd we own, clearing O_NONBLOCK.
+    if unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETFL, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((read_end, write_end))
+}
+
+/// Reads what worker `w` wrote (without blocking): copies it to our stderr and keeps the
+/// tail. Returns false once the pipe is closed (every writer gone).
+fn pump_output(fd: &OwnedFd, w: usize, shared: &Shared) -> bool {
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: reading into a valid buffer of `buf.len()` bytes from an fd we own.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 0 {
+            return false;
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted;
+        }
+        let chunk = &buf[..n as usize];
+        let _ = std::io::stderr().write_all(chunk);
+        let mut tails = shared.tails.lock().unwrap_or_else(|p| p.into_inner());
+        let tail = &mut tails[w];
+        tail.extend_from_slice(chunk);
+        if tail.len() > OUTPUT_TAIL {
+            let cut = tail.len() - OUTPUT_TAIL;
+            tail.drain(..cut);
+        }
+    }
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
@@ -299,7 +375,7 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 }
 
 /// The supervisor loop: wait for worker exits or the stop request.
-fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
+fn supervise(mut children: Vec<Child>, mut outputs: Vec<Option<OwnedFd>>, shared: &Shared, stop_fd: RawFd) {
     let pidfds: Vec<Option<OwnedFd>> = children.iter().map(|c| pidfd_open(c.id())).collect();
     let have_pidfds = pidfds.iter().all(Option::is_some);
     let mut alive = vec![true; children.len()];
@@ -311,6 +387,9 @@ fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
                 fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
         }
+        for o in outputs.iter().flatten() {
+            fds.push(libc::pollfd { fd: o.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
         let timeout_ms = match stop_at {
             Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 50) as i32,
             None if have_pidfds => -1,
@@ -321,10 +400,19 @@ fn supervise(mut children: Vec<Child>, shared: &Shared, stop_fd: RawFd) {
         if fds[0].revents & libc::POLLIN != 0 && stop_at.is_none() {
             stop_at = Some(Instant::now() + SHUTDOWN_GRACE);
         }
+        for (w, o) in outputs.iter_mut().enumerate() {
+            if o.as_ref().is_some_and(|fd| !pump_output(fd, w, shared)) {
+                *o = None;
+            }
+        }
         for (w, child) in children.iter_mut().enumerate() {
             if alive[w] {
                 if let Ok(Some(status)) = child.try_wait() {
                     alive[w] = false;
+                    // Its last words first, so the error that reports the exit has them.
+                    if let Some(fd) = &outputs[w] {
+                        pump_output(fd, w, shared);
+                    }
                     let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
                     exits[w] = Some(WorkerExit::from_status(status));
                     shared.any_exited.store(true, Ordering::Release);

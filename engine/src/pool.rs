@@ -967,6 +967,7 @@ impl Pool {
             pid: self.supervisor.pids()[worker],
             env_ids: self.shard(worker),
             exit,
+            output: self.supervisor.output_tail(worker),
         }
     }
 

@@ -47,6 +47,7 @@ class WorkerDiedError(StepError):
     pid: int
     env_ids: "list[int] | None"
     exit: str
+    output: str  # the last lines the worker wrote to stdout/stderr
 
 
 class WorkerError(StepError):

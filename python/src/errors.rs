@@ -62,7 +62,7 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
             pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted while waiting for the workers")
         }),
         StepError::Action(_) => raise(py, "ActionError", message, vec![]),
-        StepError::WorkerDied { worker, pid, env_ids, exit } => raise(
+        StepError::WorkerDied { worker, pid, env_ids, exit, output } => raise(
             py,
             "WorkerDiedError",
             message,
@@ -71,6 +71,7 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
                 ("pid", obj(py, pid)),
                 ("env_ids", obj(py, env_ids.collect::<Vec<_>>())),
                 ("exit", obj(py, exit.to_string())),
+                ("output", obj(py, output)),
             ],
         ),
         StepError::EnvPanicked { env_id, message: traceback } => raise(

@@ -197,3 +197,15 @@ def test_a_hung_env_times_out_with_the_envs_named(no_leaks):
     assert isinstance(e.value, TimeoutError) and "step timeout" in str(e.value)
     assert not wait_gone(pids)
     envs.close()
+
+
+def test_a_crashed_worker_reports_its_last_output(no_leaks):
+    config = {"fault": "abort", "fault_step": 2, "fault_seed": 1}
+    with shmenv.make_vec("Burn-v0", 2, num_workers=2, seed=0, config=config) as envs:
+        envs.reset()
+        envs.step(np.zeros(2, dtype=np.int64))
+        with pytest.raises(shmenv.WorkerDiedError) as e:
+            envs.step(np.zeros(2, dtype=np.int64))
+    assert e.value.worker == 1 and e.value.exit.startswith("killed by signal 6")
+    assert "Burn-v0: fault abort injected at step 2 (seed 1)" in e.value.output
+    assert "its last output" in str(e.value)

@@ -147,6 +147,10 @@ impl Env for Burn {
         self.steps_since_seed += 1;
         if let Some(f) = self.fault {
             if self.steps_since_seed == f.step && f.seed.is_none_or(|s| s == self.seed) {
+                if f.kind != "panic" {
+                    // What a crashing env typically prints last; the trainer's error shows it.
+                    eprintln!("Burn-v0: fault {} injected at step {} (seed {})", f.kind, f.step, self.seed);
+                }
                 match f.kind {
                     "panic" => panic!("Burn-v0 fault injected at step {} (seed {})", f.step, self.seed),
                     "abort" => std::process::abort(),
