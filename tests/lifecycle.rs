@@ -176,6 +176,24 @@ fn worker_exit_and_abort_are_reported() {
     }
 }
 
+/// A thousand pools built, stepped and then closed or dropped: afterwards the caller's
+/// fd and child counts are what they were (checked at the end of the scenario list).
+fn thousand_pools_leave_nothing_behind() {
+    let started = Instant::now();
+    for i in 0..1000u64 {
+        let mut pool = builder("CartPole-v1").num_envs(2).num_workers(1).seed(i).build().unwrap();
+        pool.reset().unwrap();
+        pool.step(&[1i64; 2]).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(pool.close(), vec![Some(WorkerExit::Code(0))]);
+        } else {
+            drop(pool);
+        }
+        assert!(child_pids().is_empty(), "pool {i} left a child behind");
+    }
+    eprintln!("1000 pools built, stepped and closed or dropped in {:.1?}", started.elapsed());
+}
+
 fn many_pools_leave_nothing_behind() {
     for i in 0..50 {
         let mut pool = builder("CartPole-v1").num_envs(4).num_workers(2).seed(i).build().unwrap();
@@ -238,7 +256,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn killed_workers_are_reported_and_nothing_leaks() {
-    let _w = Watchdog::new("lifecycle", Duration::from_secs(180));
+    let _w = Watchdog::new("lifecycle", Duration::from_secs(300));
     // Warm up lazily-opened fds (stderr clones, /proc handles) before taking the baseline.
     many_pools_leave_nothing_behind();
     let fds = open_fds();
@@ -251,6 +269,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     worker_exit_and_abort_are_reported();
     interrupt_check_ends_a_wait();
     hung_env_times_out();
+    thousand_pools_leave_nothing_behind();
     many_pools_leave_nothing_behind();
     workers_die_with_their_trainer();
 
