@@ -39,15 +39,8 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct TuneArgs {
-    /// Env id (see `shmenv list`).
-    #[arg(long, default_value = "CartPole-v1")]
-    env: String,
-    /// Env config as a JSON object.
-    #[arg(long, default_value = "{}")]
-    config: String,
-    /// Number of envs.
-    #[arg(long, default_value_t = 64)]
-    num_envs: usize,
+    #[command(flatten)]
+    envs: Envs,
     /// Seconds per trial.
     #[arg(long, default_value_t = 0.3)]
     seconds: f64,
@@ -72,8 +65,9 @@ struct TopArgs {
     interval: f64,
 }
 
+/// Which envs to run (shared by `bench` and `tune`).
 #[derive(clap::Args)]
-struct BenchArgs {
+struct Envs {
     /// Env id (see `shmenv list`).
     #[arg(long, default_value = "CartPole-v1")]
     env: String,
@@ -83,6 +77,12 @@ struct BenchArgs {
     /// Number of envs.
     #[arg(long, default_value_t = 64)]
     num_envs: usize,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    envs: Envs,
     /// Number of worker processes (default: available cores).
     #[arg(long)]
     workers: Option<usize>,
@@ -324,7 +324,7 @@ impl Tally {
 
 fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let config: serde_json::Value =
-        serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+        serde_json::from_str(&args.envs.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
     let wait = WaitStrategy::from_name(&args.wait)
         .ok_or_else(|| format!("unknown --wait {:?}: use auto, spin, yield or block", args.wait))?;
     let affinity = match args.affinity.as_str() {
@@ -340,12 +340,12 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if args.profile && !stats {
         return Err("--profile reads the live stats: drop --stats off".into());
     }
-    let mut builder = Pool::builder(&args.env)
+    let mut builder = Pool::builder(&args.envs.env)
         .stats(stats)
         .trace(args.trace.is_some())
         .cpu_affinity(affinity)
         .config(config.clone())
-        .num_envs(args.num_envs)
+        .num_envs(args.envs.num_envs)
         .seed(args.seed)
         .wait(wait)
         .worker_program(std::env::current_exe()?);
@@ -370,7 +370,7 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
     if args.json {
         let mut out = json!({
-            "env": args.env, "config": config, "num_envs": args.num_envs, "batch_size": batch_size,
+            "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait.name(), "affinity": args.affinity, "seconds": ours.seconds, "steps": ours.steps,
             "steps_per_sec": ours.rate(), "stats": stats,
         });
@@ -385,15 +385,15 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         }
         println!("{out}");
     } else {
-        let mode = if batch_size < args.num_envs {
+        let mode = if batch_size < args.envs.num_envs {
             format!("async, batches of {batch_size}")
         } else {
             "sync".into()
         };
         println!(
             "{} x {} on {workers} workers ({mode}, wait {}), {:.1} s",
-            args.env,
-            args.num_envs,
+            args.envs.env,
+            args.envs.num_envs,
             wait.name(),
             ours.seconds
         );
@@ -424,13 +424,13 @@ struct Trial {
 
 fn tune(args: TuneArgs) -> Result<(), Error> {
     let config: serde_json::Value =
-        serde_json::from_str(&args.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
-    let n = args.num_envs;
+        serde_json::from_str(&args.envs.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    let n = args.envs.num_envs;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let program = std::env::current_exe()?;
     let slice = Duration::from_secs_f64(args.seconds.max(0.05));
     let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
-        let pool = Pool::builder(&args.env)
+        let pool = Pool::builder(&args.envs.env)
             .config(config.clone())
             .num_envs(n)
             .num_workers(workers)
@@ -458,7 +458,7 @@ fn tune(args: TuneArgs) -> Result<(), Error> {
     if !args.json {
         eprintln!(
             "tuning {} x {n}: about {} trials of {:.1} s ...",
-            args.env,
+            args.envs.env,
             workers.len() * batches.len() + 36,
             slice.as_secs_f64()
         );
@@ -493,7 +493,8 @@ fn tune(args: TuneArgs) -> Result<(), Error> {
     }
     finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
     let best = finals.first().ok_or("no configuration could run")?;
-    let mut builder = format!("Pool::builder({:?}).num_envs({n}).num_workers({})", args.env, best.workers);
+    let mut builder =
+        format!("Pool::builder({:?}).num_envs({n}).num_workers({})", args.envs.env, best.workers);
     if best.batch_size < n {
         builder += &format!(".batch_size({})", best.batch_size);
     }
@@ -509,13 +510,13 @@ fn tune(args: TuneArgs) -> Result<(), Error> {
     if args.json {
         println!(
             "{}",
-            json!({"env": args.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": builder})
+            json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": builder})
         );
         return Ok(());
     }
     println!(
         "{} x {n}, {cores} cores: {} shapes tried, the 3 best with each wait strategy (median of 3)",
-        args.env,
+        args.envs.env,
         trials.len()
     );
     println!("  rank  workers  envs/worker  batch   mode   wait      steps/s");
@@ -696,14 +697,14 @@ fn bench_typed<T: Element>(
     let action = pool.spec().action.clone();
     let mut serial = if args.baseline {
         let params = PoolParams {
-            env_id: args.env.clone(),
+            env_id: args.envs.env.clone(),
             config: config.clone(),
-            num_envs: args.num_envs,
+            num_envs: args.envs.num_envs,
             num_workers: 1,
             autoreset: AutoReset::NextStep,
             max_episode_steps: None,
             wait: "auto".into(),
-            batch_size: args.num_envs,
+            batch_size: args.envs.num_envs,
             ring_depth: 2,
             stats: false,
             trace: false,
@@ -713,11 +714,15 @@ fn bench_typed<T: Element>(
         shard
             .reset_all(Some(args.seed), &mut rows.rows())
             .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
-        Some(SerialStepper { shard, rows, tape: ActionTape::<T>::new(&action, args.num_envs, args.seed) })
+        Some(SerialStepper {
+            shard,
+            rows,
+            tape: ActionTape::<T>::new(&action, args.envs.num_envs, args.seed),
+        })
     } else {
         None
     };
-    let tape = ActionTape::<T>::new(&action, args.num_envs, args.seed);
+    let tape = ActionTape::<T>::new(&action, args.envs.num_envs, args.seed);
     let mut contender: Box<dyn Stepper> = if pool.is_async() {
         let ids = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
         Box::new(AsyncStepper { pool, tape, per_env: action.num_elements(), ids, actions: Vec::new() })

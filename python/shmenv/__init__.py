@@ -14,20 +14,8 @@ shared memory: no pickling, no pipes, no copies.
 from __future__ import annotations
 
 from shmenv._shmenv import builtin_env_ids
-from shmenv.errors import (
-    ActionError,
-    BuildError,
-    ClosedError,
-    ConfigError,
-    Error,
-    InvalidArgumentError,
-    StepError,
-    UnknownEnvError,
-    UsageError,
-    WorkerDiedError,
-    WorkerError,
-    WorkerTimeoutError,
-)
+from shmenv.errors import *  # noqa: F403 - the exception classes are part of the API
+from shmenv.errors import __all__ as _errors
 
 __version__ = "0.1.0"
 
@@ -48,20 +36,4 @@ def __dir__():
     return sorted(list(globals()) + list(_LAZY))
 
 
-__all__ = [
-    "make_vec",
-    "ShmVectorEnv",
-    "builtin_env_ids",
-    "Error",
-    "BuildError",
-    "UnknownEnvError",
-    "ConfigError",
-    "InvalidArgumentError",
-    "StepError",
-    "ActionError",
-    "WorkerDiedError",
-    "WorkerError",
-    "WorkerTimeoutError",
-    "ClosedError",
-    "UsageError",
-]
+__all__ = ["make_vec", "ShmVectorEnv", "builtin_env_ids", *_errors]

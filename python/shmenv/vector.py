@@ -312,22 +312,10 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     return found
 
 
-def make_vec(
-    env: Any,
-    num_envs: int,
-    *,
-    num_workers: int | None = None,
-    envs_per_worker: int | None = None,
-    batch_size: int | None = None,
-    seed: int | None = None,
-    config: dict | None = None,
-    autoreset_mode: str | AutoresetMode = "next_step",
-    copy: bool = False,
-    worker_program: str | os.PathLike | None = None,
-    **kwargs: Any,
-) -> ShmVectorEnv:
+def make_vec(env: Any, num_envs: int, **kwargs: Any) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in ``num_workers`` worker processes (default: one per core,
-    at most ``num_envs``) and returns them as a Gymnasium ``VectorEnv``.
+    at most ``num_envs``) and returns them as a Gymnasium ``VectorEnv``. The keywords are
+    those of :class:`ShmVectorEnv`:
 
     ``env`` is a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), a
     Gymnasium id (also one registered only in this process), a
@@ -351,16 +339,4 @@ def make_vec(
       ``ring_depth``, ``pin_workers``, ``episode_stats_key``, ``step_timeout`` (seconds:
       hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer).
     """
-    return ShmVectorEnv(
-        env,
-        num_envs,
-        num_workers=num_workers,
-        envs_per_worker=envs_per_worker,
-        batch_size=batch_size,
-        seed=seed,
-        config=config,
-        autoreset_mode=autoreset_mode,
-        copy=copy,
-        worker_program=worker_program,
-        **kwargs,
-    )
+    return ShmVectorEnv(env, num_envs, **kwargs)
