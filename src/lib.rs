@@ -34,7 +34,7 @@
 pub use shmenv_engine as engine;
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
-    Flags, MappingLease, ObsArray, Pool, PoolBuilder, Space, StatsReport, StatsSnapshot, StepError,
-    ViewError, WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit,
+    FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, Space, StatsReport, StatsSnapshot,
+    StepError, ViewError, WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit,
 };
 pub use shmenv_worker as worker;

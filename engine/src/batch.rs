@@ -202,6 +202,13 @@ impl<'a> Batch<'a> {
         self.view.elapsed_steps
     }
 
+    /// Under [`crate::FailurePolicy::Restart`]: the envs whose worker died during this
+    /// call and was restarted. Their rows hold the first observation of a new episode and
+    /// are marked truncated (the old episode was cut short); empty otherwise.
+    pub fn restarted_envs(&self) -> &'a [usize] {
+        self.view.restarted
+    }
+
     /// The episodes that ended at this step.
     pub fn episodes(&self) -> impl Iterator<Item = Episode> + 'a {
         let v = &self.view;

@@ -75,6 +75,16 @@ struct Shared {
     exits: Mutex<Vec<Option<WorkerExit>>>,
     /// The last bytes each worker wrote to its stdout and stderr (see [`OUTPUT_TAIL`]).
     tails: Mutex<Vec<Vec<u8>>>,
+    /// Respawn requests for the supervisor thread: worker index and where to answer.
+    respawns: Mutex<Vec<(usize, mpsc::Sender<io::Result<u32>>)>>,
+}
+
+/// What the supervisor thread needs to start a worker (again).
+struct Spawner {
+    command: WorkerCommand,
+    label: String,
+    region_fd: RawFd,
+    cpus: Vec<Option<usize>>,
 }
 
 /// Bytes of each worker's output kept for error reports (the last lines of a crash).
@@ -124,7 +134,31 @@ pub struct Supervisor {
     shared: Arc<Shared>,
     pids: Vec<u32>,
     stop: OwnedFd,
+    /// Wakes the supervisor thread for a respawn request.
+    poke: OwnedFd,
     thread: Option<JoinHandle<()>>,
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd with valid flags; returns a new fd or -1.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if efd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `efd` is a fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
+fn signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+fn drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reading 8 bytes into a valid u64 from a non-blocking eventfd.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 impl Supervisor {
@@ -139,28 +173,23 @@ impl Supervisor {
         cpus: Vec<Option<usize>>,
     ) -> io::Result<Supervisor> {
         let num_workers = cpus.len();
-        // SAFETY: eventfd with valid flags; returns a new fd or -1.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a fresh fd owned by nobody else.
-        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
-        let stop_fd = stop.as_raw_fd();
+        let stop = eventfd()?;
+        let poke = eventfd()?;
+        let (stop_fd, poke_fd) = (stop.as_raw_fd(), poke.as_raw_fd());
         let shared = Arc::new(Shared {
             any_exited: AtomicBool::new(false),
             exits: Mutex::new(vec![None; num_workers]),
             tails: Mutex::new(vec![Vec::new(); num_workers]),
+            respawns: Mutex::new(Vec::new()),
         });
         let (tx, rx) = mpsc::channel();
-        let command = command.clone();
-        let label = label.to_string();
+        let spawner = Spawner { command: command.clone(), label: label.to_string(), region_fd, cpus };
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new().name("shmenv-supervisor".into()).spawn(move || {
             let mut children = Vec::with_capacity(num_workers);
             let mut outputs = Vec::with_capacity(num_workers);
-            for (w, &cpu) in cpus.iter().enumerate() {
-                match spawn_worker(&command, &label, region_fd, w, cpu) {
+            for w in 0..num_workers {
+                match spawner.spawn(w) {
                     Ok((child, output)) => {
                         children.push(child);
                         outputs.push(Some(output));
@@ -173,10 +202,10 @@ impl Supervisor {
                 }
             }
             let _ = tx.send(Ok(children.iter().map(|c| c.id()).collect::<Vec<_>>()));
-            supervise(children, outputs, &thread_shared, stop_fd);
+            supervise(children, outputs, &thread_shared, stop_fd, poke_fd, &spawner);
         })?;
         match rx.recv() {
-            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, thread: Some(thread) }),
+            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, poke, thread: Some(thread) }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -231,6 +260,17 @@ impl Supervisor {
         }
     }
 
+    /// Starts worker `w` again after it exited (the failure policy `Restart`): same
+    /// command, index and core; its output tail is kept. Returns the new pid.
+    pub fn respawn(&mut self, w: usize) -> io::Result<u32> {
+        let (tx, rx) = mpsc::channel();
+        self.shared.respawns.lock().unwrap_or_else(|p| p.into_inner()).push((w, tx));
+        signal(&self.poke);
+        let pid = rx.recv().map_err(|_| io::Error::other("the supervisor thread is gone"))??;
+        self.pids[w] = pid;
+        Ok(pid)
+    }
+
     /// How each worker ended (`None`: still running).
     pub fn exits(&self) -> Vec<Option<WorkerExit>> {
         self.shared.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -239,9 +279,7 @@ impl Supervisor {
     /// Asks the supervisor to finish: workers that have not exited within
     /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
     pub fn shutdown(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        signal(&self.stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -251,6 +289,12 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+impl Spawner {
+    fn spawn(&self, w: usize) -> io::Result<(Child, OwnedFd)> {
+        spawn_worker(&self.command, &self.label, self.region_fd, w, self.cpus.get(w).copied().flatten())
     }
 }
 
@@ -375,13 +419,44 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 }
 
 /// The supervisor loop: wait for worker exits or the stop request.
-fn supervise(mut children: Vec<Child>, mut outputs: Vec<Option<OwnedFd>>, shared: &Shared, stop_fd: RawFd) {
-    let pidfds: Vec<Option<OwnedFd>> = children.iter().map(|c| pidfd_open(c.id())).collect();
+fn supervise(
+    mut children: Vec<Child>,
+    mut outputs: Vec<Option<OwnedFd>>,
+    shared: &Shared,
+    stop_fd: RawFd,
+    poke_fd: RawFd,
+    spawner: &Spawner,
+) {
+    let mut pidfds: Vec<Option<OwnedFd>> = children.iter().map(|c| pidfd_open(c.id())).collect();
     let have_pidfds = pidfds.iter().all(Option::is_some);
     let mut alive = vec![true; children.len()];
     let mut stop_at: Option<Instant> = None;
     loop {
-        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
+        // Respawn requests (the pool's Restart policy), served while not stopping.
+        drain(poke_fd);
+        let requests = std::mem::take(&mut *shared.respawns.lock().unwrap_or_else(|p| p.into_inner()));
+        for (w, answer) in requests {
+            let result = if stop_at.is_some() || alive.get(w) != Some(&false) {
+                Err(io::Error::other(format!("worker {w} cannot be respawned now")))
+            } else {
+                spawner.spawn(w).map(|(child, output)| {
+                    let pid = child.id();
+                    pidfds[w] = pidfd_open(pid);
+                    children[w] = child;
+                    outputs[w] = Some(output);
+                    alive[w] = true;
+                    let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
+                    exits[w] = None;
+                    shared.any_exited.store(exits.iter().any(Option::is_some), Ordering::Release);
+                    pid
+                })
+            };
+            let _ = answer.send(result);
+        }
+        let mut fds = vec![
+            libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: poke_fd, events: libc::POLLIN, revents: 0 },
+        ];
         for (w, p) in pidfds.iter().enumerate() {
             if let (Some(p), true) = (p, alive[w]) {
                 fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
@@ -419,7 +494,8 @@ fn supervise(mut children: Vec<Child>, mut outputs: Vec<Option<OwnedFd>>, shared
                 }
             }
         }
-        if !alive.contains(&true) {
+        // All gone: done once stopping; until then a respawn request may still come.
+        if !alive.contains(&true) && stop_at.is_some() {
             break;
         }
         if stop_at.is_some_and(|t| Instant::now() >= t) {

@@ -39,7 +39,7 @@ pub use error::{ActionError, BuildError, StepError, ViewError};
 #[cfg(not(loom))]
 pub use launch::{CpuAffinity, WorkerCommand, WorkerExit};
 #[cfg(not(loom))]
-pub use pool::{MappingLease, Pool, PoolBuilder};
+pub use pool::{FailurePolicy, MappingLease, Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};
 #[cfg(not(loom))]

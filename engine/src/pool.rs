@@ -38,6 +38,25 @@ pub struct PoolBuilder {
     stats: bool,
     trace: bool,
     step_timeout: Option<Duration>,
+    failure_policy: FailurePolicy,
+}
+
+/// What a pool does when a worker process dies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The pending call returns [`StepError::WorkerDied`] and the pool closes (default).
+    #[default]
+    Fail,
+    /// Sync mode: the dead worker is started again (same program, index and core), its
+    /// envs are rebuilt and reseeded, and the call returns normally: the rows of those envs
+    /// hold the first observation of a new episode, marked truncated, and
+    /// [`Batch::restarted_envs`] names them. At most `max_restarts` restarts over the
+    /// pool's life; the next death fails as under `Fail`. The reseeding rule: at the
+    /// pool's `k`-th restart (1, 2, ...), env `i` is seeded `seed + i + k * 2^32` (wrapping).
+    Restart {
+        /// Restarts allowed over the pool's life.
+        max_restarts: u32,
+    },
 }
 
 impl PoolBuilder {
@@ -146,6 +165,12 @@ impl PoolBuilder {
         self
     }
 
+    /// What happens when a worker dies (default [`FailurePolicy::Fail`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = policy;
+        self
+    }
+
     /// How long workers may take to build their envs (default 60 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -196,6 +221,14 @@ pub struct Pool {
     step_timeout: Option<Duration>,
     /// Sync commands sent so far (the `COMMAND_SEQ` word).
     command_seq: u32,
+    /// What to do when a worker dies.
+    failure_policy: FailurePolicy,
+    /// Restarts per worker.
+    restarts: Vec<u32>,
+    /// Envs whose worker was restarted during the last call (their rows are fresh episodes).
+    restarted: Vec<usize>,
+    /// How long a (re)started worker may take to build its envs.
+    startup_timeout: Duration,
     /// With tracing on: the trainer's recent spans (name, start ns, end ns).
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// Async mode only.
@@ -275,6 +308,7 @@ impl Pool {
             stats: true,
             trace: false,
             step_timeout: None,
+            failure_policy: FailurePolicy::Fail,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -298,6 +332,11 @@ impl Pool {
                 "batch_size must be between 1 and num_envs ({}), got {batch_size}",
                 b.num_envs
             ));
+        }
+        if batch_size < b.num_envs && b.failure_policy != FailurePolicy::Fail {
+            return invalid(
+                "FailurePolicy::Restart works in sync mode only for now (batch_size = num_envs)".to_string(),
+            );
         }
         if b.ring_depth < 2 || b.ring_depth > 64 {
             return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
@@ -382,6 +421,7 @@ impl Pool {
         });
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
+        let num_workers = params.num_workers;
         Ok(Pool {
             supervisor,
             region: Arc::new(region),
@@ -399,6 +439,10 @@ impl Pool {
             interrupt: None,
             step_timeout: b.step_timeout,
             command_seq: 0,
+            failure_policy: b.failure_policy,
+            restarts: vec![0; num_workers],
+            restarted: Vec::new(),
+            startup_timeout: b.startup_timeout,
             trace,
             ring,
         })
@@ -903,6 +947,17 @@ impl Pool {
     fn run(&mut self, command: Command) -> Result<Batch<'_>, StepError> {
         self.check_open()?;
         let entered = now_ns();
+        self.restarted.clear();
+        // A worker that died while idle (after its last batch): restart it first; it joins
+        // this command with a reset of its envs instead.
+        let mut skip = None;
+        if let Some((worker, exit)) = self.supervisor.exited_worker() {
+            if !self.may_restart() {
+                return Err(self.fail(self.died(worker, exit)));
+            }
+            self.restart_worker(worker)?;
+            skip = Some(worker);
+        }
         let j = self.next_sync_block;
         self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
         self.command_seq = self.command_seq.wrapping_add(1);
@@ -910,8 +965,10 @@ impl Pool {
         self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
         self.region.atomic_u32(protocol::COMMAND_SEQ).store(self.command_seq, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
-        self.control().post_all();
-        let w = self.params.num_workers as u32;
+        for v in (0..self.params.num_workers).filter(|&v| Some(v) != skip) {
+            self.control().worker_semaphore(v).post();
+        }
+        let w = (self.params.num_workers - usize::from(skip.is_some())) as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         let interrupt = &mut self.interrupt;
@@ -926,6 +983,11 @@ impl Pool {
         let waited = now_ns() - waited_from;
         match outcome {
             Ok(()) => {}
+            Err(WaitOutcome::Aborted(Abort::Died(worker, exit))) if self.may_restart() && skip.is_none() => {
+                self.quiesce(worker, exit)?;
+                self.restart_worker(worker)?;
+                skip = Some(worker);
+            }
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
             Err(WaitOutcome::TimedOut) => {
                 let control = self.control();
@@ -943,6 +1005,9 @@ impl Pool {
         if let Some(worker) = self.control().failed_worker() {
             return Err(self.fail(self.worker_error(worker)));
         }
+        if let Some(worker) = skip {
+            self.reset_restarted(worker, j)?;
+        }
         self.has_reset = true;
         let n = self.params.num_envs;
         if !self.ended.is_empty() {
@@ -959,6 +1024,121 @@ impl Pool {
         let name = if command == Command::Step { "step" } else { "reset" };
         self.record_spans(&[(name, entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..n) })
+    }
+
+    fn may_restart(&self) -> bool {
+        match self.failure_policy {
+            FailurePolicy::Fail => false,
+            FailurePolicy::Restart { max_restarts } => self.restarts.iter().sum::<u32>() < max_restarts,
+        }
+    }
+
+    /// Restart policy, after `dead` died during a command: waits until every other worker
+    /// finished it (its done-sequence word, stored after its post, says so), then drops
+    /// the command's posts: nobody posts any more, and the dead worker's post, if it got
+    /// that far, would be one too many.
+    fn quiesce(&mut self, dead: usize, exit: WorkerExit) -> Result<(), StepError> {
+        let deadline = Instant::now() + self.step_timeout.unwrap_or(self.startup_timeout);
+        loop {
+            let pending = (0..self.params.num_workers).filter(|&v| {
+                let done = protocol::worker_control(v) + worker_block::DONE_SEQ;
+                v != dead && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
+            });
+            if pending.count() == 0 {
+                break;
+            }
+            let exits = self.supervisor.exits();
+            if let Some((v, e)) =
+                exits.iter().enumerate().find_map(|(v, e)| e.filter(|_| v != dead).map(|e| (v, e)))
+            {
+                return Err(self.fail(self.died(v, e)));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.fail(self.died(dead, exit)));
+            }
+            std::thread::yield_now();
+        }
+        let sem = protocol::TRAINER_SEMAPHORE;
+        self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
+        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Restart policy: starts worker `w` again and takes it through the start-up handshake
+    /// (its spec must be the pool's).
+    fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
+        let base = protocol::worker_control(w);
+        for word in [
+            worker_block::SEMAPHORE,
+            worker_block::SEMAPHORE + 4,
+            worker_block::STATUS,
+            worker_block::REPORT_LEN,
+            worker_block::DONE_SEQ,
+        ] {
+            self.region.atomic_u32(base + word).store(0, Ordering::Relaxed);
+        }
+        let failed = |message: String| StepError::WorkerFailed { worker: w, env_ids: 0..0, message };
+        if let Err(e) = self.supervisor.respawn(w) {
+            return Err(self.fail(failed(format!("could not be restarted: {e}"))));
+        }
+        self.restarts[w] += 1;
+        let deadline = Instant::now() + self.startup_timeout;
+        // Its report: one post.
+        self.wait_restart_post(w, deadline)?;
+        let spec_ok = match self.control().report(w) {
+            Some(WorkerReport::Spec(json)) => EnvSpec::from_json(&json).is_ok_and(|s| s == self.spec),
+            _ => false,
+        };
+        if !spec_ok {
+            let message = "after a restart it reported another spec or an error".to_string();
+            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
+        }
+        // Let it map the data part; it posts once running.
+        self.control().worker_semaphore(w).post();
+        self.wait_restart_post(w, deadline)?;
+        if self.control().status(w) != Some(WorkerStatus::Running) {
+            return Err(self.fail(self.worker_error(w)));
+        }
+        Ok(())
+    }
+
+    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<(), StepError> {
+        let sem = trainer_semaphore(&self.region);
+        let sup = &self.supervisor;
+        match sem.acquire(1, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
+            Ok(()) => Ok(()),
+            Err(WaitOutcome::Aborted((v, exit))) => Err(self.fail(self.died(v, exit))),
+            Err(WaitOutcome::TimedOut) => {
+                let message = format!("did not start again within {:?}", self.startup_timeout);
+                Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
+            }
+        }
+    }
+
+    /// Restart policy: resets the restarted worker's envs into block `j` with the
+    /// documented seeds, and marks their rows truncated (their episodes were cut short).
+    fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), StepError> {
+        let k = self.restarts.iter().sum::<u32>() as u64;
+        self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::ResetSeeded as u32, Ordering::Relaxed);
+        self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
+        self.control().worker_semaphore(w).post();
+        self.wait_restart_post(w, Instant::now() + self.startup_timeout)?;
+        if let Some(worker) = self.control().failed_worker() {
+            return Err(self.fail(self.worker_error(worker)));
+        }
+        let rows = self.layout.blocks[j].truncated.rows(self.shard(w));
+        // SAFETY: every worker has posted its completion of this command and none is
+        // posted again before the next call, so nobody else touches block `j` now.
+        let flags = unsafe { self.region.slice_mut::<u8>(rows.start, rows.len()) };
+        flags.fill(1);
+        self.restarted = self.shard(w).collect();
+        Ok(())
+    }
+
+    /// Restarts so far, per worker (see [`FailurePolicy::Restart`]).
+    pub fn restarts(&self) -> &[u32] {
+        &self.restarts
     }
 
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
@@ -994,6 +1174,7 @@ impl Pool {
                 episode_return: self.region.slice(at(&block.episode_return), n),
                 episode_length: self.region.slice(at(&block.episode_length), n),
                 elapsed_steps: self.region.slice(at(&block.elapsed_steps), n),
+                restarted: &self.restarted,
             }
         }
     }
@@ -1203,6 +1384,7 @@ pub(crate) struct BatchData<'a> {
     pub(crate) episode_return: &'a [f64],
     pub(crate) episode_length: &'a [u32],
     pub(crate) elapsed_steps: &'a [u32],
+    pub(crate) restarted: &'a [usize],
 }
 
 impl<'a> BatchData<'a> {

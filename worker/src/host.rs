@@ -313,8 +313,6 @@ impl Worker {
             match result {
                 Ok(()) => {
                     let seq = self.region.atomic_u32(protocol::COMMAND_SEQ).load(Ordering::Relaxed);
-                    let done = protocol::worker_control(self.index) + worker_block::DONE_SEQ;
-                    self.region.atomic_u32(done).store(seq, Ordering::Relaxed);
                     // Counted before the post, so a trainer that has the batch sees them.
                     let worked = now_ns();
                     let stats = self.stats();
@@ -323,6 +321,10 @@ impl Worker {
                     resets_seen = shard.resets();
                     stats.flush_hist(shard.hist_mut());
                     self.post_trainer();
+                    // After the post (Release): a trainer that sees this sequence number
+                    // knows the post is in (the Restart policy counts on it).
+                    let done = protocol::worker_control(self.index) + worker_block::DONE_SEQ;
+                    self.region.atomic_u32(done).store(seq, Ordering::Release);
                     let posted = now_ns();
                     stats.add_times(worked - started, started - waited_from, posted - worked);
                     if let Some(rows) = &layout.trace {

@@ -1,0 +1,124 @@
+//! `FailurePolicy::Restart`: a killed worker is started again, its envs come back as fresh,
+//! truncated episodes named by `restarted_envs`, the other envs' trajectories are exactly
+//! those of a pool where nothing died, and the restart budget is enforced. Nothing leaks.
+
+mod common;
+
+use common::{batch_rows, builder, Watchdog};
+use serde_json::json;
+use shmenv::{FailurePolicy, StepError};
+use std::time::Duration;
+
+fn kill(pid: u32) {
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+}
+
+/// Waits until the supervisor has seen the death (the next call must find it idle-dead).
+fn wait_dead(pid: u32) {
+    for _ in 0..2000 {
+        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')));
+        if gone {
+            std::thread::sleep(Duration::from_millis(20));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("pid {pid} did not die");
+}
+
+#[test]
+fn restarted_workers_rejoin_and_survivors_never_notice() {
+    let _w = Watchdog::new("restart", Duration::from_secs(120));
+    let policy = FailurePolicy::Restart { max_restarts: 2 };
+    let mut pool =
+        builder("CartPole-v1").num_envs(6).num_workers(3).seed(7).failure_policy(policy).build().unwrap();
+    let mut reference = builder("CartPole-v1").num_envs(6).num_workers(3).seed(7).build().unwrap();
+    pool.reset().unwrap();
+    reference.reset().unwrap();
+    let mut pids: Vec<u32> = pool.worker_pids().to_vec();
+    for t in 0..30usize {
+        let a: Vec<i64> = (0..6).map(|e| ((t * 7 + e * 3) % 2) as i64).collect();
+        if t == 10 {
+            let victim = pool.worker_pids()[1];
+            kill(victim);
+            wait_dead(victim); // dies between calls: the next call finds it
+        }
+        let batch = pool.step(&a).unwrap();
+        let got = batch_rows(&batch);
+        if t == 10 {
+            assert_eq!(batch.restarted_envs(), &[2, 3]);
+            assert!(batch.truncated().get(2) && batch.truncated().get(3));
+            assert_eq!((batch.rewards()[2], batch.rewards()[3]), (0.0, 0.0));
+        } else {
+            assert!(batch.restarted_envs().is_empty(), "step {t}");
+        }
+        let want = batch_rows(&reference.step(&a).unwrap());
+        for e in [0usize, 1, 4, 5] {
+            assert_eq!(got[e], want[e], "step {t}: surviving env {e} diverged");
+        }
+    }
+    assert_eq!(pool.restarts(), &[0, 1, 0]);
+    pids.extend(pool.worker_pids());
+    drop(pool);
+    drop(reference);
+    for pid in pids {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        assert!(state.is_none(), "worker {pid} left behind: {state:?}");
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_step_is_restarted_within_the_same_call() {
+    let _w = Watchdog::new("restart mid-step", Duration::from_secs(120));
+    let policy = FailurePolicy::Restart { max_restarts: 2 };
+    let mut pool = builder("Burn-v0")
+        .config(json!({"step_us": 30_000}))
+        .num_envs(4)
+        .num_workers(2)
+        .seed(3)
+        .failure_policy(policy)
+        .build()
+        .unwrap();
+    pool.reset().unwrap();
+    pool.step(&[0i64; 4]).unwrap();
+    for round in 1..=2u32 {
+        let victim = pool.worker_pids()[0];
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(10));
+            kill(victim);
+        });
+        let batch = pool.step(&[0i64; 4]).unwrap();
+        killer.join().unwrap();
+        assert_eq!(batch.restarted_envs(), &[0, 1], "round {round}");
+        assert_eq!(batch.truncated().to_vec(), vec![true, true, false, false], "round {round}");
+        assert_eq!(&batch.rewards()[..2], &[0.0, 0.0]);
+        assert_eq!(batch.elapsed_steps(), &[0, 0, 2 * round, 2 * round]);
+        assert_ne!(pool.worker_pids()[0], victim);
+        assert_eq!(pool.restarts(), &[round, 0]);
+        pool.step(&[0i64; 4]).unwrap();
+    }
+    // The budget is spent: the next death closes the pool as under Fail.
+    kill(pool.worker_pids()[1]);
+    let err = loop {
+        match pool.step(&[0i64; 4]) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, StepError::WorkerDied { worker: 1, .. }), "{err:?}");
+    assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+}
+
+#[test]
+fn restart_is_refused_in_async_mode() {
+    let err = builder("CartPole-v1")
+        .num_envs(4)
+        .num_workers(2)
+        .batch_size(2)
+        .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("sync mode only"), "{err}");
+}
