@@ -29,12 +29,33 @@ enum Cmd {
     List,
     /// Step an env with random actions through a pool and report steps per second.
     Bench(BenchArgs),
+    /// Step continuously while killing random workers (Restart policy); print RSS, fds and
+    /// children over time, to check that nothing grows.
+    Soak(SoakArgs),
     /// Try worker counts, batch sizes and wait strategies briefly; print a ranked table
     /// and the builder settings of the fastest.
     Tune(TuneArgs),
     /// Live view of the pools of a running process (read-only; same user): per worker
     /// utilization, steps/s, env-step p50/p99, wait share; the trainer's wait share.
     Top(TopArgs),
+}
+
+#[derive(clap::Args)]
+struct SoakArgs {
+    #[command(flatten)]
+    envs: Envs,
+    /// Number of worker processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// How long to run.
+    #[arg(long, default_value_t = 1.0)]
+    minutes: f64,
+    /// Seconds between kills of a random worker (SIGKILL, usually mid-step).
+    #[arg(long, default_value_t = 1.0)]
+    kill_every: f64,
+    /// Seconds between report lines.
+    #[arg(long, default_value_t = 10.0)]
+    report_every: f64,
 }
 
 #[derive(clap::Args)]
@@ -132,6 +153,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench(&registry, args),
         Cmd::Top(args) => top(args),
         Cmd::Tune(args) => tune(args),
+        Cmd::Soak(args) => soak(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -409,6 +431,107 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             print_profile(p);
         }
     }
+    Ok(())
+}
+
+/// This process's resident memory in KiB (VmRSS).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn soak(args: SoakArgs) -> Result<(), Error> {
+    let config: serde_json::Value =
+        serde_json::from_str(&args.envs.config).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    let mut pool = Pool::builder(&args.envs.env)
+        .config(config)
+        .num_envs(args.envs.num_envs)
+        .num_workers(args.workers)
+        .seed(0)
+        .failure_policy(shmenv::FailurePolicy::Restart { max_restarts: u32::MAX })
+        .worker_program(std::env::current_exe()?)
+        .build()?;
+    if pool.spec().action.dtype() != DType::I64 {
+        return Err("soak steps envs with integer (Discrete) actions: pick such an env".into());
+    }
+    let n = pool.num_envs();
+    let pids = std::sync::Arc::new(std::sync::Mutex::new(pool.worker_pids().to_vec()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (pids, stop) = (pids.clone(), stop.clone());
+        let every = Duration::from_secs_f64(args.kill_every.max(0.01));
+        std::thread::spawn(move || {
+            let mut rng = shmenv::worker::rng::Pcg64::from_seed(7);
+            let mut kills = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(every);
+                let current = pids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let victim = current[(rng.next_f64() * current.len() as f64) as usize % current.len()];
+                // SAFETY: kill has no memory preconditions; the pid is one of our workers.
+                if unsafe { libc::kill(victim as i32, libc::SIGKILL) } == 0 {
+                    kills += 1;
+                }
+            }
+            kills
+        })
+    };
+    let me = std::process::id();
+    let fd_count = || std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let started = Instant::now();
+    let total = Duration::from_secs_f64(args.minutes * 60.0);
+    let every = Duration::from_secs_f64(args.report_every.max(0.1));
+    let mut next_report = every;
+    let mut steps = 0u64;
+    let mut samples: Vec<(u64, usize)> = Vec::new();
+    println!(
+        "{:>8} {:>14} {:>10} {:>9} {:>10} {:>5} {:>8}",
+        "seconds", "env steps", "steps/s", "restarts", "rss KiB", "fds", "workers"
+    );
+    pool.reset()?;
+    let actions: Vec<i64> = (0..n).map(|i| (i % 2) as i64).collect();
+    let mut last = (Instant::now(), 0u64);
+    while started.elapsed() < total {
+        for _ in 0..16 {
+            pool.step(&actions)?;
+            steps += n as u64;
+        }
+        *pids.lock().unwrap_or_else(|p| p.into_inner()) = pool.worker_pids().to_vec();
+        if started.elapsed() >= next_report {
+            next_report += every;
+            let (rss, fds) = (rss_kib(me), fd_count());
+            samples.push((rss, fds));
+            let rate = (steps - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            last = (Instant::now(), steps);
+            println!(
+                "{:>8.0} {:>14} {:>10} {:>9} {:>10} {:>5} {:>8}",
+                started.elapsed().as_secs_f64(),
+                steps,
+                fmt_rate(rate),
+                pool.restarts().iter().sum::<u32>(),
+                rss,
+                fds,
+                pool.worker_pids().len()
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.join().map_err(|_| "the killer thread panicked")?;
+    let restarts: u32 = pool.restarts().iter().sum();
+    drop(pool);
+    let (first, last) =
+        (samples.first().copied().unwrap_or_default(), samples.last().copied().unwrap_or_default());
+    let max_rss = samples.iter().map(|s| s.0).max().unwrap_or(0);
+    println!(
+        "soak done: {:.1} min, {steps} env steps, {kills} kills, {restarts} restarts; RSS {} -> {} KiB (max {max_rss}), fds {} -> {}",
+        started.elapsed().as_secs_f64() / 60.0,
+        first.0,
+        last.0,
+        first.1,
+        last.1
+    );
     Ok(())
 }
 

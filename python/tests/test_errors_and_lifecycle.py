@@ -187,7 +187,7 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_promptly():
 
 def test_a_hung_env_times_out_with_the_envs_named(no_leaks):
     config = {"fault": "hang", "fault_step": 2, "fault_seed": 11}
-    envs = shmenv.make_vec("Burn-v0", 4, num_workers=2, seed=10, config=config, step_timeout=0.3)
+    envs = shmenv.make_vec("Burn-v0", 4, num_workers=2, seed=10, config=config, step_timeout=1.0)
     pids = envs.worker_pids
     envs.reset()
     envs.step(np.zeros(4, dtype=np.int64))
