@@ -1136,6 +1136,12 @@ impl Pool {
         Ok(())
     }
 
+    /// The envs whose worker was restarted during the last call (see
+    /// [`Batch::restarted_envs`], which borrows the same list).
+    pub fn restarted_envs(&self) -> &[usize] {
+        &self.restarted
+    }
+
     /// Restarts so far, per worker (see [`FailurePolicy::Restart`]).
     pub fn restarts(&self) -> &[u32] {
         &self.restarts

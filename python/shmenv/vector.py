@@ -59,6 +59,7 @@ class ShmVectorEnv(VectorEnv):
         pin_workers: bool = True,
         episode_stats_key: str = "episode_stats",
         step_timeout: float | None = None,
+        max_restarts: int | None = None,
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
@@ -89,7 +90,8 @@ class ShmVectorEnv(VectorEnv):
             worker_env = worker_env + self._calls.worker_env()
         try:
             self._pool = self._start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args,
-                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers, step_timeout)
+                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers, step_timeout,
+                                          max_restarts)
         except BaseException:
             if self._calls is not None:
                 self._calls.close()
@@ -115,10 +117,11 @@ class ShmVectorEnv(VectorEnv):
         self._action_dtype = dtype_of(spec["action"])
         self._action_shape = tuple(self.single_action_space.shape or ())
         self._shards = [tuple(r) for r in self._pool.shards()]
+        self._restart = max_restarts is not None
 
     @staticmethod
     def _start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args, worker_env,
-                    max_episode_steps, wait, ring_depth, pin_workers, step_timeout):
+                    max_episode_steps, wait, ring_depth, pin_workers, step_timeout, max_restarts):
         return _shmenv.Pool(
             resolved.engine_id,
             num_envs,
@@ -135,6 +138,7 @@ class ShmVectorEnv(VectorEnv):
             ring_depth=ring_depth,
             pin_workers=pin_workers,
             step_timeout=step_timeout,
+            max_restarts=max_restarts,
         )
 
     # --- Gymnasium API ---------------------------------------------------------------
@@ -160,7 +164,12 @@ class ShmVectorEnv(VectorEnv):
             self.send(actions, env_ids)
             return self.recv()[:5]
         arrays, any_done = self._pool.step(self._actions(actions))
-        return self._unpack(arrays, any_done)[:5]
+        result = self._unpack(arrays, any_done)
+        if self._restart:
+            restarted = self._pool.restarted_envs
+            if restarted:
+                result[4]["restarted_envs"] = restarted
+        return result[:5]
 
     def close_extras(self, **kwargs: Any):
         self._pool.close()
@@ -226,6 +235,11 @@ class ShmVectorEnv(VectorEnv):
         the trainer's wait share; and a verdict ("env-bound", "trainer-bound", "sync-bound").
         See docs/profiling.md; ``shmenv top --pid <this pid>`` shows the same live."""
         return json.loads(self._pool.stats_json())
+
+    @property
+    def restarts(self) -> list[int]:
+        """Restarts so far, per worker (with ``max_restarts``)."""
+        return self._pool.restarts
 
     @property
     def worker_pids(self) -> list[int]:
@@ -337,6 +351,8 @@ def make_vec(env: Any, num_envs: int, **kwargs: Any) -> ShmVectorEnv:
       Rust build with custom envs) instead of ``python -m shmenv.worker``.
     - more keywords: ``max_episode_steps``, ``wait`` ("auto", "spin", "yield", "block"),
       ``ring_depth``, ``pin_workers``, ``episode_stats_key``, ``step_timeout`` (seconds:
-      hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer).
+      hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer),
+      ``max_restarts`` (sync mode: a dead worker is restarted up to that many times; its
+      envs come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``).
     """
     return ShmVectorEnv(env, num_envs, **kwargs)

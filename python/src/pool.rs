@@ -49,7 +49,7 @@ impl PyPool {
         env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
         autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
         worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
-        step_timeout=None
+        step_timeout=None, max_restarts=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -70,6 +70,7 @@ impl PyPool {
         pin_workers: bool,
         startup_timeout: f64,
         step_timeout: Option<f64>,
+        max_restarts: Option<u32>,
     ) -> PyResult<Self> {
         let config: serde_json::Value = serde_json::from_str(config_json)
             .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
@@ -102,6 +103,9 @@ impl PyPool {
         }
         if let Some(s) = seed {
             builder = builder.seed(s);
+        }
+        if let Some(max_restarts) = max_restarts {
+            builder = builder.failure_policy(shmenv_engine::FailurePolicy::Restart { max_restarts });
         }
         if let Some(t) = step_timeout {
             if !(t > 0.0 && t.is_finite()) {
@@ -154,10 +158,11 @@ impl PyPool {
         self.lease.clone_ref(py)
     }
 
-    /// Process ids of the workers (also after `close()`, to check they are gone).
+    /// Process ids of the workers (current ones, restarted workers included; after
+    /// `close()` the last ones, to check they are gone).
     #[getter]
     fn worker_pids(&self) -> Vec<u32> {
-        self.worker_pids.clone()
+        self.pool.as_ref().map_or_else(|| self.worker_pids.clone(), |p| p.worker_pids().to_vec())
     }
 
     /// What the pool did since it started (`Pool::stats`), as JSON with a `verdict`.
@@ -166,6 +171,19 @@ impl PyPool {
         let mut v = serde_json::to_value(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;
         v["verdict"] = report.verdict().into();
         Ok(v.to_string())
+    }
+
+    /// Under the Restart policy: the envs whose worker was restarted during the last call
+    /// (their rows are fresh episodes, marked truncated).
+    #[getter]
+    fn restarted_envs(&self) -> PyResult<Vec<usize>> {
+        Ok(self.pool()?.restarted_envs().to_vec())
+    }
+
+    /// Restarts so far, per worker.
+    #[getter]
+    fn restarts(&self) -> PyResult<Vec<u32>> {
+        Ok(self.pool()?.restarts().to_vec())
     }
 
     /// The env range `(start, end)` of each worker.
@@ -246,7 +264,10 @@ impl PyPool {
     /// Arrays already returned stay readable. Calling it again does nothing.
     fn close(&mut self, py: Python<'_>) -> Vec<Option<String>> {
         match self.pool.take() {
-            Some(pool) => py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect(),
+            Some(pool) => {
+                self.worker_pids = pool.worker_pids().to_vec();
+                py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect()
+            }
             None => Vec::new(),
         }
     }

@@ -209,3 +209,17 @@ def test_a_crashed_worker_reports_its_last_output(no_leaks):
     assert e.value.worker == 1 and e.value.exit.startswith("killed by signal 6")
     assert "Burn-v0: fault abort injected at step 2 (seed 1)" in e.value.output
     assert "its last output" in str(e.value)
+
+
+def test_restart_policy_carries_on_after_a_kill(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0, max_restarts=1) as envs:
+        envs.reset()
+        envs.step(np.zeros(4, dtype=np.int64))
+        victim = envs.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        assert not wait_gone([victim])
+        obs, rewards, term, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert infos["restarted_envs"] == [2, 3]
+        assert trunc[2] and trunc[3] and rewards[2] == 0
+        assert envs.restarts == [0, 1] and envs.worker_pids[1] != victim
+        envs.step(np.zeros(4, dtype=np.int64))
