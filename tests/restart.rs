@@ -122,3 +122,30 @@ fn restart_is_refused_in_async_mode() {
         .unwrap_err();
     assert!(err.to_string().contains("sync mode only"), "{err}");
 }
+
+#[test]
+fn a_hung_worker_is_killed_and_restarted_under_restart() {
+    let _w = Watchdog::new("restart hung", Duration::from_secs(120));
+    let mut pool = builder("Burn-v0")
+        .config(json!({"fault": "hang", "fault_step": 3, "fault_seed": 103}))
+        .num_envs(4)
+        .num_workers(2)
+        .seed(100)
+        .step_timeout(Duration::from_secs(1))
+        .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+        .build()
+        .unwrap();
+    let hung_pid = pool.worker_pids()[1];
+    pool.reset().unwrap();
+    pool.step(&[0i64; 4]).unwrap();
+    pool.step(&[0i64; 4]).unwrap();
+    let batch = pool.step(&[0i64; 4]).unwrap(); // env 3 hangs here; its worker is replaced
+    assert_eq!(batch.restarted_envs(), &[2, 3]);
+    assert_eq!(batch.truncated().to_vec(), vec![false, false, true, true]);
+    assert_eq!(pool.restarts(), &[0, 1]);
+    assert_ne!(pool.worker_pids()[1], hung_pid);
+    assert!(std::fs::read_to_string(format!("/proc/{hung_pid}/stat")).is_err(), "the hung worker was reaped");
+    for _ in 0..5 {
+        pool.step(&[0i64; 4]).unwrap(); // reseeded: env 3 no longer matches the fault seed
+    }
+}

@@ -51,8 +51,10 @@ pub enum FailurePolicy {
     /// envs are rebuilt and reseeded, and the call returns normally: the rows of those envs
     /// hold the first observation of a new episode, marked truncated, and
     /// [`Batch::restarted_envs`] names them. At most `max_restarts` restarts over the
-    /// pool's life; the next death fails as under `Fail`. The reseeding rule: at the
-    /// pool's `k`-th restart (1, 2, ...), env `i` is seeded `seed + i + k * 2^32` (wrapping).
+    /// pool's life; the next death fails as under `Fail`. With a
+    /// [`PoolBuilder::step_timeout`], workers that do not answer in time are killed and
+    /// restarted the same way. The reseeding rule: at the pool's `k`-th restart (1, 2, ...),
+    /// env `i` is seeded `seed + i + k * 2^32` (wrapping).
     Restart {
         /// Restarts allowed over the pool's life.
         max_restarts: u32,
@@ -950,13 +952,13 @@ impl Pool {
         self.restarted.clear();
         // A worker that died while idle (after its last batch): restart it first; it joins
         // this command with a reset of its envs instead.
-        let mut skip = None;
+        let mut skip: Vec<usize> = Vec::new();
         if let Some((worker, exit)) = self.supervisor.exited_worker() {
-            if !self.may_restart() {
+            if !self.may_restart(1) {
                 return Err(self.fail(self.died(worker, exit)));
             }
             self.restart_worker(worker)?;
-            skip = Some(worker);
+            skip.push(worker);
         }
         let j = self.next_sync_block;
         self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
@@ -965,10 +967,10 @@ impl Pool {
         self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
         self.region.atomic_u32(protocol::COMMAND_SEQ).store(self.command_seq, Ordering::Relaxed);
         // Each post is a Release that publishes the command, seed and actions.
-        for v in (0..self.params.num_workers).filter(|&v| Some(v) != skip) {
+        for v in (0..self.params.num_workers).filter(|v| !skip.contains(v)) {
             self.control().worker_semaphore(v).post();
         }
-        let w = (self.params.num_workers - usize::from(skip.is_some())) as u32;
+        let w = (self.params.num_workers - skip.len()) as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         let interrupt = &mut self.interrupt;
@@ -983,10 +985,12 @@ impl Pool {
         let waited = now_ns() - waited_from;
         match outcome {
             Ok(()) => {}
-            Err(WaitOutcome::Aborted(Abort::Died(worker, exit))) if self.may_restart() && skip.is_none() => {
+            Err(WaitOutcome::Aborted(Abort::Died(worker, exit)))
+                if self.may_restart(1) && skip.is_empty() =>
+            {
                 self.quiesce(worker, exit)?;
                 self.restart_worker(worker)?;
-                skip = Some(worker);
+                skip.push(worker);
             }
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
             Err(WaitOutcome::TimedOut) => {
@@ -997,15 +1001,23 @@ impl Pool {
                         control.region.atomic_u32(done).load(Ordering::Relaxed) != self.command_seq
                     })
                     .collect();
-                let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
-                return Err(self.abort(Abort::TimedOut { workers: hung, env_ids }));
+                if !(skip.is_empty() && self.may_restart(hung.len() as u32)) {
+                    let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
+                    return Err(self.abort(Abort::TimedOut { workers: hung, env_ids }));
+                }
+                // Restart policy: the hung workers are killed and started again like dead ones.
+                self.kill_hung(&hung)?;
+                for &v in &hung {
+                    self.restart_worker(v)?;
+                }
+                skip = hung;
             }
         }
         // A worker that failed still posted; find it.
         if let Some(worker) = self.control().failed_worker() {
             return Err(self.fail(self.worker_error(worker)));
         }
-        if let Some(worker) = skip {
+        for worker in skip {
             self.reset_restarted(worker, j)?;
         }
         self.has_reset = true;
@@ -1026,11 +1038,37 @@ impl Pool {
         Ok(Batch { view: self.batch_view(j, 0..n) })
     }
 
-    fn may_restart(&self) -> bool {
+    /// Whether the policy allows `n` more restarts.
+    fn may_restart(&self, n: u32) -> bool {
         match self.failure_policy {
             FailurePolicy::Fail => false,
-            FailurePolicy::Restart { max_restarts } => self.restarts.iter().sum::<u32>() < max_restarts,
+            FailurePolicy::Restart { max_restarts } => {
+                self.restarts.iter().sum::<u32>().saturating_add(n) <= max_restarts
+            }
         }
+    }
+
+    /// Restart policy: SIGKILLs the workers that did not answer in time and waits until the
+    /// supervisor has reaped them; every other worker has finished the command, so the
+    /// command's posts are dropped.
+    fn kill_hung(&mut self, hung: &[usize]) -> Result<(), StepError> {
+        for &v in hung {
+            // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
+            // reaped (the supervisor records its exit only after reaping).
+            unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while hung.iter().any(|&v| self.supervisor.exits()[v].is_none()) {
+            if Instant::now() >= deadline {
+                let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
+                return Err(self.abort(Abort::TimedOut { workers: hung.to_vec(), env_ids }));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let sem = protocol::TRAINER_SEMAPHORE;
+        self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
+        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Restart policy, after `dead` died during a command: waits until every other worker
@@ -1132,7 +1170,7 @@ impl Pool {
         // posted again before the next call, so nobody else touches block `j` now.
         let flags = unsafe { self.region.slice_mut::<u8>(rows.start, rows.len()) };
         flags.fill(1);
-        self.restarted = self.shard(w).collect();
+        self.restarted.extend(self.shard(w));
         Ok(())
     }
 
