@@ -1065,9 +1065,7 @@ impl Pool {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        let sem = protocol::TRAINER_SEMAPHORE;
-        self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
-        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
+        self.drop_trainer_posts();
         Ok(())
     }
 
@@ -1096,10 +1094,16 @@ impl Pool {
             }
             std::thread::yield_now();
         }
+        self.drop_trainer_posts();
+        Ok(())
+    }
+
+    /// Restart policy, once no worker can post any more: forgets the posts of the
+    /// interrupted command (count and sleeping-for words of the trainer's semaphore).
+    fn drop_trainer_posts(&self) {
         let sem = protocol::TRAINER_SEMAPHORE;
         self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
         self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Restart policy: starts worker `w` again and takes it through the start-up handshake

@@ -22,6 +22,27 @@ pub(crate) fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&s
     made().unwrap_or_else(|e| e)
 }
 
+/// `WorkerDiedError` with its attributes (`env_ids` is None when the pool was still
+/// starting).
+fn worker_died(
+    py: Python<'_>,
+    message: String,
+    worker: usize,
+    pid: u32,
+    env_ids: Option<Vec<usize>>,
+    exit: &shmenv_engine::WorkerExit,
+    output: String,
+) -> PyErr {
+    let attrs = vec![
+        ("worker", obj(py, worker)),
+        ("pid", obj(py, pid)),
+        ("env_ids", obj(py, env_ids)),
+        ("exit", obj(py, exit.to_string())),
+        ("output", obj(py, output)),
+    ];
+    raise(py, "WorkerDiedError", message, attrs)
+}
+
 /// The Python exception for a pool that could not be built.
 pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
     let message = err.to_string();
@@ -38,17 +59,9 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         }
         BuildError::BadConfig { .. } => raise(py, "ConfigError", message, vec![]),
         BuildError::InvalidArgument(_) => raise(py, "InvalidArgumentError", message, vec![]),
-        BuildError::WorkerDied { worker, pid, exit, .. } => raise(
-            py,
-            "WorkerDiedError",
-            message,
-            vec![
-                ("worker", obj(py, worker)),
-                ("pid", obj(py, pid)),
-                ("env_ids", py.None()),
-                ("exit", obj(py, exit.to_string())),
-            ],
-        ),
+        BuildError::WorkerDied { worker, pid, exit, .. } => {
+            worker_died(py, message, worker, pid, None, &exit, String::new())
+        }
         _ => raise(py, "BuildError", message, vec![]),
     }
 }
@@ -62,18 +75,9 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
             pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted while waiting for the workers")
         }),
         StepError::Action(_) => raise(py, "ActionError", message, vec![]),
-        StepError::WorkerDied { worker, pid, env_ids, exit, output } => raise(
-            py,
-            "WorkerDiedError",
-            message,
-            vec![
-                ("worker", obj(py, worker)),
-                ("pid", obj(py, pid)),
-                ("env_ids", obj(py, env_ids.collect::<Vec<_>>())),
-                ("exit", obj(py, exit.to_string())),
-                ("output", obj(py, output)),
-            ],
-        ),
+        StepError::WorkerDied { worker, pid, env_ids, exit, output } => {
+            worker_died(py, message, worker, pid, Some(env_ids.collect()), &exit, output)
+        }
         StepError::EnvPanicked { env_id, message: traceback } => raise(
             py,
             "WorkerError",
