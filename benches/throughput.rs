@@ -31,6 +31,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         ring_depth: 2,
         stats: false,
         trace: false,
+        restart: false,
     }
 }
 

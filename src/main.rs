@@ -56,6 +56,9 @@ struct SoakArgs {
     /// Seconds between report lines.
     #[arg(long, default_value_t = 10.0)]
     report_every: f64,
+    /// Results per batch: fewer than --num-envs soaks async mode (send/recv).
+    #[arg(long)]
+    batch_size: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -451,6 +454,7 @@ fn soak(args: SoakArgs) -> Result<(), Error> {
         .num_envs(args.envs.num_envs)
         .num_workers(args.workers)
         .seed(0)
+        .batch_size(args.batch_size.unwrap_or(args.envs.num_envs))
         .failure_policy(shmenv::FailurePolicy::Restart { max_restarts: u32::MAX })
         .worker_program(std::env::current_exe()?)
         .build()?;
@@ -490,13 +494,20 @@ fn soak(args: SoakArgs) -> Result<(), Error> {
         "{:>8} {:>14} {:>10} {:>9} {:>10} {:>5} {:>8}",
         "seconds", "env steps", "steps/s", "restarts", "rss KiB", "fds", "workers"
     );
-    pool.reset()?;
+    // Async: every env stays in flight; each round resends the envs of the last batch.
+    let mut ids: Vec<usize> = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
     let actions: Vec<i64> = (0..n).map(|i| (i % 2) as i64).collect();
     let mut last = (Instant::now(), 0u64);
     while started.elapsed() < total {
         for _ in 0..16 {
-            pool.step(&actions)?;
-            steps += n as u64;
+            if pool.is_async() {
+                pool.send(&actions[..ids.len()], &ids)?;
+                ids = pool.recv()?.env_ids().iter().map(|&e| e as usize).collect();
+                steps += ids.len() as u64;
+            } else {
+                pool.step(&actions)?;
+                steps += n as u64;
+            }
         }
         *pids.lock().unwrap_or_else(|p| p.into_inner()) = pool.worker_pids().to_vec();
         if started.elapsed() >= next_report {
@@ -831,6 +842,7 @@ fn bench_typed<T: Element>(
             ring_depth: 2,
             stats: false,
             trace: false,
+            restart: false,
         };
         let mut shard = EnvShard::new(registry, &params, 0..params.num_envs)?;
         let mut rows = LocalRows::new(shard.spec(), params.num_envs, false);

@@ -1,7 +1,8 @@
 //! Chaos: 50 rounds of SIGKILLs at random moments (between steps, mid-step, mid-batch in
 //! async mode), under the `Fail` policy: every round must end with `WorkerDied` naming the
-//! killed worker, its pid and signal; then 50 rounds under `Restart` (sync mode): the pool
-//! keeps stepping and every surviving env's stream is exactly a reference pool's. Nothing
+//! killed worker, its pid and signal; then 50 rounds under `Restart` in sync mode and 50
+//! in async mode: the pool keeps stepping, every env of the killed worker comes back as a
+//! fresh episode, and every surviving env's stream is exactly a reference pool's. Nothing
 //! may hang; no process or fd may be left.
 //!
 //! One test function, because counting this process's children and fds is only meaningful
@@ -9,7 +10,7 @@
 
 mod common;
 
-use common::{builder, child_pids, open_fds, Watchdog};
+use common::{builder, child_pids, open_fds, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
 use shmenv::{FailurePolicy, StepError, WorkerExit};
@@ -141,6 +142,62 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
         drop(reference);
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
+    eprintln!("50 random kills under Restart (sync): every pool kept stepping, survivors untouched");
+
+    // Under Restart in async mode: the same, with the kill landing anywhere in the ring's
+    // life (mid-step, mid-claim, mid-write, between calls). Every env of the killed worker
+    // comes back once as a fresh episode; every other env's stream is the reference's.
+    for round in 0..50u64 {
+        let workers = 2 + below(2) as usize;
+        let envs = workers * (1 + below(3) as usize);
+        let batch = 1 + below(envs as u64 - 1) as usize;
+        let depth = 2 + below(2) as usize;
+        let step_us = [0, 100, 2000][below(3) as usize];
+        let seed = 5000 + round;
+        let config = json!({ "step_us": step_us });
+        let mut pool = builder("Burn-v0")
+            .config(config.clone())
+            .num_envs(envs)
+            .num_workers(workers)
+            .batch_size(batch)
+            .ring_depth(depth)
+            .seed(seed)
+            .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+            .build()
+            .unwrap();
+        let reference = builder("Burn-v0").num_envs(envs).num_workers(1).seed(seed).build().unwrap();
+        let mut driver = AsyncDriver::new(reference, 400);
+        let victim = below(workers as u64) as usize;
+        let (pid, victims) = (pool.worker_pids()[victim], pool.shard(victim));
+        let kill_before = below(10) as usize;
+        let delay = Duration::from_micros(below(3000));
+        let ctx = format!("async restart round {round}: {envs} envs, {workers} workers, batch {batch}, depth {depth}, {step_us} us, kill worker {victim} after {kill_before} rounds + {delay:?}");
+        driver.start(&mut pool).unwrap_or_else(|e| panic!("{ctx}: reset failed: {e}"));
+        let mut killer = None;
+        let mut t = 0;
+        while victims.clone().any(|e| driver.restarted[e] == 0) {
+            if t == kill_before {
+                killer = Some(std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    // SAFETY: kill has no memory preconditions.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }));
+            }
+            let more = driver.round(&mut pool).unwrap_or_else(|e| panic!("{ctx}: round {t} failed: {e}"));
+            assert!(more, "{ctx}: the killed worker's envs never came back");
+            t += 1;
+        }
+        killer.expect("killed").join().unwrap();
+        for _ in 0..10 {
+            driver.round(&mut pool).unwrap_or_else(|e| panic!("{ctx}: after the restart: {e}"));
+        }
+        for e in 0..envs {
+            assert_eq!(driver.restarted[e], usize::from(victims.contains(&e)), "{ctx}: env {e}");
+        }
+        assert_eq!(pool.restarts()[victim], 1, "{ctx}");
+        drop(pool);
+        assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
+    }
     assert_eq!(open_fds(), fds, "fds leaked");
-    eprintln!("50 random kills under Restart: every pool kept stepping, survivors untouched");
+    eprintln!("50 random kills under Restart (async): every pool kept going, survivors untouched");
 }

@@ -174,6 +174,7 @@ proptest! {
             ring_depth: depth,
             stats: true,
             trace,
+            restart: false,
         };
         let layout = Layout::compute(&spec, &params);
         let mut ranges = layout.byte_ranges();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{batch_rows, builder, Watchdog};
+use common::{batch_rows, builder, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::{FailurePolicy, StepError};
 use std::time::Duration;
@@ -111,16 +111,84 @@ fn a_worker_killed_mid_step_is_restarted_within_the_same_call() {
     assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
 }
 
-#[test]
-fn restart_is_refused_in_async_mode() {
-    let err = builder("CartPole-v1")
-        .num_envs(4)
+fn async_pool(env: &str, config: serde_json::Value, seed: u64, max_restarts: u32) -> shmenv::Pool {
+    builder(env)
+        .config(config)
+        .num_envs(8)
         .num_workers(2)
-        .batch_size(2)
-        .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+        .batch_size(3)
+        .seed(seed)
+        .failure_policy(FailurePolicy::Restart { max_restarts })
         .build()
-        .unwrap_err();
-    assert!(err.to_string().contains("sync mode only"), "{err}");
+        .unwrap()
+}
+
+fn sync_reference(env: &str, config: serde_json::Value, seed: u64) -> shmenv::Pool {
+    builder(env).config(config).num_envs(8).num_workers(1).seed(seed).build().unwrap()
+}
+
+#[test]
+fn async_mode_restarts_a_worker_that_died_between_calls() {
+    let _w = Watchdog::new("async restart idle", Duration::from_secs(120));
+    let mut pool = async_pool("CartPole-v1", json!({}), 11, 1);
+    let mut driver = AsyncDriver::new(sync_reference("CartPole-v1", json!({}), 11), 200);
+    driver.start(&mut pool).unwrap();
+    for _ in 0..20 {
+        driver.round(&mut pool).unwrap();
+    }
+    let victim = pool.worker_pids()[1];
+    kill(victim);
+    wait_dead(victim);
+    while driver.restarted.iter().sum::<usize>() < 4 {
+        assert!(driver.round(&mut pool).unwrap(), "the restarted envs never came back");
+    }
+    for _ in 0..40 {
+        driver.round(&mut pool).unwrap();
+    }
+    // Every env of the dead worker came back exactly once as a fresh episode, seeded by the
+    // documented rule (first restart: seed + i + 2^32); the others never noticed.
+    assert_eq!(driver.restarted, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+    assert_eq!(pool.restarts(), &[0, 1]);
+    let mut reseeded = sync_reference("CartPole-v1", json!({}), 11 + (1 << 32));
+    let fresh = batch_rows(&reseeded.reset().unwrap());
+    for (e, row) in &driver.restart_rows {
+        assert_eq!(row.obs, fresh[*e].obs, "env {e}: not the documented reseed");
+    }
+    assert_ne!(pool.worker_pids()[1], victim);
+}
+
+#[test]
+fn async_mode_restarts_a_worker_killed_while_the_trainer_waits() {
+    let _w = Watchdog::new("async restart mid-recv", Duration::from_secs(120));
+    let config = json!({"step_us": 20_000});
+    let mut pool = async_pool("Burn-v0", config.clone(), 5, 2);
+    let mut driver = AsyncDriver::new(sync_reference("Burn-v0", json!({}), 5), 400);
+    driver.start(&mut pool).unwrap();
+    for round in 1..=2usize {
+        driver.round(&mut pool).unwrap();
+        let victim = pool.worker_pids()[0];
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            kill(victim);
+        });
+        while driver.restarted[..4].iter().sum::<usize>() < 4 * round {
+            assert!(driver.round(&mut pool).unwrap(), "round {round}: the restarted envs never came back");
+        }
+        killer.join().unwrap();
+        assert_eq!(pool.restarts(), &[round as u32, 0]);
+    }
+    for _ in 0..10 {
+        driver.round(&mut pool).unwrap();
+    }
+    assert_eq!(driver.restarted, vec![2, 2, 2, 2, 0, 0, 0, 0]);
+    // The budget is spent: the next death closes the pool as under Fail.
+    kill(pool.worker_pids()[1]);
+    let err = loop {
+        if let Err(e) = driver.round(&mut pool) {
+            break e;
+        }
+    };
+    assert!(matches!(err, StepError::WorkerDied { worker: 1, .. }), "{err:?}");
 }
 
 #[test]
@@ -148,4 +216,36 @@ fn a_hung_worker_is_killed_and_restarted_under_restart() {
     for _ in 0..5 {
         pool.step(&[0i64; 4]).unwrap(); // reseeded: env 3 no longer matches the fault seed
     }
+}
+
+#[test]
+fn async_mode_kills_and_restarts_a_hung_worker() {
+    let _w = Watchdog::new("async restart hung", Duration::from_secs(120));
+    let mut pool = builder("Burn-v0")
+        .config(json!({"fault": "hang", "fault_step": 3, "fault_seed": 103, "step_us": 5000}))
+        .num_envs(4)
+        .num_workers(2)
+        .batch_size(2)
+        .seed(100)
+        .step_timeout(Duration::from_millis(300))
+        .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+        .build()
+        .unwrap();
+    let hung_pid = pool.worker_pids()[1];
+    let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
+    let mut driver = AsyncDriver::new(reference, 400);
+    driver.start(&mut pool).unwrap();
+    // Env 3 hangs at its third step. Envs 0 and 1 keep filling the batches, so no wait
+    // times out: the trainer sees worker 1 in env code for longer than the step timeout,
+    // kills and replaces it, and the others carry on.
+    while driver.restarted[2..].iter().sum::<usize>() < 2 {
+        assert!(driver.round(&mut pool).unwrap(), "the hung worker's envs never came back");
+    }
+    for _ in 0..10 {
+        driver.round(&mut pool).unwrap();
+    }
+    assert_eq!(driver.restarted, vec![0, 0, 1, 1]);
+    assert_eq!(pool.restarts(), &[0, 1]);
+    assert_ne!(pool.worker_pids()[1], hung_pid);
+    assert!(std::fs::read_to_string(format!("/proc/{hung_pid}/stat")).is_err(), "the hung worker was reaped");
 }

@@ -6,7 +6,8 @@
 //! everything lives in the region) -> [`region`] (the memfd mapping; the only module that
 //! touches raw shared memory) -> [`sync`] (semaphores and waiting) -> [`launch`] (worker
 //! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results);
-//! [`ring`] holds the async ring's claim/commit/release protocol; [`stats`] the live
+//! [`ring`] holds the async ring's claim/commit/release protocol, [`recovery`] how a dead
+//! worker's rows are found in it; [`stats`] the live
 //! counters in the region's stats area.
 
 // Under `--cfg loom` only the protocol code is built, with loom's atomics, for the model
@@ -24,6 +25,7 @@ pub mod launch;
 #[cfg(not(loom))]
 pub mod pool;
 pub mod protocol;
+pub mod recovery;
 #[cfg(not(loom))]
 pub mod region;
 pub mod ring;

@@ -26,7 +26,7 @@ use std::ops::Range;
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;
@@ -52,6 +52,10 @@ pub const SYNC_BLOCK: usize = POOL_CONTROL + 16;
 /// each worker stores the number of the last one it finished in its `DONE_SEQ` word, so a
 /// trainer whose wait timed out can name the workers that did not answer.
 pub const COMMAND_SEQ: usize = POOL_CONTROL + 20;
+/// Async mode under the restart policy: a gate (value, sleepers) the trainer sets to 1 to
+/// hold every worker before its next claim while it takes stock of a dead worker's rows
+/// (see `recovery`), and back to 0 to let them go on.
+pub const RING_PAUSE: usize = POOL_CONTROL + 24;
 /// Sync mode's result blocks: commands alternate between them, so the views of one batch
 /// stay intact while the next command runs (what Python's zero-copy arrays rely on).
 pub const SYNC_BLOCKS: usize = 2;
@@ -111,8 +115,38 @@ pub mod worker_block {
     pub const REPORT_LEN: usize = 12;
     /// The last sync command (its `COMMAND_SEQ`) this worker finished.
     pub const DONE_SEQ: usize = 16;
+    /// Async mode under the restart policy, written by the worker: its claim state
+    /// ([`super::claim_state`]), then the claim (first global row u64, rows u32, rows
+    /// committed so far u32), then the queue entries whose rows are all committed (u32).
+    pub const CLAIM_STATE: usize = 20;
+    /// First global row of the current claim (u64).
+    pub const CLAIM_FIRST: usize = 24;
+    /// Rows in the current claim.
+    pub const CLAIM_LEN: usize = 32;
+    /// Rows of the current claim committed so far.
+    pub const CLAIM_DONE: usize = 36;
+    /// Queue entries consumed and published (u32, wrapping; compared with `QUEUE_HEAD`).
+    pub const QUEUE_DONE: usize = 40;
     /// Async mode: entries the trainer has pushed into the worker's queue (u32, wrapping).
     pub const QUEUE_HEAD: usize = 64;
+    /// Restart policy, written by the trainer before it restarts the worker: non-zero if
+    /// this process replaces a dead one (u32).
+    pub const RESTARTED: usize = 68;
+    /// Restart policy: the seed base of the restart (u64); a restarted worker resets env `i`
+    /// with `base + i` the first time it touches it.
+    pub const RESTART_SEED: usize = 72;
+}
+
+/// Values of a worker's `CLAIM_STATE` word (async mode under the restart policy).
+pub mod claim_state {
+    /// Not claiming: every row it claimed is committed.
+    pub const IDLE: u32 = 0;
+    /// About to claim rows (checking the pause gate).
+    pub const CLAIMING: u32 = 1;
+    /// Holds the claim in `CLAIM_FIRST`/`CLAIM_LEN`, `CLAIM_DONE` rows of it committed.
+    pub const CLAIMED: u32 = 2;
+    /// Held by the pause gate; claims nothing until it opens.
+    pub const PAUSED: u32 = 3;
 }
 
 /// Async work queue entries: the env id in the low 30 bits, the kind in the top two.
@@ -125,6 +159,12 @@ pub mod queue_entry {
     pub const RESET: u32 = 1 << 30;
     /// Reset the env with seed `RESET_SEED + env_id`.
     pub const RESET_SEEDED: u32 = 2 << 30;
+    /// Restart policy: reset the env with the worker's restart seed and write its row at the
+    /// global row the trainer put in the entry's `fill_rows` slot ([`FILL_CLAIM`]: claim
+    /// one as usual).
+    pub const FILL: u32 = 3 << 30;
+    /// A `fill_rows` value: no row given, claim one.
+    pub const FILL_CLAIM: u64 = u64::MAX;
     /// Mask of the kind.
     pub const KIND_MASK: u32 = 3 << 30;
 }
@@ -338,6 +378,10 @@ pub mod stats {
         pub const WAIT_NS: usize = 24;
         /// u64: time publishing results (claiming rows, committing, posting).
         pub const PUBLISH_NS: usize = 32;
+        /// u64: async mode: CLOCK_MONOTONIC when the env code now running started, 0 when
+        /// none runs (written whether stats are on or not: the trainer's hang detection
+        /// reads it).
+        pub const BUSY_SINCE: usize = 56;
         /// u64: sampled env-step timings in the histogram.
         pub const SAMPLED: usize = 40;
         /// u32: the worker's pid.
@@ -393,6 +437,10 @@ pub struct PoolParams {
     /// Whether workers record trace spans (the trace rings).
     #[serde(default)]
     pub trace: bool,
+    /// Whether dead workers are restarted (async mode: workers then keep claim records and
+    /// stop at the pause gate, so the trainer can find a dead worker's rows).
+    #[serde(default)]
+    pub restart: bool,
 }
 
 /// The trace rings (with `PoolParams::trace`): per worker a row of [`trace::ROW_BYTES`],
@@ -525,6 +573,8 @@ pub struct RingLayout {
     /// Per worker queues of env ids to run, `[num_envs]` u32: worker `w` uses the entries
     /// of its shard as a ring of `shard.len()` slots.
     pub queue: ArraySlot,
+    /// Beside each queue slot, `[num_envs]` u64: the global row a `FILL` entry writes.
+    pub fill_rows: ArraySlot,
 }
 
 /// Offsets of every array of the data part. Computed, never read from the region.
@@ -590,6 +640,7 @@ impl Layout {
             committed: (0..params.ring_depth).map(|_| array(1, CACHE_LINE).offset).collect(),
             ready_for: (0..params.ring_depth).map(|_| array(1, CACHE_LINE).offset).collect(),
             queue: array(n, 4),
+            fill_rows: array(n, 8),
         });
         let trace = params.trace.then(|| array(params.num_workers, trace::ROW_BYTES));
         let total_size = round_up(cursor, PAGE);
@@ -626,7 +677,7 @@ impl Layout {
         [&self.actions]
             .into_iter()
             .chain(self.blocks.iter().flat_map(|b| b.slots()))
-            .chain(self.ring.iter().map(|r| &r.queue))
+            .chain(self.ring.iter().flat_map(|r| [&r.queue, &r.fill_rows]))
             .chain(self.trace.iter())
     }
 
@@ -641,6 +692,7 @@ impl Layout {
         }
         if let Some(r) = &self.ring {
             out.push(r.queue.rows(0..self.num_envs));
+            out.push(r.fill_rows.rows(0..self.num_envs));
             for &w in [r.claim_counter].iter().chain(&r.committed).chain(&r.ready_for) {
                 out.push(w..w + CACHE_LINE);
             }
@@ -699,6 +751,7 @@ mod tests {
             ring_depth: 2,
             stats: true,
             trace: false,
+            restart: false,
         }
     }
 
@@ -737,7 +790,7 @@ mod tests {
         async_params.ring_depth = 4;
         let ring = Layout::compute(&spec, &async_params);
         for (l, count) in
-            [(&sync, 1 + SYNC_BLOCKS * (2 + 2 + 7)), (&ring, 1 + 4 * (2 + 2 + 7) + 1 + 1 + 4 + 4)]
+            [(&sync, 1 + SYNC_BLOCKS * (2 + 2 + 7)), (&ring, 1 + 4 * (2 + 2 + 7) + 2 + 1 + 4 + 4)]
         {
             let mut ranges = l.byte_ranges();
             assert_eq!(ranges.len(), count);

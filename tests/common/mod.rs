@@ -249,3 +249,83 @@ pub fn dev_shm_entries() -> Vec<String> {
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default()
 }
+
+/// Drives an async pool with a deterministic action per env and result (`action(e, k)`,
+/// `k` = results of env `e` received so far), checking each env's `k`-th row against the
+/// `k`-th row of a sync reference pool stepped in lockstep with the same actions, until the
+/// env is restarted (listed in `restarted_envs`): from then on it runs a new episode.
+pub struct AsyncDriver {
+    /// `reference[k][e]`.
+    reference: Vec<Vec<Row>>,
+    /// Results received per env.
+    pub received: Vec<usize>,
+    /// Times each env was listed in `restarted_envs`.
+    pub restarted: Vec<usize>,
+    /// Rows of restarted envs: (env, row) as received.
+    pub restart_rows: Vec<(usize, Row)>,
+    ids: Vec<usize>,
+}
+
+impl AsyncDriver {
+    /// The action of env `e` after its `k`-th result.
+    pub fn action(e: usize, k: usize) -> i64 {
+        ((e * 7 + k * 3) / 2 % 2) as i64
+    }
+
+    /// Steps `reference` (a sync pool, not yet reset) `steps` times.
+    pub fn new(mut reference: Pool, steps: usize) -> AsyncDriver {
+        let n = reference.num_envs();
+        let mut rows = vec![batch_rows(&reference.reset().unwrap())];
+        for k in 0..steps {
+            let a: Vec<i64> = (0..n).map(|e| Self::action(e, k)).collect();
+            rows.push(batch_rows(&reference.step(&a).unwrap()));
+        }
+        AsyncDriver {
+            reference: rows,
+            received: vec![0; n],
+            restarted: vec![0; n],
+            restart_rows: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// `reset()` (async_reset + recv), checked.
+    pub fn start(&mut self, pool: &mut Pool) -> Result<(), shmenv::StepError> {
+        let batch = pool.reset()?;
+        self.check(&batch);
+        Ok(())
+    }
+
+    /// Sends the last batch's envs their next actions and receives the next batch, checked.
+    /// Returns `false` once some env has used up the reference.
+    pub fn round(&mut self, pool: &mut Pool) -> Result<bool, shmenv::StepError> {
+        if self.received.iter().any(|&k| k >= self.reference.len()) {
+            return Ok(false);
+        }
+        let actions: Vec<i64> = self.ids.iter().map(|&e| Self::action(e, self.received[e] - 1)).collect();
+        pool.send(&actions, &self.ids)?;
+        let batch = pool.recv()?;
+        self.check(&batch);
+        Ok(true)
+    }
+
+    fn check(&mut self, batch: &shmenv::Batch<'_>) {
+        let rows = batch_rows(batch);
+        self.ids = batch.env_ids().iter().map(|&e| e as usize).collect();
+        for (r, &e) in self.ids.iter().enumerate() {
+            if batch.restarted_envs().contains(&e) {
+                assert!(
+                    rows[r].truncated && rows[r].reward == 0.0 && rows[r].elapsed == 0,
+                    "env {e}: {:?}",
+                    rows[r]
+                );
+                self.restarted[e] += 1;
+                self.restart_rows.push((e, rows[r].clone()));
+            } else if self.restarted[e] == 0 {
+                let k = self.received[e];
+                assert_eq!(rows[r], self.reference[k][e], "env {e}, result {k} diverged from the reference");
+            }
+            self.received[e] += 1;
+        }
+    }
+}

@@ -19,6 +19,7 @@ use shmenv_engine::protocol::{
     self, trace, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
     RingLayout, WorkerReport, WorkerStatus,
 };
+use shmenv_engine::recovery;
 use shmenv_engine::region::Region;
 use shmenv_engine::ring::{RegionRing, RingWords};
 use shmenv_engine::stats::{now_ns, TraceRing, WorkerStats};
@@ -354,10 +355,17 @@ impl Worker {
     /// rows of the ring (for a few envs at once when they are cheap); let each env write its
     /// observation into its row; commit.
     fn async_loop(&mut self, shard: &mut EnvShard, layout: &Layout, ring: &RingLayout) -> Stop {
-        use protocol::queue_entry::{ENV_MASK, KIND_MASK, RESET, RESET_SEEDED, STEP};
+        use protocol::queue_entry::{ENV_MASK, FILL, FILL_CLAIM, KIND_MASK, RESET, RESET_SEEDED, STEP};
         let range = shard.range();
         let cap = range.len() as u32;
         let control = protocol::worker_control(self.index);
+        // A replacement for a dead worker (restart policy) resets each env with the restart
+        // seed the first time it touches it, whatever the entry says (a step's action was
+        // meant for the dead worker's env); `FILL` entries do so too.
+        let restarted =
+            self.region.atomic_u32(control + worker_block::RESTARTED).load(Ordering::Relaxed) != 0;
+        let restart_seed: u64 = self.region.read_pod(control + worker_block::RESTART_SEED);
+        let mut fresh = vec![restarted; range.len()];
         let mut tail: u32 = 0;
         let mut head: u32 = 0;
         let mut done: Vec<(usize, Advanced)> = Vec::with_capacity(range.len());
@@ -399,8 +407,13 @@ impl Worker {
             let local = env - range.start;
             let start = *since.get_or_insert_with(Instant::now);
             let advance_from = now_ns();
-            tally.steps += u64::from(entry & KIND_MASK == STEP);
-            let advanced = match entry & KIND_MASK {
+            self.busy_since(advance_from);
+            let kind = entry & KIND_MASK;
+            tally.steps += u64::from(kind == STEP && !fresh[local]);
+            let restart_reset = Work::Reset { seed: Some(restart_seed.wrapping_add(env as u64)) };
+            let mut fill_row = None;
+            let advanced = match kind {
+                STEP | RESET if std::mem::take(&mut fresh[local]) => shard.advance(local, restart_reset),
                 STEP => {
                     let row = layout.actions.rows(env..env + 1);
                     // SAFETY: the trainer wrote this env's action row before pushing the entry
@@ -411,11 +424,20 @@ impl Worker {
                 }
                 RESET => shard.advance(local, Work::Reset { seed: None }),
                 RESET_SEEDED => {
+                    fresh[local] = false;
                     let base: u64 = self.region.read_pod(protocol::RESET_SEED);
                     shard.advance(local, Work::Reset { seed: Some(base.wrapping_add(env as u64)) })
                 }
-                _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
+                _ /* FILL */ => {
+                    debug_assert_eq!(kind, FILL);
+                    fresh[local] = false;
+                    // The row was written by the trainer with the entry; checked when used.
+                    let row: u64 = self.region.read_pod(ring.fill_rows.offset + slot * 8);
+                    fill_row = (row != FILL_CLAIM).then_some(row);
+                    shard.advance(local, restart_reset)
+                }
             };
+            self.busy_since(0);
             tally.env_ns += now_ns() - advance_from;
             match advanced {
                 Ok(a) => done.push((local, a)),
@@ -428,13 +450,13 @@ impl Worker {
             // The clock is read after the 1st, 2nd, 4th, 8th... env of a chunk: a slow env is
             // published right after it finishes, cheap ones cost few clock reads.
             let late = done.len().is_power_of_two() && start.elapsed() >= COALESCE_FOR;
-            if tail == head || late || done.len() >= ring.batch_size {
+            if tail == head || late || done.len() >= ring.batch_size || fill_row.is_some() {
                 let stats = self.stats();
                 stats.add_steps(std::mem::take(&mut tally.steps), shard.resets() - tally.resets_seen);
                 tally.resets_seen = shard.resets();
                 stats.flush_hist(shard.hist_mut());
                 let publish_from = now_ns();
-                if let Err(stop) = self.publish(shard, layout, ring, &mut done) {
+                if let Err(stop) = self.publish(shard, layout, ring, &mut done, fill_row, tail) {
                     return stop;
                 }
                 let (stats, published) = (self.stats(), now_ns());
@@ -453,60 +475,119 @@ impl Worker {
         }
     }
 
-    /// Claims rows for the advanced envs `done` (in order), lets each env write its row,
-    /// and commits the rows block by block.
+    /// Publishes the advanced envs `done` (in order): the last one into `fill_row` when the
+    /// trainer named one (a fill entry), the others into rows claimed from the counter.
+    /// `tail` counts the queue entries consumed so far, all published once this returns.
     fn publish(
         &mut self,
         shard: &mut EnvShard,
         layout: &Layout,
         ring: &RingLayout,
         done: &mut Vec<(usize, Advanced)>,
+        fill_row: Option<u64>,
+        tail: u32,
+    ) -> Result<(), Stop> {
+        let Some(row) = fill_row else {
+            return self.publish_rows(shard, layout, ring, done, None, tail);
+        };
+        let fill = done.pop().expect("the fill entry's env was advanced");
+        self.publish_rows(shard, layout, ring, done, None, tail.wrapping_sub(1))?;
+        let claimed =
+            RegionRing { region: &self.region, layout: ring }.claim_counter().load(Ordering::Relaxed);
+        if row >= claimed {
+            let message = format!("fill entry names row {row}, past the {claimed} rows claimed so far");
+            return Err(self.fail_async(ring, message));
+        }
+        self.publish_rows(shard, layout, ring, &mut vec![fill], Some(row), tail)
+    }
+
+    /// Takes rows for `done` (claims them, or the fill row), lets each env write its row,
+    /// and commits the rows block by block. Under the restart policy the claim passes the
+    /// pause gate and is recorded (see `shmenv_engine::recovery`).
+    fn publish_rows(
+        &mut self,
+        shard: &mut EnvShard,
+        layout: &Layout,
+        ring: &RingLayout,
+        done: &mut Vec<(usize, Advanced)>,
+        fill_row: Option<u64>,
+        tail: u32,
     ) -> Result<(), Stop> {
         if done.is_empty() {
             return Ok(());
         }
         let region = &self.region;
         let words = RegionRing { region, layout: ring };
-        let first = words.claim(done.len());
+        let (parent, command) = (self.parent, region.atomic_u32(protocol::COMMAND_WORD));
+        // Stop waiting if the trainer died or is closing the pool (it will never release the
+        // block or open the pause gate).
+        let check = || {
+            if !parent_alive(parent) {
+                Some(Stop::ParentGone)
+            } else {
+                (Command::from_word(command.load(Ordering::Acquire)) == Some(Command::Close))
+                    .then_some(Stop::Close)
+            }
+        };
+        let stop = |e: WaitOutcome<Stop>| match e {
+            WaitOutcome::Aborted(stop) => stop,
+            WaitOutcome::TimedOut => Stop::ParentGone,
+        };
+        let k = done.len();
+        let record = self.params.restart.then(|| recovery::claim_record(region, self.index));
+        let busy = region.atomic_u64(self.busy_word());
+        let first = match record {
+            Some(record) => {
+                let take = || fill_row.unwrap_or_else(|| words.claim(k));
+                let pause = region.gate(protocol::RING_PAUSE);
+                record.claim(pause, k as u32, take, &mut self.waiter, check).map_err(stop)?
+            }
+            None => words.claim(k),
+        };
         let mut items = done.drain(..);
         let mut panicked = None;
+        let mut committed = 0;
         'runs: for run in words.runs(first, items.len()) {
-            let parent = self.parent;
-            let command = region.atomic_u32(protocol::COMMAND_WORD);
-            // Stop waiting if the trainer died or is closing the pool (it will never
-            // release the block).
-            let check = || {
-                if !parent_alive(parent) {
-                    Some(Stop::ParentGone)
-                } else {
-                    (Command::from_word(command.load(Ordering::Acquire)) == Some(Command::Close))
-                        .then_some(Stop::Close)
-                }
-            };
-            if let Err(e) = words.wait_writable(run, &mut self.waiter, check) {
-                return Err(match e {
-                    WaitOutcome::Aborted(stop) => stop,
-                    WaitOutcome::TimedOut => Stop::ParentGone,
-                });
-            }
+            words.wait_writable(run, &mut self.waiter, check).map_err(stop)?;
             let rows = run.first_row..run.first_row + run.rows;
             // SAFETY: these rows of the run's block were claimed by this worker alone (the
-            // counter hands out each row once) and the gate says the trainer released the
-            // block's previous batch; nobody reads them until they are committed.
+            // counter hands out each row once; a fill row is given to one worker by the
+            // trainer, which took it back from a dead one) and the gate says the trainer
+            // released the block's previous batch; nobody reads them until they are committed.
             let mut view = unsafe { block_rows(region, &layout.blocks[run.block], rows) };
+            busy.store(now_ns(), Ordering::Relaxed);
             for (r, (local, advanced)) in items.by_ref().take(run.rows).enumerate() {
                 if let Err(p) = shard.emit(local, advanced, &mut view, r) {
                     panicked = Some(p);
                     break 'runs;
                 }
             }
+            busy.store(0, Ordering::Relaxed);
             words.commit(run);
+            committed += run.rows as u32;
+            if let Some(record) = record {
+                record.committed(committed);
+            }
         }
         drop(items);
+        if let Some(record) = record {
+            record.finish(tail);
+        }
         match panicked {
             Some((env_id, message)) => Err(self.panicked_async(ring, env_id, message)),
             None => Ok(()),
         }
+    }
+
+    /// The word that says since when this worker runs env code (async hang detection).
+    fn busy_word(&self) -> usize {
+        protocol::worker_stats_offset(self.params.num_workers, self.index)
+            + protocol::stats::worker::BUSY_SINCE
+    }
+
+    /// Marks env code running since `ns` (0: none).
+    fn busy_since(&self, ns: u64) {
+        self.region.atomic_u64(self.busy_word()).store(ns, Ordering::Relaxed);
     }
 
     fn fail_async(&mut self, ring: &RingLayout, message: String) -> Stop {

@@ -462,6 +462,7 @@ mod tests {
             ring_depth: 2,
             stats: true,
             trace: false,
+            restart: false,
         }
     }
 

@@ -19,6 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod restart;
+
 /// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
 #[derive(Clone, Debug)]
 pub struct PoolBuilder {
@@ -245,7 +247,12 @@ enum Abort {
     Died(usize, WorkerExit),
     Failed(usize),
     Interrupted,
-    TimedOut { workers: Vec<usize>, env_ids: Vec<usize> },
+    TimedOut {
+        workers: Vec<usize>,
+        env_ids: Vec<usize>,
+    },
+    /// Async: these workers have been running env code for longer than the step timeout.
+    Overdue(Vec<usize>),
 }
 
 /// The check installed by [`Pool::set_interrupt_check`].
@@ -289,6 +296,56 @@ struct RingState {
     shards: Vec<Range<usize>>,
     /// Per worker: scratch flag, "pushed to in this call".
     touched: Vec<bool>,
+    /// Batches whose block was given back to the workers (all before this one).
+    released: u64,
+    /// Restart policy: envs of restarted workers whose next row is a fresh episode, to be
+    /// marked truncated and listed in `restarted_envs` when received.
+    restart_marked: Vec<bool>,
+    /// How many `restart_marked` are set.
+    marked: usize,
+    /// Restart policy, per worker: fill entries pushed to it (queue index, row).
+    fills: Vec<Vec<(u32, u64)>>,
+}
+
+impl RingState {
+    /// Puts `env` on its worker's queue as `kind` (with `fill_row` for a `FILL` entry); the
+    /// entry is published by the next [`RingState::publish_queues`].
+    fn enqueue(
+        &mut self,
+        region: &Region,
+        layout: &protocol::RingLayout,
+        env: usize,
+        kind: u32,
+        fill_row: u64,
+    ) {
+        let w = self.worker_of[env] as usize;
+        let shard = &self.shards[w];
+        let head = self.queue_heads[w];
+        let slot = shard.start + head as usize % shard.len();
+        region.write_pod(layout.queue.offset + slot * 4, &(env as u32 | kind));
+        if kind == protocol::queue_entry::FILL {
+            region.write_pod(layout.fill_rows.offset + slot * 8, &fill_row);
+            if fill_row != protocol::queue_entry::FILL_CLAIM {
+                self.fills[w].push((head, fill_row));
+            }
+        }
+        self.queue_heads[w] = head.wrapping_add(1);
+        self.touched[w] = true;
+    }
+
+    /// Publishes each queue written to since the last call: the head store (Release) and
+    /// one post per worker publish the entries and the action rows written before.
+    fn publish_queues(&mut self, region: &Region, num_workers: usize) {
+        let control = Control { region, num_workers };
+        for w in 0..num_workers {
+            if !std::mem::take(&mut self.touched[w]) {
+                continue;
+            }
+            let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
+            region.atomic_u32(head_word).store(self.queue_heads[w], Ordering::Release);
+            control.worker_semaphore(w).post();
+        }
+    }
 }
 
 impl Pool {
@@ -335,11 +392,6 @@ impl Pool {
                 b.num_envs
             ));
         }
-        if batch_size < b.num_envs && b.failure_policy != FailurePolicy::Fail {
-            return invalid(
-                "FailurePolicy::Restart works in sync mode only for now (batch_size = num_envs)".to_string(),
-            );
-        }
         if b.ring_depth < 2 || b.ring_depth > 64 {
             return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
         }
@@ -368,6 +420,7 @@ impl Pool {
             ring_depth: b.ring_depth,
             stats: b.stats,
             trace: b.trace,
+            restart: b.failure_policy != FailurePolicy::Fail,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -420,6 +473,10 @@ impl Pool {
                 .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
                 .collect(),
             touched: vec![false; params.num_workers],
+            released: 0,
+            restart_marked: vec![false; params.num_envs],
+            marked: 0,
+            fills: vec![Vec::new(); params.num_workers],
         });
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
@@ -573,15 +630,17 @@ impl Pool {
         let entered = now_ns();
         self.release_held();
         let n = self.params.num_envs;
-        let Some(ring) = self.ring.as_mut() else {
+        if self.ring.is_none() {
             return Err(StepError::WrongMode {
                 call: "send",
                 hint: "this pool is sync (batch_size = num_envs): use step(), or build with .batch_size(b) for b < num_envs",
             });
-        };
+        }
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
+        self.recover_idle_deaths()?;
+        let ring = self.ring.as_mut().expect("async mode");
         // Mark as we check; on a refusal, unmark what was marked so nothing changes.
         for (k, &e) in env_ids.iter().enumerate() {
             let refusal = if e >= n {
@@ -636,12 +695,17 @@ impl Pool {
 
     fn start_reset(&mut self, seed: Option<u64>) -> Result<(), StepError> {
         self.release_held();
-        let Some(ring) = self.ring.as_ref() else {
+        if self.ring.is_none() {
             return Err(StepError::WrongMode { call: "async_reset", hint: "this pool is sync: use reset()" });
-        };
+        }
+        self.recover_idle_deaths()?;
+        let ring = self.ring.as_mut().expect("async mode");
         if let Some(env_id) = ring.pending.iter().position(|&p| p) {
             return Err(StepError::EnvBusy { env_id });
         }
+        // Every env starts over: a restarted env's reset row is just a reset row.
+        ring.restart_marked.fill(false);
+        ring.marked = 0;
         let kind = match seed {
             Some(s) => {
                 self.region.write_pod(protocol::RESET_SEED, &s);
@@ -656,32 +720,27 @@ impl Pool {
         Ok(())
     }
 
-    /// Puts envs on their workers' queues, then publishes each touched queue once: the
-    /// head store (Release) and one post per worker publish the entries and the action rows
-    /// written before.
+    /// Puts envs on their workers' queues (now in flight), then publishes each touched
+    /// queue once.
     fn push(&mut self, envs: impl Iterator<Item = usize>, kind: u32) {
         let ring = self.ring.as_mut().expect("async mode");
-        let queue = self.layout.ring.as_ref().expect("async layout").queue;
+        let layout = self.layout.ring.as_ref().expect("async layout");
         for e in envs {
-            let w = ring.worker_of[e] as usize;
-            let shard = &ring.shards[w];
-            let head = ring.queue_heads[w];
-            let slot = shard.start + head as usize % shard.len();
-            self.region.write_pod(queue.offset + slot * 4, &(e as u32 | kind));
-            ring.queue_heads[w] = head.wrapping_add(1);
+            ring.enqueue(&self.region, layout, e, kind, 0);
             ring.pending[e] = true;
             ring.in_flight += 1;
-            ring.touched[w] = true;
         }
-        let control = Control { region: &self.region, num_workers: self.params.num_workers };
-        for w in 0..self.params.num_workers {
-            if !std::mem::take(&mut ring.touched[w]) {
-                continue;
-            }
-            let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
-            self.region.atomic_u32(head_word).store(ring.queue_heads[w], Ordering::Release);
-            control.worker_semaphore(w).post();
+        ring.publish_queues(&self.region, self.params.num_workers);
+    }
+
+    /// Async mode, restart policy: restarts workers that died since the last call, before
+    /// anything is pushed to them.
+    fn recover_idle_deaths(&mut self) -> Result<(), StepError> {
+        let restarting = self.ring.is_some() && self.failure_policy != FailurePolicy::Fail;
+        if restarting && self.supervisor.exited_worker().is_some() {
+            self.recover_async()?;
         }
+        Ok(())
     }
 
     /// Async mode: waits for the next batch of `batch_size` results, from the envs that
@@ -701,52 +760,86 @@ impl Pool {
             });
         }
         let (q, b) = (ring.next_batch, ring.batch_size);
-        let words =
-            RegionRing { region: &self.region, layout: self.layout.ring.as_ref().expect("async layout") };
-        let j = words.block_of(q);
+        self.recover_idle_deaths()?;
         let ring_layout = self.layout.ring.as_ref().expect("async layout");
+        let j = RegionRing { region: &self.region, layout: ring_layout }.block_of(q);
         let full =
             ring_layout.committed.iter().filter(|&&c| self.region.semaphore(c).count() as usize >= b).count();
         PoolStats::new(&self.region, self.params.num_workers).add_ring_sample(full as u64);
-        let (sup, control) =
-            (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
-        let interrupt = &mut self.interrupt;
+        let restarting = self.failure_policy != FailurePolicy::Fail;
         let waited_from = now_ns();
-        let deadline = self.step_timeout.map(|t| Instant::now() + t);
-        let outcome = words.receive_until(q, &mut self.waiter, deadline, || {
-            if let Some((worker, exit)) = sup.exited_worker() {
-                return Some(Abort::Died(worker, exit));
-            }
-            if let Some(worker) = control.failed_worker() {
-                return Some(Abort::Failed(worker));
-            }
-            interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
-        });
-        let waited = now_ns() - waited_from;
-        match outcome {
-            Ok(()) => {}
-            Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
-            Err(WaitOutcome::TimedOut) => {
-                let ring = self.ring.as_ref().expect("async mode");
-                let env_ids: Vec<usize> = (0..self.params.num_envs).filter(|&e| ring.pending[e]).collect();
-                let mut workers: Vec<usize> = env_ids.iter().map(|&e| ring.worker_of[e] as usize).collect();
-                workers.dedup();
-                return Err(self.abort(Abort::TimedOut { workers, env_ids }));
+        loop {
+            let words =
+                RegionRing { region: &self.region, layout: self.layout.ring.as_ref().expect("async layout") };
+            let (sup, control) =
+                (&self.supervisor, Control { region: &self.region, num_workers: self.params.num_workers });
+            let interrupt = &mut self.interrupt;
+            let deadline = self.step_timeout.map(|t| Instant::now() + t);
+            // A worker stuck in env code while the others fill the batches never makes a
+            // wait time out: look at how long each has been in env code, before waiting (a
+            // batch may be complete already) and while waiting.
+            let overdue = || {
+                let hung = self.step_timeout.map(|t| control.overdue(t)).unwrap_or_default();
+                (!hung.is_empty()).then_some(Abort::Overdue(hung))
+            };
+            let outcome = match sup.exited_worker().map(|(w, exit)| Abort::Died(w, exit)).or_else(overdue) {
+                Some(abort) => Err(WaitOutcome::Aborted(abort)),
+                None => words.receive_until(q, &mut self.waiter, deadline, || {
+                    if let Some((worker, exit)) = sup.exited_worker() {
+                        return Some(Abort::Died(worker, exit));
+                    }
+                    if let Some(worker) = control.failed_worker() {
+                        return Some(Abort::Failed(worker));
+                    }
+                    if let Some(abort) = overdue() {
+                        return Some(abort);
+                    }
+                    interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
+                }),
+            };
+            match outcome {
+                Ok(()) => break,
+                // Restart policy: replace the dead, or kill and replace the hung, then wait on.
+                Err(WaitOutcome::Aborted(Abort::Died(..))) if restarting => self.recover_async()?,
+                Err(WaitOutcome::Aborted(Abort::Overdue(hung)))
+                    if restarting && self.may_restart(hung.len() as u32) =>
+                {
+                    self.kill_hung(&hung)?;
+                    self.recover_async()?;
+                }
+                Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
+                Err(WaitOutcome::TimedOut) => {
+                    let grace = self.step_timeout.unwrap_or_default().min(Duration::from_millis(100));
+                    let hung = if restarting { self.hung_async(grace) } else { Vec::new() };
+                    if hung.is_empty() || !self.may_restart(hung.len() as u32) {
+                        let ring = self.ring.as_ref().expect("async mode");
+                        let env_ids: Vec<usize> =
+                            (0..self.params.num_envs).filter(|&e| ring.pending[e]).collect();
+                        let mut workers: Vec<usize> =
+                            env_ids.iter().map(|&e| ring.worker_of[e] as usize).collect();
+                        workers.dedup();
+                        return Err(self.abort(Abort::TimedOut { workers, env_ids }));
+                    }
+                    self.kill_hung(&hung)?;
+                    self.recover_async()?;
+                }
             }
         }
+        let waited = now_ns() - waited_from;
         // A batch can be complete while another worker has failed or died (the healthy
-        // workers fill it): its envs would silently never come back, so report it now.
-        if let Some((worker, exit)) = self.supervisor.exited_worker() {
+        // workers fill it): its envs would silently never come back, so report it now
+        // (under the restart policy the next call replaces it).
+        if let Some((worker, exit)) = self.supervisor.exited_worker().filter(|_| !restarting) {
             return Err(self.fail(self.died(worker, exit)));
         }
         if let Some(worker) = self.control().failed_worker() {
             return Err(self.fail(self.worker_error(worker)));
         }
         // The rows' env ids were written by workers: check them before trusting them.
-        let ids_slot = self.layout.blocks[j].env_ids;
+        let block = &self.layout.blocks[j];
         // SAFETY: all `b` rows of block `j` were committed (Acquire above), and workers do
         // not write the block again before the trainer releases it (its gate).
-        let ids: &[u32] = unsafe { self.region.slice(ids_slot.offset, b) };
+        let ids: &[u32] = unsafe { self.region.slice(block.env_ids.offset, b) };
         let ring = self.ring.as_mut().expect("async mode");
         for &id in ids {
             match ring.pending.get_mut(id as usize) {
@@ -762,6 +855,19 @@ impl Pool {
         ring.in_flight -= b;
         ring.next_batch += 1;
         ring.held = Some(q);
+        self.restarted.clear();
+        if ring.marked > 0 {
+            // SAFETY: as for `ids`; the trainer owns the received block until it releases it,
+            // and no view of it exists yet (`&mut self`).
+            let truncated = unsafe { self.region.slice_mut::<u8>(block.truncated.offset, b) };
+            for (r, &id) in ids.iter().enumerate() {
+                if std::mem::take(&mut ring.restart_marked[id as usize]) {
+                    ring.marked -= 1;
+                    truncated[r] = 1;
+                    self.restarted.push(id as usize);
+                }
+            }
+        }
         if !self.ended.is_empty() {
             let view = self.batch_view(j, 0..b);
             let ended: Vec<(usize, bool)> = (0..b)
@@ -885,7 +991,12 @@ impl Pool {
     fn release_held(&mut self) {
         if let (Some(ring), Some(layout)) = (self.ring.as_mut(), self.layout.ring.as_ref()) {
             if let Some(q) = ring.held.take() {
-                RegionRing { region: &self.region, layout }.release(q);
+                let words = RegionRing { region: &self.region, layout };
+                if self.params.restart {
+                    mark_unwritten(&self.region, &self.layout.blocks[words.block_of(q)]);
+                }
+                words.release(q);
+                ring.released = q + 1;
             }
         }
     }
@@ -919,6 +1030,13 @@ impl Pool {
             Abort::TimedOut { workers, env_ids } => {
                 self.shutdown();
                 StepError::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
+            }
+            Abort::Overdue(workers) => {
+                let ring = self.ring.as_ref().expect("async mode");
+                let env_ids =
+                    workers.iter().flat_map(|&w| ring.shards[w].clone()).filter(|&e| ring.pending[e]);
+                let env_ids = env_ids.collect();
+                return self.abort(Abort::TimedOut { workers, env_ids });
             }
         };
         self.fail(err)
@@ -1005,8 +1123,10 @@ impl Pool {
                     let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
                     return Err(self.abort(Abort::TimedOut { workers: hung, env_ids }));
                 }
-                // Restart policy: the hung workers are killed and started again like dead ones.
+                // Restart policy: the hung workers are killed and started again like dead ones;
+                // every other worker finished the command, so its posts are dropped.
                 self.kill_hung(&hung)?;
+                self.drop_trainer_posts();
                 for &v in &hung {
                     self.restart_worker(v)?;
                 }
@@ -1036,146 +1156,6 @@ impl Pool {
         let name = if command == Command::Step { "step" } else { "reset" };
         self.record_spans(&[(name, entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..n) })
-    }
-
-    /// Whether the policy allows `n` more restarts.
-    fn may_restart(&self, n: u32) -> bool {
-        match self.failure_policy {
-            FailurePolicy::Fail => false,
-            FailurePolicy::Restart { max_restarts } => {
-                self.restarts.iter().sum::<u32>().saturating_add(n) <= max_restarts
-            }
-        }
-    }
-
-    /// Restart policy: SIGKILLs the workers that did not answer in time and waits until the
-    /// supervisor has reaped them; every other worker has finished the command, so the
-    /// command's posts are dropped.
-    fn kill_hung(&mut self, hung: &[usize]) -> Result<(), StepError> {
-        for &v in hung {
-            // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
-            // reaped (the supervisor records its exit only after reaping).
-            unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while hung.iter().any(|&v| self.supervisor.exits()[v].is_none()) {
-            if Instant::now() >= deadline {
-                let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
-                return Err(self.abort(Abort::TimedOut { workers: hung.to_vec(), env_ids }));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.drop_trainer_posts();
-        Ok(())
-    }
-
-    /// Restart policy, after `dead` died during a command: waits until every other worker
-    /// finished it (its done-sequence word, stored after its post, says so), then drops
-    /// the command's posts: nobody posts any more, and the dead worker's post, if it got
-    /// that far, would be one too many.
-    fn quiesce(&mut self, dead: usize, exit: WorkerExit) -> Result<(), StepError> {
-        let deadline = Instant::now() + self.step_timeout.unwrap_or(self.startup_timeout);
-        loop {
-            let pending = (0..self.params.num_workers).filter(|&v| {
-                let done = protocol::worker_control(v) + worker_block::DONE_SEQ;
-                v != dead && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
-            });
-            if pending.count() == 0 {
-                break;
-            }
-            let exits = self.supervisor.exits();
-            if let Some((v, e)) =
-                exits.iter().enumerate().find_map(|(v, e)| e.filter(|_| v != dead).map(|e| (v, e)))
-            {
-                return Err(self.fail(self.died(v, e)));
-            }
-            if Instant::now() >= deadline {
-                return Err(self.fail(self.died(dead, exit)));
-            }
-            std::thread::yield_now();
-        }
-        self.drop_trainer_posts();
-        Ok(())
-    }
-
-    /// Restart policy, once no worker can post any more: forgets the posts of the
-    /// interrupted command (count and sleeping-for words of the trainer's semaphore).
-    fn drop_trainer_posts(&self) {
-        let sem = protocol::TRAINER_SEMAPHORE;
-        self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
-        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
-    }
-
-    /// Restart policy: starts worker `w` again and takes it through the start-up handshake
-    /// (its spec must be the pool's).
-    fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
-        let base = protocol::worker_control(w);
-        for word in [
-            worker_block::SEMAPHORE,
-            worker_block::SEMAPHORE + 4,
-            worker_block::STATUS,
-            worker_block::REPORT_LEN,
-            worker_block::DONE_SEQ,
-        ] {
-            self.region.atomic_u32(base + word).store(0, Ordering::Relaxed);
-        }
-        let failed = |message: String| StepError::WorkerFailed { worker: w, env_ids: 0..0, message };
-        if let Err(e) = self.supervisor.respawn(w) {
-            return Err(self.fail(failed(format!("could not be restarted: {e}"))));
-        }
-        self.restarts[w] += 1;
-        let deadline = Instant::now() + self.startup_timeout;
-        // Its report: one post.
-        self.wait_restart_post(w, deadline)?;
-        let spec_ok = match self.control().report(w) {
-            Some(WorkerReport::Spec(json)) => EnvSpec::from_json(&json).is_ok_and(|s| s == self.spec),
-            _ => false,
-        };
-        if !spec_ok {
-            let message = "after a restart it reported another spec or an error".to_string();
-            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
-        }
-        // Let it map the data part; it posts once running.
-        self.control().worker_semaphore(w).post();
-        self.wait_restart_post(w, deadline)?;
-        if self.control().status(w) != Some(WorkerStatus::Running) {
-            return Err(self.fail(self.worker_error(w)));
-        }
-        Ok(())
-    }
-
-    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<(), StepError> {
-        let sem = trainer_semaphore(&self.region);
-        let sup = &self.supervisor;
-        match sem.acquire(1, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
-            Ok(()) => Ok(()),
-            Err(WaitOutcome::Aborted((v, exit))) => Err(self.fail(self.died(v, exit))),
-            Err(WaitOutcome::TimedOut) => {
-                let message = format!("did not start again within {:?}", self.startup_timeout);
-                Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
-            }
-        }
-    }
-
-    /// Restart policy: resets the restarted worker's envs into block `j` with the
-    /// documented seeds, and marks their rows truncated (their episodes were cut short).
-    fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), StepError> {
-        let k = self.restarts.iter().sum::<u32>() as u64;
-        self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
-        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::ResetSeeded as u32, Ordering::Relaxed);
-        self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
-        self.control().worker_semaphore(w).post();
-        self.wait_restart_post(w, Instant::now() + self.startup_timeout)?;
-        if let Some(worker) = self.control().failed_worker() {
-            return Err(self.fail(self.worker_error(worker)));
-        }
-        let rows = self.layout.blocks[j].truncated.rows(self.shard(w));
-        // SAFETY: every worker has posted its completion of this command and none is
-        // posted again before the next call, so nobody else touches block `j` now.
-        let flags = unsafe { self.region.slice_mut::<u8>(rows.start, rows.len()) };
-        flags.fill(1);
-        self.restarted.extend(self.shard(w));
-        Ok(())
     }
 
     /// The envs whose worker was restarted during the last call (see
@@ -1246,6 +1226,7 @@ impl Pool {
         self.control().post_all();
         if let Some(layout) = &self.layout.ring {
             RegionRing { region: &self.region, layout }.wake_all();
+            self.region.gate(protocol::RING_PAUSE).wake();
         }
         self.supervisor.shutdown();
     }
@@ -1307,6 +1288,9 @@ impl Startup {
         header.layout_hash = layout.hash;
         self.region.write_pod(0, &header);
         if let Some(ring) = &layout.ring {
+            if self.params.restart {
+                layout.blocks.iter().for_each(|block| mark_unwritten(&self.region, block));
+            }
             RegionRing { region: &self.region, layout: ring }.open_all();
         }
         // The stats clock starts before any worker can start waiting for commands.
@@ -1397,6 +1381,21 @@ impl Control<'_> {
     }
 
     /// The first worker whose status is no longer `Running` (it failed and reported why).
+    /// Async mode: the workers that have been running env code for longer than `limit`
+    /// (their `BUSY_SINCE` words).
+    fn overdue(&self, limit: Duration) -> Vec<usize> {
+        let now = now_ns();
+        let limit = limit.as_nanos().min(u64::MAX as u128) as u64;
+        (0..self.num_workers)
+            .filter(|&w| {
+                let word =
+                    protocol::worker_stats_offset(self.num_workers, w) + protocol::stats::worker::BUSY_SINCE;
+                let since = self.region.atomic_u64(word).load(Ordering::Relaxed);
+                since != 0 && now.saturating_sub(since) > limit
+            })
+            .collect()
+    }
+
     fn failed_worker(&self) -> Option<usize> {
         (0..self.num_workers).find(|&w| self.status(w) != Some(WorkerStatus::Running))
     }
@@ -1474,6 +1473,15 @@ impl<'a> BatchData<'a> {
         // SAFETY: as in `obs`.
         Some(unsafe { self.region.slice::<u8>(rows.start, rows.len()) })
     }
+}
+
+/// Restart policy: writes [`recovery::UNWRITTEN`] into every env id of a block the trainer
+/// owns (received and not released, or before start-up), so rows nobody writes stand out.
+fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
+    // SAFETY: the trainer owns the block: every row of its batch was received and the block
+    // is not yet released (or no worker has the data part yet), so no worker writes it.
+    let ids = unsafe { region.slice_mut::<u32>(block.env_ids.offset, block.rows) };
+    ids.fill(crate::recovery::UNWRITTEN);
 }
 
 fn trainer_semaphore(r: &Region) -> Semaphore<'_> {

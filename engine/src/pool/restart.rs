@@ -1,0 +1,340 @@
+//! The restart policy ([`FailurePolicy::Restart`]): replacing dead or hung workers in the
+//! middle of a call, in sync mode (the interrupted command is finished for the others, the
+//! replacement resets its envs into the same block) and in async mode (the dead worker's
+//! rows in the ring are found and refilled, see [`crate::recovery`]).
+
+use super::{trainer_semaphore, Abort, FailurePolicy, Pool};
+use crate::error::StepError;
+use crate::launch::WorkerExit;
+use crate::protocol::{self, queue_entry, worker_block, Command, WorkerReport, WorkerStatus};
+use crate::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
+use crate::ring::{RegionRing, RingWords};
+use crate::spec::EnvSpec;
+use crate::sync::WaitOutcome;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl Pool {
+    /// Whether the policy allows `n` more restarts.
+    pub(super) fn may_restart(&self, n: u32) -> bool {
+        match self.failure_policy {
+            FailurePolicy::Fail => false,
+            FailurePolicy::Restart { max_restarts } => {
+                self.restarts.iter().sum::<u32>().saturating_add(n) <= max_restarts
+            }
+        }
+    }
+
+    /// Restart policy: SIGKILLs the workers that did not answer in time and waits until the
+    /// supervisor has reaped them.
+    pub(super) fn kill_hung(&mut self, hung: &[usize]) -> Result<(), StepError> {
+        for &v in hung {
+            // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
+            // reaped (the supervisor records its exit only after reaping).
+            unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while hung.iter().any(|&v| self.supervisor.exits()[v].is_none()) {
+            if Instant::now() >= deadline {
+                let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
+                return Err(self.abort(Abort::TimedOut { workers: hung.to_vec(), env_ids }));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Restart policy, after `dead` died during a command: waits until every other worker
+    /// finished it (its done-sequence word, stored after its post, says so), then drops
+    /// the command's posts: nobody posts any more, and the dead worker's post, if it got
+    /// that far, would be one too many.
+    pub(super) fn quiesce(&mut self, dead: usize, exit: WorkerExit) -> Result<(), StepError> {
+        let deadline = Instant::now() + self.step_timeout.unwrap_or(self.startup_timeout);
+        loop {
+            let pending = (0..self.params.num_workers).filter(|&v| {
+                let done = protocol::worker_control(v) + worker_block::DONE_SEQ;
+                v != dead && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
+            });
+            if pending.count() == 0 {
+                break;
+            }
+            let exits = self.supervisor.exits();
+            if let Some((v, e)) =
+                exits.iter().enumerate().find_map(|(v, e)| e.filter(|_| v != dead).map(|e| (v, e)))
+            {
+                return Err(self.fail(self.died(v, e)));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.fail(self.died(dead, exit)));
+            }
+            std::thread::yield_now();
+        }
+        self.drop_trainer_posts();
+        Ok(())
+    }
+
+    /// Restart policy, once no worker can post any more: forgets the posts of the
+    /// interrupted command (count and sleeping-for words of the trainer's semaphore).
+    pub(super) fn drop_trainer_posts(&self) {
+        let sem = protocol::TRAINER_SEMAPHORE;
+        self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
+        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
+    }
+
+    /// Restart policy: starts worker `w` again and takes it through the start-up handshake
+    /// (its spec must be the pool's).
+    pub(super) fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
+        let base = protocol::worker_control(w);
+        for word in [
+            worker_block::SEMAPHORE,
+            worker_block::SEMAPHORE + 4,
+            worker_block::STATUS,
+            worker_block::REPORT_LEN,
+            worker_block::DONE_SEQ,
+        ] {
+            self.region.atomic_u32(base + word).store(0, Ordering::Relaxed);
+        }
+        let failed = |message: String| StepError::WorkerFailed { worker: w, env_ids: 0..0, message };
+        if let Err(e) = self.supervisor.respawn(w) {
+            return Err(self.fail(failed(format!("could not be restarted: {e}"))));
+        }
+        self.restarts[w] += 1;
+        let deadline = Instant::now() + self.startup_timeout;
+        // Its report: one post.
+        self.wait_restart_post(w, deadline)?;
+        let spec_ok = match self.control().report(w) {
+            Some(WorkerReport::Spec(json)) => EnvSpec::from_json(&json).is_ok_and(|s| s == self.spec),
+            _ => false,
+        };
+        if !spec_ok {
+            let message = "after a restart it reported another spec or an error".to_string();
+            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
+        }
+        // Let it map the data part; it posts once running.
+        self.control().worker_semaphore(w).post();
+        self.wait_restart_post(w, deadline)?;
+        if self.control().status(w) != Some(WorkerStatus::Running) {
+            return Err(self.fail(self.worker_error(w)));
+        }
+        Ok(())
+    }
+
+    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<(), StepError> {
+        let sem = trainer_semaphore(&self.region);
+        let sup = &self.supervisor;
+        match sem.acquire(1, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
+            Ok(()) => Ok(()),
+            Err(WaitOutcome::Aborted((v, exit))) => Err(self.fail(self.died(v, exit))),
+            Err(WaitOutcome::TimedOut) => {
+                let message = format!("did not start again within {:?}", self.startup_timeout);
+                Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
+            }
+        }
+    }
+
+    /// Restart policy: resets the restarted worker's envs into block `j` with the
+    /// documented seeds, and marks their rows truncated (their episodes were cut short).
+    pub(super) fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), StepError> {
+        let k = self.restarts.iter().sum::<u32>() as u64;
+        self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
+        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::ResetSeeded as u32, Ordering::Relaxed);
+        self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
+        self.control().worker_semaphore(w).post();
+        self.wait_restart_post(w, Instant::now() + self.startup_timeout)?;
+        if let Some(worker) = self.control().failed_worker() {
+            return Err(self.fail(self.worker_error(worker)));
+        }
+        let rows = self.layout.blocks[j].truncated.rows(self.shard(w));
+        // SAFETY: every worker has posted its completion of this command and none is
+        // posted again before the next call, so nobody else touches block `j` now.
+        let flags = unsafe { self.region.slice_mut::<u8>(rows.start, rows.len()) };
+        flags.fill(1);
+        self.restarted.extend(self.shard(w));
+        Ok(())
+    }
+
+    /// Async mode: restarts every dead worker (all reaped) and mends the ring. With the
+    /// pause gate closed and every live worker settled, the rows the dead workers held are
+    /// planned ([`recovery::plan`]); the posts they made are taken back; the gate opens
+    /// again; each replacement is started (its envs get the restart seed) and handed
+    /// fill entries: its pending envs, each into one of the held rows, the rest into rows
+    /// it claims. Every one of its envs comes back once more as a fresh, truncated episode
+    /// (pending envs now, idle ones at their next `send`), listed in `restarted_envs`.
+    pub(super) fn recover_async(&mut self) -> Result<(), StepError> {
+        let pause = self.region.gate(protocol::RING_PAUSE);
+        pause.open_to(1);
+        let stock = self.take_stock(Instant::now() + self.startup_timeout);
+        self.region.gate(protocol::RING_PAUSE).open_to(0);
+        let (dead, plan) = stock?;
+        self.replace_dead(&dead, plan)
+    }
+
+    /// The claim records of the live workers, once all are settled (`None` for the dead),
+    /// or the workers still unsettled at `deadline`. Call with the pause gate closed.
+    fn settled_views(
+        &self,
+        deadline: Instant,
+        answered: impl Fn(usize, &ClaimView) -> bool,
+    ) -> Result<Vec<Option<ClaimView>>, Vec<usize>> {
+        let ring = self.ring.as_ref().expect("async mode");
+        let limit = (ring.released + self.ring_depth()) * ring.batch_size as u64;
+        loop {
+            let exits = self.supervisor.exits();
+            let views: Vec<Option<ClaimView>> = (0..self.params.num_workers)
+                .map(|w| exits[w].is_none().then(|| recovery::claim_record(&self.region, w).read()))
+                .collect();
+            let unsettled: Vec<usize> = (0..views.len())
+                .filter(|&w| views[w].is_some_and(|v| !(v.is_settled(limit) && answered(w, &v))))
+                .collect();
+            if unsettled.is_empty() {
+                return Ok(views);
+            }
+            if Instant::now() >= deadline {
+                return Err(unsettled);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn ring_depth(&self) -> u64 {
+        self.layout.ring.as_ref().map_or(0, |r| r.depth as u64)
+    }
+
+    /// With the pause gate closed: waits until every live worker is settled, plans the
+    /// recovery and takes back the dead workers' posts. Returns the dead workers.
+    fn take_stock(&mut self, deadline: Instant) -> Result<(Vec<usize>, RecoveryPlan), StepError> {
+        let views = match self.settled_views(deadline, |_, _| true) {
+            Ok(views) => views,
+            Err(workers) => {
+                let env_ids = workers.iter().flat_map(|&w| self.shard(w)).collect();
+                return Err(self.abort(Abort::TimedOut { workers, env_ids }));
+            }
+        };
+        let dead: Vec<usize> = (0..views.len()).filter(|&w| views[w].is_none()).collect();
+        let exits = self.supervisor.exits();
+        if let Some(&first) = dead.first() {
+            if !self.may_restart(dead.len() as u32) {
+                let exit = exits[first].expect("dead workers have exited");
+                return Err(self.fail(self.died(first, exit)));
+            }
+        }
+        let layout = self.layout.ring.as_ref().expect("async layout");
+        let ring = self.ring.as_ref().expect("async mode");
+        let words = RegionRing { region: &self.region, layout };
+        let b = ring.batch_size as u64;
+        let mut reserved: Vec<std::ops::Range<u64>> = Vec::new();
+        for (w, view) in views.iter().enumerate() {
+            let Some(view) = view else { continue };
+            reserved.push(view.uncommitted());
+            // Fill entries pushed to this worker and not yet published.
+            let (head, published) = (ring.queue_heads[w], view.queue_done);
+            let pending =
+                |&&(index, _): &&(u32, u64)| index.wrapping_sub(published) < head.wrapping_sub(published);
+            reserved.extend(ring.fills[w].iter().filter(pending).map(|&(_, row)| row..row + 1));
+        }
+        let snapshot = RingSnapshot {
+            batch_size: b,
+            next_batch: ring.next_batch,
+            window_end: ring.released + layout.depth as u64,
+            claimed: words.claim_counter().load(Ordering::Acquire),
+            in_flight: ring.in_flight as u64,
+            reserved,
+        };
+        let n = self.params.num_envs;
+        let owner = |g: u64| {
+            let block = &self.layout.blocks[words.block_of(g / b)];
+            let offset = block.env_ids.rows(0..1).start + (g % b) as usize * 4;
+            match self.region.atomic_u32(offset).load(Ordering::Relaxed) {
+                UNWRITTEN => RowOwner::Dead,
+                id if (id as usize) < n => match views[ring.worker_of[id as usize] as usize] {
+                    Some(_) => RowOwner::Live,
+                    None => RowOwner::Dead,
+                },
+                _ => RowOwner::Corrupt,
+            }
+        };
+        let committed = |q: u64| words.committed(words.block_of(q)).count();
+        let plan = recovery::plan(&snapshot, owner, committed);
+        let corrupt = |pool: &mut Pool, message: String| {
+            let worker = dead.first().copied().unwrap_or(0);
+            let message = format!("the async ring cannot be recovered after a worker died: {message}");
+            Err(pool.fail(StepError::WorkerFailed { worker, env_ids: 0..n, message }))
+        };
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(message) => return corrupt(self, message),
+        };
+        for &(q, posts) in &plan.take_back {
+            if !words.committed(words.block_of(q)).try_acquire(posts) {
+                return corrupt(self, format!("batch {q} lost posts while workers were paused"));
+            }
+        }
+        Ok((dead, plan))
+    }
+
+    /// Starts a replacement for each dead worker and hands it its pending envs: first into
+    /// the rows of `plan` (ascending, so it never waits for a block while holding a row of an
+    /// earlier batch), then into rows it claims.
+    fn replace_dead(&mut self, dead: &[usize], plan: RecoveryPlan) -> Result<(), StepError> {
+        let k = self.restarts.iter().sum::<u32>() as u64 + dead.len() as u64;
+        let restart_seed = self.seed.wrapping_add(k << 32);
+        for &w in dead {
+            let base = protocol::worker_control(w);
+            self.region.atomic_u32(base + worker_block::RESTARTED).store(1, Ordering::Relaxed);
+            self.region.write_pod(base + worker_block::RESTART_SEED, &restart_seed);
+            self.region.atomic_u32(base + worker_block::QUEUE_HEAD).store(0, Ordering::Relaxed);
+            recovery::claim_record(&self.region, w).clear();
+            let busy = protocol::worker_stats_offset(self.params.num_workers, w)
+                + protocol::stats::worker::BUSY_SINCE;
+            self.region.atomic_u64(busy).store(0, Ordering::Relaxed);
+            self.restart_worker(w)?;
+        }
+        let ring = self.ring.as_mut().expect("async mode");
+        let lost: usize =
+            dead.iter().flat_map(|&w| ring.shards[w].clone()).filter(|&e| ring.pending[e]).count();
+        if plan.fill_rows.len() > lost {
+            let message = format!(
+                "the async ring cannot be recovered: {} rows held by dead workers, {lost} envs in flight on them",
+                plan.fill_rows.len()
+            );
+            let err = StepError::WorkerFailed { worker: dead[0], env_ids: 0..self.params.num_envs, message };
+            return Err(self.fail(err));
+        }
+        let mut rows = plan.fill_rows.into_iter();
+        for &w in dead {
+            ring.queue_heads[w] = 0;
+            ring.fills[w].clear();
+            for e in ring.shards[w].clone() {
+                if !std::mem::replace(&mut ring.restart_marked[e], true) {
+                    ring.marked += 1;
+                }
+                if ring.pending[e] {
+                    let row = rows.next().unwrap_or(queue_entry::FILL_CLAIM);
+                    ring.enqueue(
+                        &self.region,
+                        self.layout.ring.as_ref().expect("async layout"),
+                        e,
+                        queue_entry::FILL,
+                        row,
+                    );
+                }
+            }
+        }
+        ring.publish_queues(&self.region, self.params.num_workers);
+        Ok(())
+    }
+
+    /// Async mode, restart policy, after a wait timed out: the live workers that do not
+    /// answer. With the pause gate closed, a worker answers if it becomes settled and, when
+    /// idle, has published every entry pushed to it, within `grace`.
+    pub(super) fn hung_async(&mut self, grace: Duration) -> Vec<usize> {
+        self.region.gate(protocol::RING_PAUSE).open_to(1);
+        let ring = self.ring.as_ref().expect("async mode");
+        let answered = |w: usize, v: &ClaimView| {
+            v.state != protocol::claim_state::IDLE || v.queue_done == ring.queue_heads[w]
+        };
+        let hung = self.settled_views(Instant::now() + grace, answered).err().unwrap_or_default();
+        self.region.gate(protocol::RING_PAUSE).open_to(0);
+        hung
+    }
+}

@@ -1,0 +1,323 @@
+//! Async mode under the restart policy: finding the rows a dead worker left in the ring,
+//! so that its replacement can fill them.
+//!
+//! A worker that dies holding claimed rows leaves batches that can never complete: the
+//! claim counter handed those rows out once, and the block's semaphore waits for their
+//! commits. To find them the trainer needs to know, for every row not yet received, whether
+//! a live worker wrote it, is going to write it, or the dead worker held it. Three things
+//! make that decidable (`docs/architecture.md`, "Restarts in async mode"):
+//!
+//! - Before releasing a block the trainer writes [`UNWRITTEN`] into every row's env id, so a
+//!   row nobody wrote is recognizable; a row a worker wrote names an env of its shard.
+//! - Each worker keeps a claim record in its control block ([`ClaimRecord`]): the state
+//!   (idle, claiming, claimed, paused), the rows it claimed and how many it committed.
+//! - Every claim passes the pause gate ([`ClaimRecord::claim`]). The trainer closes the gate
+//!   and waits until every live worker is *settled* ([`ClaimView::is_settled`]): it can
+//!   write no row of a released block without passing the gate again. Then nothing in the
+//!   released blocks changes, and [`plan`] reads them.
+//!
+//! The plan gives every row the dead workers held (written or not, committed or not) to the
+//! replacement workers, which write a fresh episode of one of their pending envs into each,
+//! and takes back the posts the dead workers had made for rows they committed: each refilled
+//! row is posted once by its new writer, so every batch still completes exactly once.
+
+use crate::protocol::claim_state::{CLAIMED, CLAIMING, IDLE, PAUSED};
+use crate::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{Gate, WaitOutcome, Waiter};
+use std::ops::Range;
+
+/// The env id the trainer writes into every row of a block before releasing it (restart
+/// policy only): a row still holding it was written by nobody.
+pub const UNWRITTEN: u32 = u32::MAX;
+
+/// A worker's claim record: the words of its control block that say which ring rows it may
+/// be writing. The worker writes them; the trainer reads them during a recovery.
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimRecord<'a> {
+    /// [`crate::protocol::claim_state`].
+    pub state: &'a AtomicU32,
+    /// First global row of the claim.
+    pub first: &'a AtomicU64,
+    /// Rows claimed.
+    pub len: &'a AtomicU32,
+    /// Rows of the claim committed so far.
+    pub done: &'a AtomicU32,
+    /// Queue entries consumed whose rows are all committed.
+    pub queue_done: &'a AtomicU32,
+}
+
+/// A trainer's reading of a [`ClaimRecord`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimView {
+    /// The state word.
+    pub state: u32,
+    /// First global row of the claim.
+    pub first: u64,
+    /// Rows claimed.
+    pub len: u32,
+    /// Rows committed.
+    pub done: u32,
+    /// Queue entries published.
+    pub queue_done: u32,
+}
+
+impl ClaimRecord<'_> {
+    /// Worker: passes the pause gate, then takes `k` rows with `take` (a claim on the
+    /// counter, or the row a fill entry names), records them and returns the first row.
+    /// While the gate is closed the worker waits, by `waiter`'s policy, in state `PAUSED`.
+    pub fn claim<E>(
+        &self,
+        pause: Gate<'_>,
+        k: u32,
+        take: impl FnOnce() -> u64,
+        waiter: &mut Waiter,
+        mut check: impl FnMut() -> Option<E>,
+    ) -> Result<u64, WaitOutcome<E>> {
+        loop {
+            self.state.store(CLAIMING, Ordering::Relaxed);
+            // Dekker handshake with the trainer's `Gate::open_to(1)` (a store, then this
+            // kind of fence, then its load of the state): either this load sees the gate
+            // closed, or the trainer sees `CLAIMING` and waits for the record.
+            fence(Ordering::SeqCst);
+            if pause.is(0) {
+                break;
+            }
+            self.state.store(PAUSED, Ordering::Release);
+            pause.wait_for(0, waiter, &mut check)?;
+        }
+        let first = take();
+        self.first.store(first, Ordering::Relaxed);
+        self.len.store(k, Ordering::Relaxed);
+        self.done.store(0, Ordering::Relaxed);
+        // Release: the record (and the claim on the counter) before the state.
+        self.state.store(CLAIMED, Ordering::Release);
+        Ok(first)
+    }
+
+    /// Worker: `rows` rows of the claim are committed (stored after the commit's post).
+    pub fn committed(&self, rows: u32) {
+        self.done.store(rows, Ordering::Release);
+    }
+
+    /// Worker: queue entries up to `tail` are published, and every row of the claim is
+    /// committed. The entry count goes first: a trainer that reads `IDLE` also reads it.
+    pub fn finish(&self, tail: u32) {
+        self.queue_done.store(tail, Ordering::Release);
+        self.state.store(IDLE, Ordering::Release);
+    }
+
+    /// Trainer: reads the record (the state first, with Acquire, so the rest is at least as
+    /// new as the state).
+    pub fn read(&self) -> ClaimView {
+        let state = self.state.load(Ordering::Acquire);
+        ClaimView {
+            state,
+            first: self.first.load(Ordering::Relaxed),
+            len: self.len.load(Ordering::Relaxed),
+            done: self.done.load(Ordering::Acquire),
+            queue_done: self.queue_done.load(Ordering::Acquire),
+        }
+    }
+
+    /// Trainer, before starting a replacement worker: an empty record.
+    pub fn clear(&self) {
+        for w in [self.state, self.len, self.done, self.queue_done] {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.first.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Worker `w`'s claim record in `region`.
+#[cfg(not(loom))]
+pub fn claim_record(region: &crate::region::Region, w: usize) -> ClaimRecord<'_> {
+    use crate::protocol::{worker_block as b, worker_control};
+    let at = worker_control(w);
+    ClaimRecord {
+        state: region.atomic_u32(at + b::CLAIM_STATE),
+        first: region.atomic_u64(at + b::CLAIM_FIRST),
+        len: region.atomic_u32(at + b::CLAIM_LEN),
+        done: region.atomic_u32(at + b::CLAIM_DONE),
+        queue_done: region.atomic_u32(at + b::QUEUE_DONE),
+    }
+}
+
+impl ClaimView {
+    /// Whether the worker can write no row before global row `limit` without passing the
+    /// pause gate again: idle, paused, or holding only rows at or past `limit` (rows of
+    /// blocks not yet released to their batch, which it waits for).
+    pub fn is_settled(&self, limit: u64) -> bool {
+        match self.state {
+            IDLE | PAUSED => true,
+            CLAIMED => self.first.saturating_add(u64::from(self.done)) >= limit,
+            CLAIMING => false,
+            _ => false,
+        }
+    }
+
+    /// The rows it claimed and has not committed.
+    pub fn uncommitted(&self) -> Range<u64> {
+        if self.state == CLAIMED {
+            let start = self.first.saturating_add(u64::from(self.done.min(self.len)));
+            start..self.first.saturating_add(u64::from(self.len))
+        } else {
+            0..0
+        }
+    }
+}
+
+/// What the trainer sees of the ring once every live worker is settled.
+#[derive(Clone, Debug)]
+pub struct RingSnapshot {
+    /// Rows per batch.
+    pub batch_size: u64,
+    /// The next batch the trainer receives.
+    pub next_batch: u64,
+    /// The first batch whose block is not yet released to it: rows of batches from
+    /// `next_batch` to here may have been written, later ones not.
+    pub window_end: u64,
+    /// The claim counter: rows handed out so far.
+    pub claimed: u64,
+    /// Envs with an action in flight: a bound on the rows claimed and not received.
+    pub in_flight: u64,
+    /// Rows live workers hold and have not committed (claims and pending fill rows).
+    pub reserved: Vec<Range<u64>>,
+}
+
+/// Whose a row of a released block is, from its env id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOwner {
+    /// Written (and, once workers are settled, committed) by a live worker.
+    Live,
+    /// Held by a dead worker: it names one of its envs, or [`UNWRITTEN`].
+    Dead,
+    /// Names no env: the region is corrupt.
+    Corrupt,
+}
+
+/// How to mend the ring after workers died.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryPlan {
+    /// Per batch, the posts the dead workers made for it, to take back (`(batch, posts)`).
+    pub take_back: Vec<(u64, u32)>,
+    /// Every row the dead workers held, ascending: each gets a new row from a replacement
+    /// worker, posted once.
+    pub fill_rows: Vec<u64>,
+}
+
+/// Plans the recovery: `owner(g)` classifies row `g` of a released block by its env id,
+/// `committed(q)` is the post count of batch `q`'s block. Errors describe an impossible
+/// state (corrupt region).
+pub fn plan(
+    s: &RingSnapshot,
+    owner: impl Fn(u64) -> RowOwner,
+    committed: impl Fn(u64) -> u32,
+) -> Result<RecoveryPlan, String> {
+    let b = s.batch_size;
+    let start = s.next_batch.saturating_mul(b);
+    let outstanding = s.claimed.checked_sub(start).ok_or_else(|| {
+        format!("the claim counter ({}) is behind the rows already received ({start})", s.claimed)
+    })?;
+    if outstanding > s.in_flight {
+        return Err(format!(
+            "{outstanding} rows are claimed and not received, but only {} envs have actions in flight",
+            s.in_flight
+        ));
+    }
+    let reserved = |g: u64| s.reserved.iter().any(|r| r.contains(&g));
+    let mut plan = RecoveryPlan::default();
+    for q in s.next_batch..s.window_end {
+        let rows = q * b..((q + 1) * b).min(s.claimed);
+        if rows.is_empty() {
+            break;
+        }
+        let (mut live, mut dead) = (0u32, 0usize);
+        for g in rows.filter(|&g| !reserved(g)) {
+            match owner(g) {
+                RowOwner::Live => live += 1,
+                RowOwner::Dead => {
+                    dead += 1;
+                    plan.fill_rows.push(g);
+                }
+                RowOwner::Corrupt => return Err(format!("row {g} (batch {q}) names no env")),
+            }
+        }
+        let posts = committed(q);
+        let dead_posts = posts
+            .checked_sub(live)
+            .filter(|&p| p as usize <= dead)
+            .ok_or_else(|| format!("batch {q} has {posts} posts for {live} live and {dead} dead rows"))?;
+        if dead_posts > 0 {
+            plan.take_back.push((q, dead_posts));
+        }
+    }
+    // Blocks not yet released to their batch: nobody wrote those rows; the ones no live
+    // worker holds were the dead workers'.
+    plan.fill_rows.extend((s.window_end.saturating_mul(b).max(start)..s.claimed).filter(|&g| !reserved(g)));
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(next_batch: u64, window_end: u64, claimed: u64, reserved: Vec<Range<u64>>) -> RingSnapshot {
+        RingSnapshot { batch_size: 4, next_batch, window_end, claimed, in_flight: 16, reserved }
+    }
+
+    #[test]
+    fn dead_rows_in_released_blocks_are_refilled_and_their_posts_taken_back() {
+        // Batch 2 (rows 8..12): rows 8, 9 live and committed; 10 dead and committed; 11 dead,
+        // unwritten. Batch 3: row 12 live, 13 dead (unwritten); the counter is at 14.
+        let owner = |g: u64| match g {
+            8 | 9 | 12 => RowOwner::Live,
+            _ => RowOwner::Dead,
+        };
+        let committed = |q: u64| if q == 2 { 3 } else { 1 };
+        let p = plan(&snapshot(2, 4, 14, vec![]), owner, committed).unwrap();
+        assert_eq!(p.take_back, vec![(2, 1)]);
+        assert_eq!(p.fill_rows, vec![10, 11, 13]);
+    }
+
+    #[test]
+    fn rows_past_the_released_blocks_belong_to_whoever_holds_them() {
+        // Window: batches 2 and 3, all live. Rows 16..20 (batch 4) are past it: 16, 17 are
+        // held by a live worker waiting for the block, 18, 19 by nobody alive.
+        let p =
+            plan(&snapshot(2, 4, 20, vec![Range { start: 16, end: 18 }]), |_| RowOwner::Live, |_| 4).unwrap();
+        assert_eq!(p.take_back, vec![]);
+        assert_eq!(p.fill_rows, vec![18, 19]);
+    }
+
+    #[test]
+    fn reserved_rows_in_released_blocks_are_left_to_their_live_writer() {
+        // Row 9 is a pending fill of a live (replacement) worker: not committed, not counted.
+        let owner = |g: u64| if g == 10 { RowOwner::Dead } else { RowOwner::Live };
+        let p = plan(&snapshot(2, 4, 12, vec![Range { start: 9, end: 10 }]), owner, |_| 2).unwrap();
+        assert_eq!(p.take_back, vec![]);
+        assert_eq!(p.fill_rows, vec![10]);
+    }
+
+    #[test]
+    fn impossible_states_are_errors() {
+        let live = |_| RowOwner::Live;
+        assert!(plan(&snapshot(2, 4, 7, vec![]), live, |_| 0).is_err(), "counter behind");
+        assert!(plan(&snapshot(2, 4, 8 + 17, vec![]), live, |_| 4).is_err(), "more rows than in flight");
+        assert!(plan(&snapshot(2, 4, 12, vec![]), live, |_| 3).is_err(), "posts missing for live rows");
+        assert!(plan(&snapshot(2, 4, 12, vec![]), |_| RowOwner::Corrupt, |_| 0).is_err());
+        let dead = |_| RowOwner::Dead;
+        assert!(plan(&snapshot(2, 4, 12, vec![]), dead, |_| 5).is_err(), "more posts than rows");
+    }
+
+    #[test]
+    fn settled_means_no_write_before_the_limit_without_the_gate() {
+        let view = |state, first, len, done| ClaimView { state, first, len, done, queue_done: 0 };
+        assert!(view(IDLE, 0, 0, 0).is_settled(100));
+        assert!(view(PAUSED, 0, 0, 0).is_settled(100));
+        assert!(!view(CLAIMING, 0, 0, 0).is_settled(100));
+        assert!(!view(CLAIMED, 96, 8, 2).is_settled(100));
+        assert!(view(CLAIMED, 96, 8, 4).is_settled(100));
+        assert_eq!(view(CLAIMED, 96, 8, 4).uncommitted(), 100..104);
+        assert_eq!(view(IDLE, 96, 8, 4).uncommitted(), 0..0);
+    }
+}
