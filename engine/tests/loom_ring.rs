@@ -11,6 +11,10 @@
 //! (`want`/`sleepers` against the count/value, with SeqCst fences) is checked too: an
 //! earlier version that relied on SeqCst loads and stores without fences was reported
 //! here as a lost wake-up.
+//!
+//! The last test checks the restart policy's pause handshake (`shmenv_engine::recovery`):
+//! without the SeqCst fence in `ClaimRecord::claim` it reports a claim made behind a closed
+//! gate.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
@@ -133,4 +137,77 @@ fn rows_claimed_one_at_a_time_wrap_the_ring() {
 fn claims_spanning_two_batches() {
     // Each worker claims 2 rows at once; batches of 2 rows: claims can straddle batches.
     check(2, 2, 2);
+}
+
+/// The restart policy's pause handshake (`shmenv_engine::recovery`): a worker's claim and
+/// the trainer's closing of the pause gate never miss each other. Once the trainer has
+/// closed the gate and sees a worker in any state but `CLAIMING`, the claim counter cannot
+/// move behind its back: either the claim it sees recorded is all there is, or the worker
+/// waits at the gate until it opens.
+#[test]
+fn the_pause_gate_and_a_claim_never_miss_each_other() {
+    use shmenv_engine::protocol::claim_state::{CLAIMED, CLAIMING, IDLE, PAUSED};
+    use shmenv_engine::recovery::ClaimRecord;
+    use shmenv_engine::sync::atomic::Ordering;
+
+    struct Words {
+        record: [AtomicU32; 4],
+        first: AtomicU64,
+        pause: [AtomicU32; 2],
+        counter: AtomicU64,
+    }
+    impl Words {
+        fn record(&self) -> ClaimRecord<'_> {
+            let [state, len, done, queue_done] = &self.record;
+            ClaimRecord { state, first: &self.first, len, done, queue_done }
+        }
+        fn pause(&self) -> Gate<'_> {
+            Gate::new(&self.pause[0], &self.pause[1])
+        }
+    }
+
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let m = Arc::new(Words {
+            record: std::array::from_fn(|_| AtomicU32::new(0)),
+            first: AtomicU64::new(0),
+            pause: std::array::from_fn(|_| AtomicU32::new(0)),
+            counter: AtomicU64::new(0),
+        });
+        let worker = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let record = m.record();
+                let take = || m.counter.fetch_add(1, Ordering::Relaxed);
+                let first = record.claim(m.pause(), 1, take, &mut waiter(), || None::<()>).unwrap();
+                record.committed(1);
+                record.finish(1);
+                first
+            })
+        };
+        m.pause().open_to(1);
+        let view = loop {
+            let v = m.record().read();
+            if v.state != CLAIMING {
+                break v;
+            }
+            loom::thread::yield_now();
+        };
+        let seen = m.counter.load(Ordering::Acquire);
+        match view.state {
+            CLAIMED => assert_eq!((view.first, view.len, seen), (0, 1, 1)),
+            PAUSED => assert_eq!(seen, 0),
+            IDLE if view.queue_done == 1 => assert_eq!(seen, 1, "finished: its claim is visible"),
+            IDLE => {}
+            other => panic!("state {other}"),
+        }
+        if !matches!(view.state, CLAIMED) && view.queue_done == 0 {
+            // Not claimed yet: it must not claim while the gate is closed.
+            loom::thread::yield_now();
+            assert_eq!(m.counter.load(Ordering::Acquire), 0, "claimed behind a closed gate");
+        }
+        m.pause().open_to(0);
+        assert_eq!(worker.join().unwrap(), 0);
+    });
 }

@@ -164,12 +164,15 @@ class ShmVectorEnv(VectorEnv):
             self.send(actions, env_ids)
             return self.recv()[:5]
         arrays, any_done = self._pool.step(self._actions(actions))
-        result = self._unpack(arrays, any_done)
+        return self._note_restarts(self._unpack(arrays, any_done))[:5]
+
+    def _note_restarts(self, result):
+        """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
         if self._restart:
             restarted = self._pool.restarted_envs
             if restarted:
                 result[4]["restarted_envs"] = restarted
-        return result[:5]
+        return result
 
     def close_extras(self, **kwargs: Any):
         self._pool.close()
@@ -221,7 +224,7 @@ class ShmVectorEnv(VectorEnv):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
         ``(obs, rewards, terminations, truncations, infos, env_ids)``."""
         arrays, any_done = self._pool.recv()
-        return self._unpack(arrays, any_done)
+        return self._note_restarts(self._unpack(arrays, any_done))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
@@ -352,7 +355,8 @@ def make_vec(env: Any, num_envs: int, **kwargs: Any) -> ShmVectorEnv:
     - more keywords: ``max_episode_steps``, ``wait`` ("auto", "spin", "yield", "block"),
       ``ring_depth``, ``pin_workers``, ``episode_stats_key``, ``step_timeout`` (seconds:
       hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer),
-      ``max_restarts`` (sync mode: a dead worker is restarted up to that many times; its
-      envs come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``).
+      ``max_restarts``: a dead or hung worker is restarted up to that many times; its
+      envs come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``
+      (async mode: each in the batch that returns it).
     """
     return ShmVectorEnv(env, num_envs, **kwargs)

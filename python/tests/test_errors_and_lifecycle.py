@@ -223,3 +223,23 @@ def test_restart_policy_carries_on_after_a_kill(no_leaks):
         assert trunc[2] and trunc[3] and rewards[2] == 0
         assert envs.restarts == [0, 1] and envs.worker_pids[1] != victim
         envs.step(np.zeros(4, dtype=np.int64))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "shmenv.pyenvs:BurnEnv"])
+def test_restart_policy_in_async_mode(no_leaks, env_id):
+    with shmenv.make_vec(env_id, 6, num_workers=2, batch_size=3, seed=0, max_restarts=1) as envs:
+        obs, infos = envs.reset()
+        ids = infos["env_id"]
+        victim = envs.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        assert not wait_gone([victim])
+        seen = []
+        for _ in range(50):
+            obs, rewards, term, trunc, infos = envs.step(np.zeros(len(ids), dtype=np.int64), ids)
+            ids = infos["env_id"]
+            for e in infos.get("restarted_envs", []):
+                row = list(ids).index(e)
+                assert trunc[row] and rewards[row] == 0
+                seen.append(e)
+        assert sorted(seen) == [3, 4, 5]
+        assert envs.restarts == [0, 1] and envs.worker_pids[1] != victim

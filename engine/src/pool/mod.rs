@@ -49,14 +49,18 @@ pub enum FailurePolicy {
     /// The pending call returns [`StepError::WorkerDied`] and the pool closes (default).
     #[default]
     Fail,
-    /// Sync mode: the dead worker is started again (same program, index and core), its
-    /// envs are rebuilt and reseeded, and the call returns normally: the rows of those envs
-    /// hold the first observation of a new episode, marked truncated, and
-    /// [`Batch::restarted_envs`] names them. At most `max_restarts` restarts over the
-    /// pool's life; the next death fails as under `Fail`. With a
-    /// [`PoolBuilder::step_timeout`], workers that do not answer in time are killed and
-    /// restarted the same way. The reseeding rule: at the pool's `k`-th restart (1, 2, ...),
-    /// env `i` is seeded `seed + i + k * 2^32` (wrapping).
+    /// The dead worker is started again (same program, index and core), its envs are
+    /// rebuilt and reseeded, and the call returns normally. Sync mode: the rows of those
+    /// envs in the same batch hold the first observation of a new episode, marked
+    /// truncated, and [`Batch::restarted_envs`] names them. Async mode: each of its envs
+    /// comes back once as such a row, in whichever batch it lands (envs with an action in
+    /// flight at once, the others in answer to their next `send`, whose action is ignored),
+    /// named by `restarted_envs` of that batch; rows the dead worker held in the ring are
+    /// refilled, so no batch is lost or duplicated. The other envs never notice. At most
+    /// `max_restarts` restarts over the pool's life; the next death fails as under `Fail`.
+    /// With a [`PoolBuilder::step_timeout`], workers that do not answer in time are killed
+    /// and restarted the same way. The reseeding rule: at the pool's `k`-th restart (1, 2,
+    /// ...), env `i` is seeded `seed + i + k * 2^32` (wrapping).
     Restart {
         /// Restarts allowed over the pool's life.
         max_restarts: u32,
@@ -162,8 +166,11 @@ impl PoolBuilder {
     }
 
     /// Hang detection: `step`/`reset`/`recv` give up after waiting this long for the
-    /// workers, with [`StepError::Timeout`] naming the envs that did not answer; the pool
-    /// closes and its workers are stopped (default: wait as long as it takes).
+    /// workers, and `recv` also when a worker has been inside one env's code for longer
+    /// (its other envs' results would otherwise never come while the other workers fill the
+    /// batches), with [`StepError::Timeout`] naming the envs that did not answer; the pool
+    /// closes and its workers are stopped (default: wait as long as it takes). Under
+    /// [`FailurePolicy::Restart`] those workers are killed and restarted instead.
     pub fn step_timeout(mut self, timeout: Duration) -> Self {
         self.step_timeout = Some(timeout);
         self
