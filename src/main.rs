@@ -143,6 +143,9 @@ struct BenchArgs {
     /// write them to this file as Chrome trace JSON (open it in https://ui.perfetto.dev).
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
+    /// Run under `FailurePolicy::Restart` with this budget (to measure its cost).
+    #[arg(long)]
+    max_restarts: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -379,6 +382,9 @@ fn bench(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     if let Some(b) = args.batch_size {
         builder = builder.batch_size(b);
+    }
+    if let Some(max_restarts) = args.max_restarts {
+        builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
     }
     let pool = builder.build()?;
     let workers = pool.num_workers();
