@@ -178,6 +178,7 @@ impl Pool {
     ) -> Result<Vec<Option<ClaimView>>, Vec<usize>> {
         let ring = self.ring.as_ref().expect("async mode");
         let limit = (ring.released + self.ring_depth()) * ring.batch_size as u64;
+        let mut polls = 0u32;
         loop {
             let exits = self.supervisor.exits();
             let views: Vec<Option<ClaimView>> = (0..self.params.num_workers)
@@ -192,7 +193,14 @@ impl Pool {
             if Instant::now() >= deadline {
                 return Err(unsettled);
             }
-            std::thread::yield_now();
+            // Settling takes microseconds; a worker that takes longer is descheduled or
+            // stuck: stop competing with it for a core.
+            polls = polls.saturating_add(1);
+            if polls < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 
