@@ -428,14 +428,14 @@ impl Worker {
                     let base: u64 = self.region.read_pod(protocol::RESET_SEED);
                     shard.advance(local, Work::Reset { seed: Some(base.wrapping_add(env as u64)) })
                 }
-                _ /* FILL */ => {
-                    debug_assert_eq!(kind, FILL);
+                FILL if self.params.restart => {
                     fresh[local] = false;
                     // The row was written by the trainer with the entry; checked when used.
                     let row: u64 = self.region.read_pod(ring.fill_rows.offset + slot * 8);
                     fill_row = (row != FILL_CLAIM).then_some(row);
                     shard.advance(local, restart_reset)
                 }
+                _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
             };
             self.busy_since(0);
             tally.env_ns += now_ns() - advance_from;
