@@ -1,6 +1,7 @@
 //! Property-based fuzzing of everything that parses bytes or values a process did not
 //! write itself: the region header, the JSON the region carries (pool parameters, worker
-//! reports, env specs), env configs, and actions. Each must answer Ok or a typed error for
+//! reports, env specs), env configs, actions, and the restart policy's recovery plan (over
+//! ring state other processes wrote). Each must answer Ok or a typed error for
 //! any input, never panic, and what it accepts must satisfy the invariants the rest of
 //! the code relies on.
 //!
@@ -184,5 +185,62 @@ proptest! {
             prop_assert!(pair[0].end <= pair[1].start, "{:?} overlaps {:?}", pair[0], pair[1]);
         }
         prop_assert!(ranges.iter().all(|r| r.end <= layout.total_size && r.start % 8 == 0));
+    }
+
+    /// The restart policy's recovery plan reads a ring other processes wrote (the claim
+    /// counter, env ids, post counts, claim records): for any of it, the plan is an error
+    /// or a consistent plan, never a panic; and for any consistent ring it is a plan that
+    /// takes back exactly the dead workers' posts.
+    #[test]
+    fn recovery_plans_never_panic_and_stay_in_bounds(
+        batch_size in 1u64..9,
+        next_batch in 0u64..1000,
+        depth in 2u64..5,
+        released_behind in 0u64..2,
+        claimed_delta in -2i64..40,
+        in_flight in 0u64..48,
+        reserved in prop::collection::vec((0u64..40, 0u64..4), 0..3),
+        owners in prop::collection::vec(0u8..40, 64),
+        dead_posts in prop::collection::vec(0u32..12, 8),
+        consistent in any::<bool>(),
+    ) {
+        use shmenv::engine::recovery::{plan, RingSnapshot, RowOwner};
+        let (b, start) = (batch_size, next_batch * batch_size);
+        let released = next_batch.saturating_sub(released_behind);
+        let s = RingSnapshot {
+            batch_size: b,
+            next_batch,
+            window_end: released + depth,
+            claimed: start.saturating_add_signed(claimed_delta),
+            in_flight,
+            reserved: reserved.iter().map(|&(a, n)| start + a..start + a + n).collect(),
+        };
+        let owner = |g: u64| match owners[(g % 64) as usize] {
+            0..=19 => RowOwner::Live,
+            20..=38 => RowOwner::Dead,
+            _ => RowOwner::Corrupt,
+        };
+        let is_reserved = |g: u64| s.reserved.iter().any(|r| r.contains(&g));
+        let rows_of = |q: u64, who: RowOwner| {
+            (q * b..((q + 1) * b).min(s.claimed)).filter(|&g| !is_reserved(g) && owner(g) == who).count() as u32
+        };
+        // A consistent ring: each batch's posts are its live rows plus some of its dead ones.
+        let taken = |q: u64| dead_posts[(q % 8) as usize] % (rows_of(q, RowOwner::Dead) + 1);
+        let posts = |q: u64| if consistent { rows_of(q, RowOwner::Live) + taken(q) } else { dead_posts[(q % 8) as usize] };
+        let result = plan(&s, owner, posts);
+        let window_rows = start..(s.window_end * b).min(s.claimed.max(start));
+        let sane = s.claimed >= start
+            && s.claimed - start <= in_flight
+            && window_rows.clone().all(|g| is_reserved(g) || owner(g) != RowOwner::Corrupt);
+        if consistent && sane {
+            let p = result.as_ref().map_err(|e| TestCaseError::fail(e.clone()))?;
+            let want: u32 = (next_batch..s.window_end).map(taken).sum();
+            prop_assert_eq!(p.take_back.iter().map(|&(_, n)| n).sum::<u32>(), want);
+        }
+        if let Ok(p) = result {
+            prop_assert!(p.fill_rows.windows(2).all(|w| w[0] < w[1]), "fill rows ascending and unique");
+            prop_assert!(p.fill_rows.iter().all(|&g| g >= start && g < s.claimed && !is_reserved(g)));
+            prop_assert!(p.take_back.iter().all(|&(q, n)| q >= next_batch && q < s.window_end && n > 0));
+        }
     }
 }
