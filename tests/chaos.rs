@@ -22,7 +22,9 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
     // Warm-up: lazily opened fds (stderr clones, /proc handles) before the baseline.
     drop(builder("CartPole-v1").num_envs(2).num_workers(1).build().unwrap());
     let fds = open_fds();
-    let mut rng = Pcg64::from_seed(2026);
+    // Another seed for longer local runs: SHMENV_CHAOS_SEED=n cargo test --test chaos.
+    let seed = std::env::var("SHMENV_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(2026);
+    let mut rng = Pcg64::from_seed(seed);
     let mut below = |n: u64| (rng.next_f64() * n as f64) as u64;
     let mut worst = Duration::ZERO;
     for round in 0..50 {
@@ -175,7 +177,12 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
         driver.start(&mut pool).unwrap_or_else(|e| panic!("{ctx}: reset failed: {e}"));
         let mut killer = None;
         let mut t = 0;
-        while victims.clone().any(|e| driver.restarted[e] == 0) {
+        let started = Instant::now();
+        while !driver.all_restarted(victims.clone()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{ctx}: the killed worker's envs never came back"
+            );
             if t == kill_before {
                 killer = Some(std::thread::spawn(move || {
                     std::thread::sleep(delay);
@@ -183,8 +190,7 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 }));
             }
-            let more = driver.round(&mut pool).unwrap_or_else(|e| panic!("{ctx}: round {t} failed: {e}"));
-            assert!(more, "{ctx}: the killed worker's envs never came back");
+            driver.round(&mut pool).unwrap_or_else(|e| panic!("{ctx}: round {t} failed: {e}"));
             t += 1;
         }
         killer.expect("killed").join().unwrap();

@@ -253,7 +253,8 @@ pub fn dev_shm_entries() -> Vec<String> {
 /// Drives an async pool with a deterministic action per env and result (`action(e, k)`,
 /// `k` = results of env `e` received so far), checking each env's `k`-th row against the
 /// `k`-th row of a sync reference pool stepped in lockstep with the same actions, until the
-/// env is restarted (listed in `restarted_envs`): from then on it runs a new episode.
+/// env is restarted (listed in `restarted_envs`): from then on it runs a new episode. Rows
+/// past the reference's length are not checked.
 pub struct AsyncDriver {
     /// `reference[k][e]`.
     reference: Vec<Vec<Row>>,
@@ -297,16 +298,17 @@ impl AsyncDriver {
     }
 
     /// Sends the last batch's envs their next actions and receives the next batch, checked.
-    /// Returns `false` once some env has used up the reference.
-    pub fn round(&mut self, pool: &mut Pool) -> Result<bool, shmenv::StepError> {
-        if self.received.iter().any(|&k| k >= self.reference.len()) {
-            return Ok(false);
-        }
+    pub fn round(&mut self, pool: &mut Pool) -> Result<(), shmenv::StepError> {
         let actions: Vec<i64> = self.ids.iter().map(|&e| Self::action(e, self.received[e] - 1)).collect();
         pool.send(&actions, &self.ids)?;
         let batch = pool.recv()?;
         self.check(&batch);
-        Ok(true)
+        Ok(())
+    }
+
+    /// Whether every env of `envs` was restarted at least once.
+    pub fn all_restarted(&self, envs: std::ops::Range<usize>) -> bool {
+        envs.into_iter().all(|e| self.restarted[e] > 0)
     }
 
     fn check(&mut self, batch: &shmenv::Batch<'_>) {
@@ -321,7 +323,7 @@ impl AsyncDriver {
                 );
                 self.restarted[e] += 1;
                 self.restart_rows.push((e, rows[r].clone()));
-            } else if self.restarted[e] == 0 {
+            } else if self.restarted[e] == 0 && self.received[e] < self.reference.len() {
                 let k = self.received[e];
                 assert_eq!(rows[r], self.reference[k][e], "env {e}, result {k} diverged from the reference");
             }
