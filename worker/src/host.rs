@@ -405,9 +405,12 @@ impl Worker {
                 );
             }
             let local = env - range.start;
-            let start = *since.get_or_insert_with(Instant::now);
             let advance_from = now_ns();
-            self.busy_since(advance_from);
+            // Env code runs from the chunk's first env until the chunk is published.
+            let start = *since.get_or_insert_with(|| {
+                self.busy_since(advance_from);
+                Instant::now()
+            });
             let kind = entry & KIND_MASK;
             tally.steps += u64::from(kind == STEP && !fresh[local]);
             let restart_reset = Work::Reset { seed: Some(restart_seed.wrapping_add(env as u64)) };
@@ -437,7 +440,6 @@ impl Worker {
                 }
                 _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
             };
-            self.busy_since(0);
             tally.env_ns += now_ns() - advance_from;
             match advanced {
                 Ok(a) => done.push((local, a)),
@@ -451,6 +453,7 @@ impl Worker {
             // published right after it finishes, cheap ones cost few clock reads.
             let late = done.len().is_power_of_two() && start.elapsed() >= COALESCE_FOR;
             if tail == head || late || done.len() >= ring.batch_size || fill_row.is_some() {
+                self.busy_since(0);
                 let stats = self.stats();
                 stats.add_steps(std::mem::take(&mut tally.steps), shard.resets() - tally.resets_seen);
                 tally.resets_seen = shard.resets();
