@@ -412,11 +412,13 @@ impl Worker {
                 Instant::now()
             });
             let kind = entry & KIND_MASK;
-            tally.steps += u64::from(kind == STEP && !fresh[local]);
+            // Untouched by this (replacement) process: reset whatever the entry says.
+            let first_touch = restarted && std::mem::take(&mut fresh[local]);
+            tally.steps += u64::from(kind == STEP && !first_touch);
             let restart_reset = Work::Reset { seed: Some(restart_seed.wrapping_add(env as u64)) };
             let mut fill_row = None;
             let advanced = match kind {
-                STEP | RESET if std::mem::take(&mut fresh[local]) => shard.advance(local, restart_reset),
+                STEP | RESET if first_touch => shard.advance(local, restart_reset),
                 STEP => {
                     let row = layout.actions.rows(env..env + 1);
                     // SAFETY: the trainer wrote this env's action row before pushing the entry
@@ -427,12 +429,10 @@ impl Worker {
                 }
                 RESET => shard.advance(local, Work::Reset { seed: None }),
                 RESET_SEEDED => {
-                    fresh[local] = false;
                     let base: u64 = self.region.read_pod(protocol::RESET_SEED);
                     shard.advance(local, Work::Reset { seed: Some(base.wrapping_add(env as u64)) })
                 }
                 FILL if self.params.restart => {
-                    fresh[local] = false;
                     // The row was written by the trainer with the entry; checked when used.
                     let row: u64 = self.region.read_pod(ring.fill_rows.offset + slot * 8);
                     fill_row = (row != FILL_CLAIM).then_some(row);
