@@ -26,13 +26,12 @@ use shmenv_engine::stats::{now_ns, TraceRing, WorkerStats};
 use shmenv_engine::sync::{WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
 
 /// Async mode: how long a worker may hold finished envs back to claim rows for several at
 /// once. A claim and a commit are contended atomics (~100-200 ns each across cores here);
-/// 5 us of delay is small next to a batch round trip.
-const COALESCE_FOR: Duration = Duration::from_micros(5);
-use std::sync::atomic::Ordering;
+/// 5 us of delay is small next to a batch round trip (nanoseconds).
+const COALESCE_NS: u64 = 5_000;
 
 /// Whether this process was started by a pool as a worker (its first argument is
 /// [`WORKER_FLAG`]). Programs that are also something else (like the `shmenv` CLI) check
@@ -111,7 +110,6 @@ fn set_thread_name(name: &str) {
 struct AsyncTally {
     steps: u64,
     resets_seen: u64,
-    env_ns: u64,
     wait_ns: u64,
 }
 
@@ -369,7 +367,10 @@ impl Worker {
         let mut tail: u32 = 0;
         let mut head: u32 = 0;
         let mut done: Vec<(usize, Advanced)> = Vec::with_capacity(range.len());
-        let mut since: Option<Instant> = None;
+        // When the current chunk of env work began (CLOCK_MONOTONIC ns): the clock is read at
+        // a chunk's start and end and after its 1st, 2nd, 4th... env, never once per env
+        // (two clock reads cost as much as a CartPole step).
+        let mut chunk_from: Option<u64> = None;
         let mut tally = AsyncTally { resets_seen: shard.resets(), ..AsyncTally::default() };
         loop {
             if tail == head {
@@ -405,11 +406,11 @@ impl Worker {
                 );
             }
             let local = env - range.start;
-            let advance_from = now_ns();
             // Env code runs from the chunk's first env until the chunk is published.
-            let start = *since.get_or_insert_with(|| {
-                self.busy_since(advance_from);
-                Instant::now()
+            let chunk_start = *chunk_from.get_or_insert_with(|| {
+                let now = now_ns();
+                self.busy_since(now);
+                now
             });
             let kind = entry & KIND_MASK;
             // Untouched by this (replacement) process: reset whatever the entry says.
@@ -440,7 +441,6 @@ impl Worker {
                 }
                 _ => return self.fail_async(ring, format!("queue entry {entry:#x} has an unknown kind")),
             };
-            tally.env_ns += now_ns() - advance_from;
             match advanced {
                 Ok(a) => done.push((local, a)),
                 Err((env_id, message)) => return self.panicked_async(ring, env_id, message),
@@ -451,29 +451,29 @@ impl Worker {
             // per chunk, not per env; slow envs are published one by one).
             // The clock is read after the 1st, 2nd, 4th, 8th... env of a chunk: a slow env is
             // published right after it finishes, cheap ones cost few clock reads.
-            let late = done.len().is_power_of_two() && start.elapsed() >= COALESCE_FOR;
+            let late = done.len().is_power_of_two() && now_ns().saturating_sub(chunk_start) >= COALESCE_NS;
             if tail == head || late || done.len() >= ring.batch_size || fill_row.is_some() {
+                let publish_from = now_ns();
                 self.busy_since(0);
+                chunk_from = None;
                 let stats = self.stats();
                 stats.add_steps(std::mem::take(&mut tally.steps), shard.resets() - tally.resets_seen);
                 tally.resets_seen = shard.resets();
                 stats.flush_hist(shard.hist_mut());
-                let publish_from = now_ns();
                 if let Err(stop) = self.publish(shard, layout, ring, &mut done, fill_row, tail) {
                     return stop;
                 }
                 let (stats, published) = (self.stats(), now_ns());
                 if let Some(rows) = &layout.trace {
                     let trace = TraceRing::new(&self.region, rows, self.index);
-                    trace.record(trace::kind::ENV, publish_from - tally.env_ns, publish_from);
+                    trace.record(trace::kind::ENV, chunk_start, publish_from);
                     trace.record(trace::kind::PUBLISH, publish_from, published);
                 }
                 stats.add_times(
-                    std::mem::take(&mut tally.env_ns),
+                    publish_from.saturating_sub(chunk_start),
                     std::mem::take(&mut tally.wait_ns),
                     published - publish_from,
                 );
-                since = None;
             }
         }
     }
