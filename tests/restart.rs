@@ -249,3 +249,61 @@ fn async_mode_kills_and_restarts_a_hung_worker() {
     assert_ne!(pool.worker_pids()[1], hung_pid);
     assert!(std::fs::read_to_string(format!("/proc/{hung_pid}/stat")).is_err(), "the hung worker was reaped");
 }
+
+fn hung_in_observe_pool(max_restarts: u32) -> shmenv::Pool {
+    builder("Burn-v0")
+        .config(json!({"fault": "hang_observe", "fault_step": 3, "fault_seed": 103, "step_us": 5000}))
+        .num_envs(4)
+        .num_workers(2)
+        .batch_size(2)
+        .seed(100)
+        .step_timeout(Duration::from_millis(300))
+        .failure_policy(FailurePolicy::Restart { max_restarts })
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn async_mode_replaces_a_worker_hung_while_writing_a_claimed_row() {
+    let _w = Watchdog::new("async restart hung in observe", Duration::from_secs(120));
+    let mut pool = hung_in_observe_pool(1);
+    let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
+    let mut driver = AsyncDriver::new(reference, 400);
+    driver.start(&mut pool).unwrap();
+    // Env 3 hangs inside `observe`, i.e. while its worker holds a claimed row of a released
+    // block: that batch can never complete until the row is refilled.
+    while !driver.all_restarted(2..4) {
+        driver.round(&mut pool).unwrap();
+    }
+    for _ in 0..10 {
+        driver.round(&mut pool).unwrap();
+    }
+    assert_eq!(driver.restarted, vec![0, 0, 1, 1]);
+    assert_eq!(pool.restarts(), &[0, 1]);
+}
+
+#[test]
+fn async_mode_recovers_from_a_death_while_another_worker_hangs_mid_write() {
+    let _w = Watchdog::new("async restart death + hang", Duration::from_secs(120));
+    let mut pool = hung_in_observe_pool(2);
+    let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
+    let mut driver = AsyncDriver::new(reference, 400);
+    driver.start(&mut pool).unwrap();
+    // Worker 1 hangs in `observe` within ~30 ms; worker 0 is killed at 100 ms, before the
+    // hang is overdue: the recovery of worker 0 must not wait forever for worker 1 to
+    // settle; it finds it overdue, kills it, and replaces both.
+    let victim = pool.worker_pids()[0];
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        kill(victim);
+    });
+    while !driver.all_restarted(0..4) {
+        driver.round(&mut pool).unwrap();
+    }
+    killer.join().unwrap();
+    for _ in 0..10 {
+        driver.round(&mut pool).unwrap();
+    }
+    assert_eq!(driver.restarted, vec![1, 1, 1, 1]);
+    assert_eq!(pool.restarts(), &[1, 1]);
+}

@@ -29,9 +29,7 @@ impl Pool {
     /// supervisor has reaped them.
     pub(super) fn kill_hung(&mut self, hung: &[usize]) -> Result<(), StepError> {
         for &v in hung {
-            // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
-            // reaped (the supervisor records its exit only after reaping).
-            unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };
+            self.kill_worker(v);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while hung.iter().any(|&v| self.supervisor.exits()[v].is_none()) {
@@ -42,6 +40,13 @@ impl Pool {
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())
+    }
+
+    /// SIGKILLs worker `v` (a hung one; the supervisor reaps it and records the exit).
+    fn kill_worker(&self, v: usize) {
+        // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
+        // reaped (the supervisor records its exit only after reaping).
+        unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };
     }
 
     /// Restart policy, after `dead` died during a command: waits until every other worker
@@ -122,9 +127,12 @@ impl Pool {
     fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<(), StepError> {
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
-        match sem.acquire(1, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
+        // Only this worker's death ends the wait: others may be dead and waiting for their
+        // own restart (several hung or dead at once).
+        let died = || sup.exited_worker().and_then(|_| sup.exits()[w]);
+        match sem.acquire(1, &mut self.waiter, Some(deadline), died) {
             Ok(()) => Ok(()),
-            Err(WaitOutcome::Aborted((v, exit))) => Err(self.fail(self.died(v, exit))),
+            Err(WaitOutcome::Aborted(exit)) => Err(self.fail(self.died(w, exit))),
             Err(WaitOutcome::TimedOut) => {
                 let message = format!("did not start again within {:?}", self.startup_timeout);
                 Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
@@ -170,10 +178,13 @@ impl Pool {
     }
 
     /// The claim records of the live workers, once all are settled (`None` for the dead),
-    /// or the workers still unsettled at `deadline`. Call with the pause gate closed.
+    /// or the workers still unsettled at `deadline`. Call with the pause gate closed. With
+    /// `kill_overdue`, an unsettled worker that has been in env code for longer than the
+    /// step timeout is killed (it will never settle), and then counts as dead.
     fn settled_views(
         &self,
         deadline: Instant,
+        kill_overdue: bool,
         answered: impl Fn(usize, &ClaimView) -> bool,
     ) -> Result<Vec<Option<ClaimView>>, Vec<usize>> {
         let ring = self.ring.as_ref().expect("async mode");
@@ -189,6 +200,13 @@ impl Pool {
                 .collect();
             if unsettled.is_empty() {
                 return Ok(views);
+            }
+            // One that has been in env code for longer than the step timeout (stuck while
+            // writing a row it claimed) will never settle: it is hung, and is replaced too.
+            if let Some(limit) = self.step_timeout.filter(|_| kill_overdue) {
+                self.control().overdue(limit).into_iter().filter(|w| unsettled.contains(w)).for_each(|w| {
+                    self.kill_worker(w);
+                });
             }
             if Instant::now() >= deadline {
                 return Err(unsettled);
@@ -211,7 +229,7 @@ impl Pool {
     /// With the pause gate closed: waits until every live worker is settled, plans the
     /// recovery and takes back the dead workers' posts. Returns the dead workers.
     fn take_stock(&mut self, deadline: Instant) -> Result<(Vec<usize>, RecoveryPlan), StepError> {
-        let views = match self.settled_views(deadline, |_, _| true) {
+        let views = match self.settled_views(deadline, true, |_, _| true) {
             Ok(views) => views,
             Err(workers) => {
                 let env_ids = workers.iter().flat_map(|&w| self.shard(w)).collect();
@@ -341,7 +359,7 @@ impl Pool {
         let answered = |w: usize, v: &ClaimView| {
             v.state != protocol::claim_state::IDLE || v.queue_done == ring.queue_heads[w]
         };
-        let hung = self.settled_views(Instant::now() + grace, answered).err().unwrap_or_default();
+        let hung = self.settled_views(Instant::now() + grace, false, answered).err().unwrap_or_default();
         self.region.gate(protocol::RING_PAUSE).open_to(0);
         hung
     }

@@ -36,7 +36,8 @@ struct Fault {
 impl Burn {
     /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
     /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200), and
-    /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"` or `"hang"`) at step
+    /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"`, `"hang"`, or
+    /// `"hang_observe"`: hang while writing the observation of that step) at step
     /// `fault_step` of an episode, in every env or only the one seeded `fault_seed`.
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
@@ -52,14 +53,15 @@ impl Burn {
                 "fault_seed",
             ],
         )?;
-        let fault = match c.choice("fault", "none", &["none", "panic", "abort", "exit", "hang"])? {
-            "none" => None,
-            kind => Some(Fault {
-                kind,
-                step: c.u64("fault_step", 1)?,
-                seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
-            }),
-        };
+        let fault =
+            match c.choice("fault", "none", &["none", "panic", "abort", "exit", "hang", "hang_observe"])? {
+                "none" => None,
+                kind => Some(Fault {
+                    kind,
+                    step: c.u64("fault_step", 1)?,
+                    seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
+                }),
+            };
         let episode_len = c.u64("episode_len", 200)?;
         let step_us = c.u64("step_us", 0)?;
         let jitter_us = c.u64("step_us_jitter", 0)?;
@@ -117,6 +119,11 @@ impl Burn {
         }
         self.sink = x;
     }
+
+    /// Whether fault `f` fires at this step of this env.
+    fn hits(&self, f: Fault) -> bool {
+        self.steps_since_seed == f.step && f.seed.is_none_or(|s| s == self.seed)
+    }
 }
 
 fn thread_cpu_time() -> Duration {
@@ -145,8 +152,8 @@ impl Env for Burn {
     fn step(&mut self, action: ActionIn<'_>) -> Transition {
         self.burn();
         self.steps_since_seed += 1;
-        if let Some(f) = self.fault {
-            if self.steps_since_seed == f.step && f.seed.is_none_or(|s| s == self.seed) {
+        if let Some(f) = self.fault.filter(|f| f.kind != "hang_observe") {
+            if self.hits(f) {
                 if f.kind != "panic" {
                     // What a crashing env typically prints last; the trainer's error shows it.
                     eprintln!("Burn-v0: fault {} injected at step {} (seed {})", f.kind, f.step, self.seed);
@@ -167,6 +174,12 @@ impl Env for Burn {
     }
 
     fn observe(&self, obs: &mut ObsOut<'_, '_>) {
+        if let Some(f) = self.fault.filter(|f| f.kind == "hang_observe" && self.hits(*f)) {
+            eprintln!("Burn-v0: fault {} injected at step {} (seed {})", f.kind, f.step, self.seed);
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
         let base = self.t.wrapping_add(self.offset);
         match self.dtype {
             DType::U8 => {
