@@ -307,3 +307,37 @@ fn async_mode_recovers_from_a_death_while_another_worker_hangs_mid_write() {
     assert_eq!(driver.restarted, vec![1, 1, 1, 1]);
     assert_eq!(pool.restarts(), &[1, 1]);
 }
+
+#[test]
+fn several_hung_workers_are_replaced_in_one_call() {
+    let _w = Watchdog::new("restart several hung", Duration::from_secs(120));
+    // Every env hangs at its third step: both workers at once, in sync and async mode.
+    for batch in [4, 2] {
+        let mut pool = builder("Burn-v0")
+            .config(json!({"fault": "hang", "fault_step": 3}))
+            .num_envs(4)
+            .num_workers(2)
+            .batch_size(batch)
+            .seed(1)
+            .step_timeout(Duration::from_millis(300))
+            .failure_policy(FailurePolicy::Restart { max_restarts: 2 })
+            .build()
+            .unwrap();
+        if batch == 4 {
+            pool.reset().unwrap();
+            pool.step(&[0i64; 4]).unwrap();
+            pool.step(&[0i64; 4]).unwrap();
+            let batch = pool.step(&[0i64; 4]).unwrap();
+            assert_eq!(batch.restarted_envs(), &[0, 1, 2, 3]);
+        } else {
+            let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(1).build().unwrap();
+            let mut driver = AsyncDriver::new(reference, 400);
+            driver.start(&mut pool).unwrap();
+            while !driver.all_restarted(0..4) {
+                driver.round(&mut pool).unwrap();
+            }
+            assert_eq!(driver.restarted, vec![1, 1, 1, 1]);
+        }
+        assert_eq!(pool.restarts(), &[1, 1], "batch {batch}");
+    }
+}
