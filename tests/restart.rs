@@ -341,3 +341,38 @@ fn several_hung_workers_are_replaced_in_one_call() {
         assert_eq!(pool.restarts(), &[1, 1], "batch {batch}");
     }
 }
+
+#[test]
+fn async_mode_replaces_two_workers_killed_at_once() {
+    let _w = Watchdog::new("async restart two at once", Duration::from_secs(120));
+    let mut pool = builder("Burn-v0")
+        .config(json!({"step_us": 500}))
+        .num_envs(9)
+        .num_workers(3)
+        .batch_size(4)
+        .seed(9)
+        .failure_policy(FailurePolicy::Restart { max_restarts: 2 })
+        .build()
+        .unwrap();
+    let reference = builder("Burn-v0").num_envs(9).num_workers(1).seed(9).build().unwrap();
+    let mut driver = AsyncDriver::new(reference, 2000);
+    driver.start(&mut pool).unwrap();
+    for _ in 0..5 {
+        driver.round(&mut pool).unwrap();
+    }
+    let (a, b) = (pool.worker_pids()[0], pool.worker_pids()[2]);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2));
+        kill(a);
+        kill(b);
+    });
+    while !(driver.all_restarted(0..3) && driver.all_restarted(6..9)) {
+        driver.round(&mut pool).unwrap();
+    }
+    killer.join().unwrap();
+    for _ in 0..10 {
+        driver.round(&mut pool).unwrap();
+    }
+    assert_eq!(driver.restarted, vec![1, 1, 1, 0, 0, 0, 1, 1, 1]);
+    assert_eq!(pool.restarts(), &[1, 0, 1]);
+}
