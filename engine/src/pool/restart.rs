@@ -245,19 +245,20 @@ impl Pool {
             }
         }
         let layout = self.layout.ring.as_ref().expect("async layout");
-        let ring = self.ring.as_ref().expect("async mode");
+        let ring = self.ring.as_mut().expect("async mode");
         let words = RegionRing { region: &self.region, layout };
         let b = ring.batch_size as u64;
         let mut reserved: Vec<std::ops::Range<u64>> = Vec::new();
         for (w, view) in views.iter().enumerate() {
             let Some(view) = view else { continue };
             reserved.push(view.uncommitted());
-            // Fill entries pushed to this worker and not yet published.
+            // Fill entries pushed to this worker and not yet published (the published ones
+            // are forgotten).
             let (head, published) = (ring.queue_heads[w], view.queue_done);
-            let pending =
-                |&&(index, _): &&(u32, u64)| index.wrapping_sub(published) < head.wrapping_sub(published);
-            reserved.extend(ring.fills[w].iter().filter(pending).map(|&(_, row)| row..row + 1));
+            ring.fills[w].retain(|&(index, _)| index.wrapping_sub(published) < head.wrapping_sub(published));
+            reserved.extend(ring.fills[w].iter().map(|&(_, row)| row..row + 1));
         }
+        let ring = &*ring;
         let snapshot = RingSnapshot {
             batch_size: b,
             next_batch: ring.next_batch,
