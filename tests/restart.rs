@@ -218,23 +218,31 @@ fn a_hung_worker_is_killed_and_restarted_under_restart() {
     }
 }
 
-#[test]
-fn async_mode_kills_and_restarts_a_hung_worker() {
-    let _w = Watchdog::new("async restart hung", Duration::from_secs(120));
+/// A started async pool of 4 Burn-v0 envs on 2 workers whose env 3 hangs (`fault`:
+/// "hang" in `step`, "hang_observe" while writing its row) at its third step, with a
+/// 300 ms step timeout, and its driver.
+fn hanging_async_pool(fault: &str, max_restarts: u32) -> (shmenv::Pool, AsyncDriver) {
     let mut pool = builder("Burn-v0")
-        .config(json!({"fault": "hang", "fault_step": 3, "fault_seed": 103, "step_us": 5000}))
+        .config(json!({"fault": fault, "fault_step": 3, "fault_seed": 103, "step_us": 5000}))
         .num_envs(4)
         .num_workers(2)
         .batch_size(2)
         .seed(100)
         .step_timeout(Duration::from_millis(300))
-        .failure_policy(FailurePolicy::Restart { max_restarts: 1 })
+        .failure_policy(FailurePolicy::Restart { max_restarts })
         .build()
         .unwrap();
-    let hung_pid = pool.worker_pids()[1];
     let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
     let mut driver = AsyncDriver::new(reference, 400);
     driver.start(&mut pool).unwrap();
+    (pool, driver)
+}
+
+#[test]
+fn async_mode_kills_and_restarts_a_hung_worker() {
+    let _w = Watchdog::new("async restart hung", Duration::from_secs(120));
+    let (mut pool, mut driver) = hanging_async_pool("hang", 1);
+    let hung_pid = pool.worker_pids()[1];
     // Env 3 hangs at its third step. Envs 0 and 1 keep filling the batches, so no wait
     // times out: the trainer sees worker 1 in env code for longer than the step timeout,
     // kills and replaces it, and the others carry on.
@@ -250,26 +258,10 @@ fn async_mode_kills_and_restarts_a_hung_worker() {
     assert!(std::fs::read_to_string(format!("/proc/{hung_pid}/stat")).is_err(), "the hung worker was reaped");
 }
 
-fn hung_in_observe_pool(max_restarts: u32) -> shmenv::Pool {
-    builder("Burn-v0")
-        .config(json!({"fault": "hang_observe", "fault_step": 3, "fault_seed": 103, "step_us": 5000}))
-        .num_envs(4)
-        .num_workers(2)
-        .batch_size(2)
-        .seed(100)
-        .step_timeout(Duration::from_millis(300))
-        .failure_policy(FailurePolicy::Restart { max_restarts })
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn async_mode_replaces_a_worker_hung_while_writing_a_claimed_row() {
     let _w = Watchdog::new("async restart hung in observe", Duration::from_secs(120));
-    let mut pool = hung_in_observe_pool(1);
-    let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
-    let mut driver = AsyncDriver::new(reference, 400);
-    driver.start(&mut pool).unwrap();
+    let (mut pool, mut driver) = hanging_async_pool("hang_observe", 1);
     // Env 3 hangs inside `observe`, i.e. while its worker holds a claimed row of a released
     // block: that batch can never complete until the row is refilled.
     while !driver.all_restarted(2..4) {
@@ -285,10 +277,7 @@ fn async_mode_replaces_a_worker_hung_while_writing_a_claimed_row() {
 #[test]
 fn async_mode_recovers_from_a_death_while_another_worker_hangs_mid_write() {
     let _w = Watchdog::new("async restart death + hang", Duration::from_secs(120));
-    let mut pool = hung_in_observe_pool(2);
-    let reference = builder("Burn-v0").num_envs(4).num_workers(1).seed(100).build().unwrap();
-    let mut driver = AsyncDriver::new(reference, 400);
-    driver.start(&mut pool).unwrap();
+    let (mut pool, mut driver) = hanging_async_pool("hang_observe", 2);
     // Worker 1 hangs in `observe` within ~30 ms; worker 0 is killed at 100 ms, before the
     // hang is overdue: the recovery of worker 0 must not wait forever for worker 1 to
     // settle; it finds it overdue, kills it, and replaces both.
