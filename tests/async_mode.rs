@@ -295,3 +295,91 @@ fn a_panicking_env_in_async_mode_is_reported_with_its_id() {
     }
     assert!(matches!(pool.recv(), Err(StepError::Closed { .. })));
 }
+
+/// Runs `recvs` batches of an EnvPool-style loop (recv, send the same envs back) and
+/// returns each env's step count and the longest run of batches it was absent from.
+fn sample_counts(n: usize, batch: usize, workers: usize, recvs: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut pool =
+        builder("CartPole-v1").num_envs(n).num_workers(workers).batch_size(batch).seed(1).build().unwrap();
+    let mut counts = vec![0usize; n];
+    let mut last_seen = vec![0usize; n];
+    let mut gap = vec![0usize; n];
+    let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+    for t in 1..=recvs {
+        let actions = vec![0i64; ids.len()];
+        pool.send(&actions, &ids).unwrap();
+        ids = pool.recv().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+        for &e in &ids {
+            counts[e] += 1;
+            gap[e] = gap[e].max(t - last_seen[e]);
+            last_seen[e] = t;
+        }
+    }
+    for e in 0..n {
+        gap[e] = gap[e].max(recvs - last_seen[e]);
+    }
+    (counts, gap)
+}
+
+#[test]
+fn async_sampling_is_fair_across_workers() {
+    let _w = Watchdog::new("fair sampling", Duration::from_secs(240));
+    for (n, batch, workers) in [(8, 4, 2), (16, 5, 3)] {
+        let (counts, gaps) = sample_counts(n, batch, workers, 20_000);
+        let mean = counts.iter().sum::<usize>() as f64 / n as f64;
+        for (e, &c) in counts.iter().enumerate() {
+            let off = (c as f64 - mean).abs() / mean;
+            assert!(
+                off <= 0.10,
+                "{n}/{batch}/{workers}: env {e} stepped {c} times, mean {mean:.0} ({counts:?})"
+            );
+        }
+        let spread = counts.iter().max().unwrap() - counts.iter().min().unwrap();
+        assert!(spread <= 8, "{n}/{batch}/{workers}: step counts {counts:?} differ by {spread}");
+        // An env can be overtaken by at most about two rounds of the others (the send
+        // window is twice the env count), plus the round it was sent in.
+        // Step numbers of envs out stay within 2 of the lowest (the pool's lead), and an
+        // env just received may be up to 3 behind it: at most 6 steps of each other env
+        // pass while one env is out.
+        let bound = 6 * n / batch + 2;
+        let worst = *gaps.iter().max().unwrap();
+        assert!(worst <= bound, "{n}/{batch}/{workers}: an env was absent from {worst} batches in a row, bound {bound} ({gaps:?})");
+    }
+}
+
+#[test]
+fn retained_batches_stay_intact_until_the_second_recv_after_them() {
+    let _w = Watchdog::new("retained batches", Duration::from_secs(120));
+    let n = 8;
+    let mut pool = builder("CartPole-v1")
+        .num_envs(n)
+        .num_workers(2)
+        .batch_size(4)
+        .ring_depth(2)
+        .retain_batches(1)
+        .seed(3)
+        .build()
+        .unwrap();
+    // Copies of each batch as received, and a raw view that outlives the borrow (what a
+    // binding hands out): it must still read the same after the next send and recv.
+    let first = pool.reset().unwrap();
+    let (mut ids, mut obs_ptr): (Vec<usize>, *const f32) = (
+        first.env_ids().iter().map(|&e| e as usize).collect(),
+        first.observations::<f32>().unwrap().as_slice().as_ptr(),
+    );
+    let mut copy: Vec<f32> = first.observations::<f32>().unwrap().as_slice().to_vec();
+    for _ in 0..3000 {
+        pool.send(&vec![1i64; ids.len()], &ids).unwrap();
+        let next = pool.recv().unwrap();
+        let next_ids: Vec<usize> = next.env_ids().iter().map(|&e| e as usize).collect();
+        let next_ptr = next.observations::<f32>().unwrap().as_slice().as_ptr();
+        let next_copy = next.observations::<f32>().unwrap().as_slice().to_vec();
+        // Time for the workers to write elsewhere (or, were it released, here).
+        std::thread::sleep(Duration::from_micros(50));
+        // SAFETY: `obs_ptr` points at the previous batch's observations in the mapping,
+        // which the pool keeps intact (retain_batches = 1) until the next recv begins.
+        let previous = unsafe { std::slice::from_raw_parts(obs_ptr, copy.len()) };
+        assert_eq!(previous, &copy[..], "the previous batch changed before the second recv after it");
+        (ids, obs_ptr, copy) = (next_ids, next_ptr, next_copy);
+    }
+}

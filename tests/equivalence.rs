@@ -169,3 +169,56 @@ fn reset_with_seed_restarts_the_streams_and_views_are_zero_copy() {
     );
     assert!(range.contains(&(batch.rewards().as_ptr() as usize)));
 }
+
+#[test]
+fn reset_envs_resets_only_the_masked_envs() {
+    let _w = Watchdog::new("partial reset", Duration::from_secs(60));
+    let n = 5;
+    let mut pool = builder("CartPole-v1").num_envs(n).num_workers(2).seed(7).build().unwrap();
+    pool.reset().unwrap();
+    let before = pool.step(&[1i64; 5]).unwrap().observations::<f32>().unwrap().as_slice().to_vec();
+    let mask = [false, true, false, false, true];
+    let after = pool.reset_envs(&mask, Some(100)).unwrap();
+    let (obs, rewards, elapsed) =
+        (after.observations::<f32>().unwrap(), after.rewards().to_vec(), after.elapsed_steps().to_vec());
+    let mut fresh = builder("CartPole-v1").num_envs(n).num_workers(1).seed(100).build().unwrap();
+    let fresh = fresh.reset().unwrap().observations::<f32>().unwrap().as_slice().to_vec();
+    for e in 0..n {
+        let row = obs.row(e);
+        if mask[e] {
+            assert_eq!(row, &fresh[e * 4..e * 4 + 4], "env {e} was reset with seed 100 + {e}");
+            assert_eq!(elapsed[e], 0);
+        } else {
+            assert_eq!(row, &before[e * 4..e * 4 + 4], "env {e} was left alone");
+            assert_eq!(elapsed[e], 1);
+        }
+    }
+    assert!(rewards.iter().all(|&r| r == 0.0));
+    let err = pool.reset_envs(&[true; 3], None).map(|_| ()).unwrap_err();
+    assert!(matches!(err, StepError::BadMask { len: 3, num_envs: 5 }), "{err}");
+}
+
+#[test]
+fn with_autoreset_disabled_ended_envs_come_back_through_a_partial_reset() {
+    let _w = Watchdog::new("disabled + partial reset", Duration::from_secs(60));
+    let n = 3;
+    let mut pool = builder("CartPole-v1")
+        .num_envs(n)
+        .num_workers(1)
+        .seed(1)
+        .autoreset(AutoReset::Disabled)
+        .build()
+        .unwrap();
+    pool.reset().unwrap();
+    let ended = loop {
+        let batch = pool.step(&[1i64; 3]).unwrap();
+        let ended: Vec<bool> =
+            batch.terminated().iter().zip(batch.truncated().iter()).map(|(a, b)| a || b).collect();
+        if ended.iter().any(|&e| e) {
+            break ended;
+        }
+    };
+    assert!(matches!(pool.step(&[1i64; 3]), Err(StepError::NeedsReset { .. })));
+    pool.reset_envs(&ended, None).unwrap();
+    pool.step(&[0i64; 3]).unwrap();
+}

@@ -159,9 +159,26 @@ pub enum StepError {
     /// `step` before the first `reset`.
     #[error("step() called before reset(): call pool.reset() first")]
     NotReset,
+    /// `reset_envs` with a mask that does not have one entry per env.
+    #[error(
+        "the reset mask has {len} entries; it needs one per env ({num_envs}), true for the envs to reset"
+    )]
+    BadMask {
+        /// Entries in the mask.
+        len: usize,
+        /// Envs in the pool.
+        num_envs: usize,
+    },
+    /// `reset_envs` before the first reset with some envs left out: they have no episode to
+    /// keep.
+    #[error(
+        "the first reset must reset every env: call reset() (or reset_envs with every entry true) first"
+    )]
+    PartialFirstReset,
     /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
     #[error(
-        "envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() before stepping them"
+        "envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() (or reset_envs with \
+         these envs in the mask) before stepping them"
     )]
     NeedsReset {
         /// The ended envs.

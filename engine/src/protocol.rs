@@ -26,7 +26,7 @@ use std::ops::Range;
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;
@@ -96,12 +96,28 @@ pub enum Command {
     Step = 3,
     /// Exit cleanly.
     Close = 4,
+    /// Reset some envs: the first byte of each env's action row (unused by a reset) is a
+    /// [`reset_flag`] saying what to do with that env; envs left alone write their current
+    /// observation into the block, with reward 0 and both flags false.
+    ResetSome = 5,
+}
+
+/// [`Command::ResetSome`]: what the first byte of an env's action row asks for.
+pub mod reset_flag {
+    /// Leave the env as it is (its current observation is written).
+    pub const KEEP: u8 = 0;
+    /// Reset it, continuing its random stream.
+    pub const RESET: u8 = 1;
+    /// Reset it with seed `RESET_SEED + env_id` (wrapping).
+    pub const RESET_SEEDED: u8 = 2;
 }
 
 impl Command {
     /// Decodes a command word; unknown values are `None` (the word is untrusted).
     pub fn from_word(w: u32) -> Option<Self> {
-        [Self::Reset, Self::ResetSeeded, Self::Step, Self::Close].into_iter().find(|c| *c as u32 == w)
+        [Self::Reset, Self::ResetSeeded, Self::Step, Self::Close, Self::ResetSome]
+            .into_iter()
+            .find(|c| *c as u32 == w)
     }
 }
 

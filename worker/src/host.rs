@@ -292,6 +292,18 @@ impl Worker {
                     scope.run(&mut || result = shard.step_all(actions, &mut rows));
                     result
                 }
+                Some(Command::ResetSome) => {
+                    let actions = layout.actions.rows(range.clone());
+                    // SAFETY: as for `Step`: the trainer does not write the action rows
+                    // before this worker's completion post.
+                    let actions = unsafe { self.region.slice::<u8>(actions.start, actions.len()) };
+                    let seed = self.region.read_pod::<u64>(protocol::RESET_SEED);
+                    // SAFETY: as for `Step`.
+                    let mut rows = unsafe { block_rows(&self.region, block, range.clone()) };
+                    let mut result = Ok(());
+                    scope.run(&mut || result = shard.reset_some(actions, seed, &mut rows));
+                    result
+                }
                 Some(c @ (Command::Reset | Command::ResetSeeded)) => {
                     let seed = (c == Command::ResetSeeded)
                         .then(|| self.region.read_pod::<u64>(protocol::RESET_SEED));

@@ -4,7 +4,7 @@
 
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::registry::{MakeError, Registry};
-use shmenv_engine::protocol::{stats, AutoReset, PoolParams};
+use shmenv_engine::protocol::{reset_flag, stats, AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
 use shmenv_engine::stats::{bucket, now_ns};
 use std::ops::Range;
@@ -170,6 +170,33 @@ impl EnvShard {
         })
     }
 
+    /// Resets the envs whose first action byte (of `actions`, `[shard_len, action bytes]`)
+    /// asks for it ([`reset_flag`]): env `i` seeded with `base_seed + i` for
+    /// `RESET_SEEDED`; the others write their current observation with reward 0 and both
+    /// flags false. A flag out of range is refused before any env is touched.
+    pub fn reset_some(
+        &mut self,
+        actions: &[u8],
+        base_seed: u64,
+        rows: &mut ShardRows<'_>,
+    ) -> Result<(), (usize, String)> {
+        let ab = self.action_row_bytes;
+        let start = self.range.start;
+        let flag = |i: usize| actions[i * ab];
+        if let Some(i) = (0..self.envs.len()).find(|&i| flag(i) > reset_flag::RESET_SEEDED) {
+            return Err((start + i, format!("reset flag {} out of range 0..=2 (protocol error)", flag(i))));
+        }
+        self.guarded_loop(|shard, i| {
+            let advanced = match flag(i) {
+                reset_flag::KEEP => Advanced::Kept,
+                reset_flag::RESET => shard.advance_in(i, Work::Reset { seed: None }),
+                _ => shard
+                    .advance_in(i, Work::Reset { seed: Some(base_seed.wrapping_add((start + i) as u64)) }),
+            };
+            shard.emit_in(i, advanced, rows, i);
+        })
+    }
+
     /// Runs `f` for every env of the shard under one panic guard (one per batch rather than
     /// per env keeps the per-step path inlinable); a panic names the env it happened in.
     fn guarded_loop(&mut self, mut f: impl FnMut(&mut Self, usize)) -> Result<(), (usize, String)> {
@@ -237,6 +264,16 @@ impl EnvShard {
     fn emit_in(&mut self, i: usize, advanced: Advanced, rows: &mut ShardRows<'_>, r: usize) {
         rows.env_ids[r] = (self.range.start + i) as u32;
         let (transition, truncated) = match advanced {
+            Advanced::Kept => {
+                self.observe(i, &mut rows.obs, r);
+                rows.rewards[r] = 0.0;
+                rows.terminated[r] = 0;
+                rows.truncated[r] = 0;
+                rows.episode_return[r] = 0.0;
+                rows.episode_length[r] = 0;
+                rows.elapsed_steps[r] = self.running_length[i];
+                return;
+            }
             Advanced::Began => {
                 self.observe(i, &mut rows.obs, r);
                 rows.rewards[r] = 0.0;
@@ -302,6 +339,8 @@ pub enum Work<'a> {
 pub enum Advanced {
     /// A new episode began (reset).
     Began,
+    /// Nothing happened to the env (a partial reset left it alone).
+    Kept,
     /// The env stepped.
     Stepped {
         /// What the env returned.

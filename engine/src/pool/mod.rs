@@ -20,6 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod restart;
+mod send_order;
+
+use send_order::SendOrder;
 
 /// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
 #[derive(Clone, Debug)]
@@ -37,6 +40,7 @@ pub struct PoolBuilder {
     startup_timeout: Duration,
     batch_size: Option<usize>,
     ring_depth: usize,
+    retain_batches: usize,
     stats: bool,
     trace: bool,
     step_timeout: Option<Duration>,
@@ -147,6 +151,18 @@ impl PoolBuilder {
     /// the next blocks while the trainer reads one; more blocks absorb more jitter.
     pub fn ring_depth(mut self, d: usize) -> Self {
         self.ring_depth = d;
+        self
+    }
+
+    /// Async mode: how many received batches stay untouched after the call that received
+    /// them (default 0). With 0 a batch is given back to the workers at the next call on
+    /// the pool, which is all a [`Batch`] borrow can see. Bindings that hand out views the
+    /// borrow checker cannot follow (Python's zero-copy arrays) set 1: a batch then stays
+    /// intact until the second `recv` after it begins, so the previous batch is still
+    /// valid next to the current one. Needs `ring_depth >= retain_batches + 1` (checked;
+    /// `+ 2` lets workers fill a block while the trainer holds its batches).
+    pub fn retain_batches(mut self, k: usize) -> Self {
+        self.retain_batches = k;
         self
     }
 
@@ -289,8 +305,11 @@ struct RingState {
     batch_size: usize,
     /// Number of the next batch `recv` returns.
     next_batch: u64,
-    /// The batch lent out by the last `recv`, released by the next call.
-    held: Option<u64>,
+    /// Received batches kept from the workers after the call that received them (see
+    /// [`PoolBuilder::retain_batches`]).
+    retain: u64,
+    /// Fair scheduling: which sent actions go to their workers now.
+    order: SendOrder,
     /// Actions sent whose results were not received yet.
     in_flight: usize,
     /// Per env: an action (or reset) is in flight.
@@ -371,6 +390,7 @@ impl Pool {
             affinity: CpuAffinity::Auto,
             batch_size: None,
             ring_depth: 2,
+            retain_batches: 0,
             stats: true,
             trace: false,
             step_timeout: None,
@@ -401,6 +421,15 @@ impl Pool {
         }
         if b.ring_depth < 2 || b.ring_depth > 64 {
             return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
+        }
+        if b.retain_batches >= b.ring_depth {
+            return invalid(format!(
+                "retain_batches ({}) must be less than ring_depth ({}): the workers need a block to fill; \
+                 raise ring_depth to at least {}",
+                b.retain_batches,
+                b.ring_depth,
+                b.retain_batches + 1
+            ));
         }
         if b.num_envs > protocol::queue_entry::ENV_MASK as usize {
             return invalid(format!("at most {} envs per pool", protocol::queue_entry::ENV_MASK));
@@ -465,7 +494,8 @@ impl Pool {
         let ring = layout.ring.as_ref().map(|r| RingState {
             batch_size: r.batch_size,
             next_batch: 0,
-            held: None,
+            retain: b.retain_batches as u64,
+            order: SendOrder::new(params.num_envs),
             in_flight: 0,
             pending: vec![false; params.num_envs],
             worker_of: (0..params.num_envs)
@@ -600,6 +630,51 @@ impl Pool {
         self.run(Command::ResetSeeded)
     }
 
+    /// Sync mode: resets only the envs `mask` selects (`mask[i]` for env `i`), as
+    /// Gymnasium's `reset(options={"reset_mask": mask})` does; with `Some(seed)` env `i` is
+    /// seeded with `seed + i`, otherwise it continues its random stream. The other envs are
+    /// left as they are: their rows hold their current observation, with reward 0 and both
+    /// flags false. (Under [`AutoReset::Disabled`] this is how ended envs are brought back
+    /// one by one.) The first reset of a pool must reset every env.
+    pub fn reset_envs(&mut self, mask: &[bool], seed: Option<u64>) -> Result<Batch<'_>, StepError> {
+        self.check_open()?;
+        let n = self.params.num_envs;
+        if self.ring.is_some() {
+            return Err(StepError::WrongMode {
+                call: "reset_envs",
+                hint: "this pool is async: send() the envs to reset after async_reset(), or use a sync pool",
+            });
+        }
+        if mask.len() != n {
+            return Err(StepError::BadMask { len: mask.len(), num_envs: n });
+        }
+        if !self.has_reset && !mask.iter().all(|&m| m) {
+            return Err(StepError::PartialFirstReset);
+        }
+        let flag = match seed {
+            Some(s) => {
+                self.region.write_pod(protocol::RESET_SEED, &s);
+                protocol::reset_flag::RESET_SEEDED
+            }
+            None => protocol::reset_flag::RESET,
+        };
+        let row_bytes = self.layout.actions.row_bytes;
+        let rows = self.layout.actions.rows(0..n);
+        // SAFETY: as in `step`: the action rows are written only by the trainer and read by
+        // workers only after the next post; no view borrows them (`&mut self`).
+        let actions = unsafe { self.region.slice_mut::<u8>(rows.start, n * row_bytes) };
+        for (i, &m) in mask.iter().enumerate() {
+            actions[i * row_bytes] = if m { flag } else { protocol::reset_flag::KEEP };
+        }
+        for (i, &m) in mask.iter().enumerate() {
+            if m && !self.ended.is_empty() {
+                self.ended[i] = false;
+            }
+        }
+        self.first_reset_done = true;
+        self.run(Command::ResetSome)
+    }
+
     /// Sync mode: steps every env with its action: `actions` holds `num_envs` rows of the
     /// action space's dtype, row-major (`&[i64]` for `Discrete`, `&[f32]` for a `Box` of
     /// f32). Actions are validated before any worker sees them. Row `i` of the batch is
@@ -635,7 +710,8 @@ impl Pool {
     pub fn send<T: Element>(&mut self, actions: &[T], env_ids: &[usize]) -> Result<(), StepError> {
         self.check_open()?;
         let entered = now_ns();
-        self.release_held();
+        let keep = self.ring.as_ref().map_or(0, |r| if r.retain == 0 { 0 } else { r.retain + 1 });
+        self.release_received(keep);
         let n = self.params.num_envs;
         if self.ring.is_none() {
             return Err(StepError::WrongMode {
@@ -685,7 +761,12 @@ impl Pool {
             let dst = unsafe { self.region.slice_mut::<T>(row.start, per_env) };
             dst.copy_from_slice(&actions[k * per_env..(k + 1) * per_env]);
         }
-        self.push(env_ids.iter().copied(), protocol::queue_entry::STEP);
+        let ring = self.ring.as_mut().expect("async mode");
+        for &e in env_ids {
+            ring.order.send(e);
+            ring.in_flight += 1;
+        }
+        self.pass_on(false);
         self.pool_stats().add_call(now_ns() - entered, 0, false);
         self.record_spans(&[("send", entered, now_ns())]);
         Ok(())
@@ -701,7 +782,7 @@ impl Pool {
     }
 
     fn start_reset(&mut self, seed: Option<u64>) -> Result<(), StepError> {
-        self.release_held();
+        self.release_received(self.ring.as_ref().map_or(0, |r| r.retain));
         if self.ring.is_none() {
             return Err(StepError::WrongMode { call: "async_reset", hint: "this pool is sync: use reset()" });
         }
@@ -734,8 +815,27 @@ impl Pool {
         let layout = self.layout.ring.as_ref().expect("async layout");
         for e in envs {
             ring.enqueue(&self.region, layout, e, kind, 0);
+            ring.order.send_now(e);
             ring.pending[e] = true;
             ring.in_flight += 1;
+        }
+        ring.publish_queues(&self.region, self.params.num_workers);
+    }
+
+    /// Passes the sent actions whose turn has come ([`SendOrder`]) to their workers'
+    /// queues and publishes them; with `for_batch`, also enough of the oldest held back
+    /// that the workers hold a whole batch (`recv` is about to wait for one).
+    fn pass_on(&mut self, for_batch: bool) {
+        let ring = self.ring.as_mut().expect("async mode");
+        if ring.order.waiting() == 0 {
+            return;
+        }
+        let layout = self.layout.ring.as_ref().expect("async layout");
+        let out = ring.in_flight - ring.order.waiting();
+        let need = if for_batch { ring.batch_size } else { 0 };
+        let envs = ring.order.release(out, need);
+        for e in envs {
+            ring.enqueue(&self.region, layout, e, protocol::queue_entry::STEP, 0);
         }
         ring.publish_queues(&self.region, self.params.num_workers);
     }
@@ -756,7 +856,7 @@ impl Pool {
     pub fn recv(&mut self) -> Result<Batch<'_>, StepError> {
         self.check_open()?;
         let entered = now_ns();
-        self.release_held();
+        self.release_received(self.ring.as_ref().map_or(0, |r| r.retain));
         let Some(ring) = self.ring.as_ref() else {
             return Err(StepError::WrongMode { call: "recv", hint: "this pool is sync: use step()" });
         };
@@ -768,6 +868,7 @@ impl Pool {
         }
         let (q, b) = (ring.next_batch, ring.batch_size);
         self.recover_idle_deaths()?;
+        self.pass_on(true);
         let ring_layout = self.layout.ring.as_ref().expect("async layout");
         let j = RegionRing { region: &self.region, layout: ring_layout }.block_of(q);
         let full =
@@ -850,7 +951,10 @@ impl Pool {
         let ring = self.ring.as_mut().expect("async mode");
         for &id in ids {
             match ring.pending.get_mut(id as usize) {
-                Some(p @ true) => *p = false,
+                Some(p @ true) => {
+                    *p = false;
+                    ring.order.received(id as usize);
+                }
                 _ => {
                     let message = format!("a result row names env {id}, which had no action in flight");
                     let err =
@@ -861,7 +965,6 @@ impl Pool {
         }
         ring.in_flight -= b;
         ring.next_batch += 1;
-        ring.held = Some(q);
         self.restarted.clear();
         if ring.marked > 0 {
             // SAFETY: as for `ids`; the trainer owns the received block until it releases it,
@@ -884,6 +987,8 @@ impl Pool {
                 self.ended[id] = e;
             }
         }
+        // The received envs are no longer the oldest out: actions held back for them go now.
+        self.pass_on(false);
         self.pool_stats().add_call(now_ns() - entered, waited, true);
         self.record_spans(&[("recv", entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..b) })
@@ -995,10 +1100,13 @@ impl Pool {
     }
 
     /// Gives the block of the last batch back to the workers.
-    fn release_held(&mut self) {
+    /// Async mode: gives the blocks of received batches back to the workers, all but the
+    /// last `keep` received.
+    fn release_received(&mut self, keep: u64) {
         if let (Some(ring), Some(layout)) = (self.ring.as_mut(), self.layout.ring.as_ref()) {
-            if let Some(q) = ring.held.take() {
-                let words = RegionRing { region: &self.region, layout };
+            let words = RegionRing { region: &self.region, layout };
+            while ring.released.saturating_add(keep) < ring.next_batch {
+                let q = ring.released;
                 if self.params.restart {
                     mark_unwritten(&self.region, &self.layout.blocks[words.block_of(q)]);
                 }
@@ -1150,7 +1258,9 @@ impl Pool {
         self.has_reset = true;
         let n = self.params.num_envs;
         if !self.ended.is_empty() {
-            if command == Command::Step {
+            if command == Command::ResetSome {
+                // `reset_envs` cleared the envs it reset.
+            } else if command == Command::Step {
                 let view = self.batch_view(j, 0..n);
                 let ended: Vec<bool> =
                     view.terminated.iter().zip(view.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();

@@ -336,6 +336,8 @@ impl Pool {
                     ring.marked += 1;
                 }
                 if ring.pending[e] {
+                    // An action still waiting its turn in the trainer goes with the fill.
+                    ring.order.take_waiting(e);
                     let row = rows.next().unwrap_or(queue_entry::FILL_CLAIM);
                     ring.enqueue(
                         &self.region,
