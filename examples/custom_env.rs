@@ -47,6 +47,7 @@ impl Env for GridWalk {
             ],
             action: Space::discrete(4),
             max_episode_steps: None,
+            single_key_dict: false,
         }
     }
 

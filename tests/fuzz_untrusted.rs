@@ -161,6 +161,7 @@ proptest! {
                 .map(|(k, space)| shmenv::ObsArray { name: format!("o{k}"), space }).collect(),
             action,
             max_episode_steps: None,
+            single_key_dict: false,
         };
         prop_assume!(spec.validate().is_ok());
         let params = PoolParams {

@@ -799,6 +799,7 @@ mod tests {
             ],
             action: Space::boxed(DType::F32, &[3], -1.0, 1.0),
             max_episode_steps: None,
+            single_key_dict: false,
         };
         let sync = Layout::compute(&spec, &params(7, 3, AutoReset::SameStep));
         let mut async_params = params(7, 3, AutoReset::SameStep);

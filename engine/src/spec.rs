@@ -301,6 +301,9 @@ pub struct EnvSpec {
     pub action: Space,
     /// The env's default episode limit (like Gymnasium's `max_episode_steps`), if any.
     pub max_episode_steps: Option<u32>,
+    /// The observation is a dict of the named arrays (Gymnasium's `Dict` space) even
+    /// though there is only one; with several arrays it always is.
+    pub single_key_dict: bool,
 }
 
 impl EnvSpec {
@@ -310,6 +313,7 @@ impl EnvSpec {
             observations: vec![ObsArray { name: "obs".into(), space: observation }],
             action,
             max_episode_steps: None,
+            single_key_dict: false,
         }
     }
 
@@ -340,6 +344,7 @@ impl EnvSpec {
                 .collect::<Vec<_>>(),
             "action": self.action.to_json(),
             "max_episode_steps": self.max_episode_steps,
+            "single_key_dict": self.single_key_dict,
         })
     }
 
@@ -361,7 +366,16 @@ impl EnvSpec {
                 x.as_u64().and_then(|k| u32::try_from(k).ok()).ok_or("max_episode_steps must be a u32")?,
             ),
         };
-        let spec = EnvSpec { observations, action: Space::from_json(&v["action"])?, max_episode_steps };
+        let single_key_dict = match &v["single_key_dict"] {
+            serde_json::Value::Null => false,
+            x => x.as_bool().ok_or("single_key_dict must be a bool")?,
+        };
+        let spec = EnvSpec {
+            observations,
+            action: Space::from_json(&v["action"])?,
+            max_episode_steps,
+            single_key_dict,
+        };
         spec.validate()?;
         Ok(spec)
     }

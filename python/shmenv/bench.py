@@ -2,28 +2,75 @@
 Gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv(shared_memory=True)`` and EnvPool, in one
 run, and prints steps/s with ratios.
 
+shmenv runs twice in each mode: with default settings (``copy=True``: ``reset``/``step``/
+``recv`` return owned arrays) and with ``copy=False`` (zero-copy views of the shared
+memory). Both pass ``copy=`` explicitly, so the figures mean the same before and after the
+library's default changes. The table and ``--json`` give what the copy costs at this size:
+default / copy=False in steps/s, and the time it adds per batch.
+
 Contestants run one at a time (idle engines may still hold cores: EnvPool's threads, a
 process per env), in ``--passes`` passes over all of them; each pass builds a contestant,
 warms it up, times ``--rounds`` rounds of ``--round-seconds`` and closes it. The table
 reports each one's median round, so the noise of a shared machine hits all of them alike.
-Actions are the same random sequence for everybody.
+Actions are the same random sequence for everybody. Baselines that do not apply to the env
+(Gymnasium and EnvPool have no ``Burn-v0``) are listed as such instead of failing.
 
-    python -m shmenv.bench --env CartPole-v1 --num-envs 32 --workers 2 --png bench.png
-    python -m shmenv.bench --env CartPole-v1 --python --num-envs 32      # Gymnasium's CartPole in shmenv
+Then, for native envs, the cost of one ``step()`` call of a 1-env, 1-worker pool, with
+``copy=True`` and ``copy=False`` (see :func:`call_overhead` for how it is measured).
+
+The release reports three configurations, each against EnvPool 1.2.5 async in the same run
+(EnvPool is optional: ``pip install envpool`` where a wheel exists; without it its rows are
+skipped with a message):
+
+    # 1. CartPole-v1, 32 envs
+    python -m shmenv.bench --env CartPole-v1 --num-envs 32 --workers 2
+    # 2. CartPole-v1, 256 envs (no AsyncVectorEnv: a process per env)
+    python -m shmenv.bench --env CartPole-v1 --num-envs 256 --workers 2 \\
+        --only shmenv,shmenv-nocopy,shmenv-async,shmenv-async-nocopy,sync,envpool,envpool-async
+    # 3. Burn-v0 image observations (4x84x84 uint8, 28 KB per env), 16 envs. EnvPool has
+    #    no Burn-v0: the row is EnvPool's async CartPole-v1 at the same size and batch, a
+    #    generous baseline (16-byte observations, no image to move).
+    python -m shmenv.bench --env Burn-v0 --config '{"obs_shape": [4, 84, 84], "obs_dtype": "u8"}' \\
+        --num-envs 16 --workers 2 --envpool-env CartPole-v1
+
+More:
+
+    python -m shmenv.bench --env CartPole-v1 --num-envs 32 --png bench.png   # bar chart (matplotlib)
+    python -m shmenv.bench --env CartPole-v1 --python --num-envs 32          # Gymnasium's CartPole in shmenv
     python -m shmenv.bench --env shmenv.pyenvs:BurnEnv --config '{"step_us": 50}' --num-envs 8
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import math
+import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+
+#: Contestant keys for ``--only``, in the order each pass runs them (each shmenv pair is
+#: adjacent, so a copy / no-copy ratio compares neighbours in time).
+KEYS = (
+    "shmenv",
+    "shmenv-nocopy",
+    "shmenv-async",
+    "shmenv-async-nocopy",
+    "sync",
+    "async",
+    "envpool",
+    "envpool-async",
+)
+
+
+class NotApplicable(Exception):
+    """A baseline that has no counterpart for this env (reported, not an error)."""
 
 
 @dataclass
@@ -34,6 +81,9 @@ class Contestant:
     step: Callable[[], int]
     close: Callable[[], None]
     rates: list[float] = field(default_factory=list)
+    key: str = ""
+    #: Bytes of observations one `step()` returns (None when not known).
+    obs_bytes: int | None = None
 
     def round(self, seconds: float) -> None:
         steps, start = 0, time.perf_counter()
@@ -67,6 +117,18 @@ def _cycle(actions: list[np.ndarray]) -> Callable[[], np.ndarray]:
     return next_actions
 
 
+def _obs_bytes(space, rows: int) -> int | None:
+    """Bytes of `rows` observations of `space` (a Box, or a Dict/Tuple of them)."""
+    subspaces = getattr(space, "spaces", None)
+    if subspaces is not None:
+        parts = [_obs_bytes(s, rows) for s in (subspaces.values() if isinstance(subspaces, dict) else subspaces)]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return int(math.prod(shape)) * np.dtype(dtype).itemsize * rows
+
+
 def _target(env_id: str, python: bool):
     """What shmenv runs: the native env, or with `python` the Gymnasium (Python) env of that id."""
     if python:
@@ -76,16 +138,27 @@ def _target(env_id: str, python: bool):
     return env_id
 
 
+def _is_native(env_id: str, python: bool) -> bool:
+    import shmenv
+
+    return env_id in shmenv.builtin_env_ids() and not python
+
+
 def _kind(env_id: str, python: bool) -> str:
+    return "native" if _is_native(env_id, python) else "Python env"
+
+
+def _copy_label(copy: bool) -> str:
+    return "" if copy else " copy=False"
+
+
+def shmenv_sync(
+    env_id: str, n: int, workers: int, config: dict | None, python: bool = False, copy: bool = True
+) -> Contestant:
+    """shmenv in sync mode; `copy` is passed explicitly (True: owned arrays, False: views)."""
     import shmenv
 
-    return "native" if env_id in shmenv.builtin_env_ids() and not python else "Python env"
-
-
-def shmenv_sync(env_id: str, n: int, workers: int, config: dict | None, python: bool = False) -> Contestant:
-    import shmenv
-
-    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, seed=0, config=config)
+    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, seed=0, config=config, copy=copy)
     envs.reset()
     acts = _cycle(_actions(envs.single_action_space, n))
 
@@ -93,25 +166,42 @@ def shmenv_sync(env_id: str, n: int, workers: int, config: dict | None, python: 
         envs.step(acts())
         return n
 
-    return Contestant(f"shmenv sync ({workers} workers, {_kind(env_id, python)})", step, envs.close)
+    name = f"shmenv sync{_copy_label(copy)} ({workers} workers, {_kind(env_id, python)})"
+    return Contestant(name, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, n))
 
 
-def shmenv_async(env_id: str, n: int, workers: int, batch: int, config: dict | None, python: bool) -> Contestant:
+def _recv_env_ids(result: tuple) -> Any:
+    """The env ids of an async batch: ``infos["env_id"]`` (EnvPool's 5-tuple
+    ``(obs, rew, term, trunc, info)``), else the 6th element of the older
+    ``(obs, rew, term, trunc, info, env_ids)``."""
+    info = result[4]
+    return info["env_id"] if "env_id" in info else result[5]
+
+
+def shmenv_async(
+    env_id: str, n: int, workers: int, batch: int, config: dict | None, python: bool, copy: bool = True
+) -> Contestant:
+    """shmenv in async mode (`batch` < `n`), EnvPool style: ``recv`` a batch, ``send`` its actions."""
     import shmenv
 
-    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config)
+    envs = shmenv.make_vec(
+        _target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config, copy=copy
+    )
     envs.async_reset()
     acts = _cycle(_actions(envs.single_action_space, batch))
 
     def step() -> int:
-        *_, ids = envs.recv()
+        ids = _recv_env_ids(envs.recv())
         envs.send(acts(), ids)
         return batch
 
-    return Contestant(f"shmenv async (batch {batch}, {workers} workers, {_kind(env_id, python)})", step, envs.close)
+    name = f"shmenv async{_copy_label(copy)} (batch {batch}, {workers} workers, {_kind(env_id, python)})"
+    return Contestant(name, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, batch))
 
 
 def gymnasium_vec(env_id: str, n: int, mode: str, config: dict | None) -> Contestant:
+    """Gymnasium's SyncVectorEnv or AsyncVectorEnv(shared_memory=True) of a Gymnasium id
+    or an entry point ``module:Class`` (with `config` as keyword arguments)."""
     import gymnasium as gym
 
     if ":" in env_id and env_id not in gym.registry:  # an entry point
@@ -123,6 +213,8 @@ def gymnasium_vec(env_id: str, n: int, mode: str, config: dict | None) -> Contes
             envs = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
         else:
             envs = gym.vector.SyncVectorEnv(fns)
+    elif env_id not in gym.registry:
+        raise NotApplicable(f"Gymnasium has no {env_id} (a native shmenv env)")
     else:
         kwargs = {"shared_memory": True} if mode == "async" else {}
         envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, vector_kwargs=kwargs)
@@ -134,15 +226,22 @@ def gymnasium_vec(env_id: str, n: int, mode: str, config: dict | None) -> Contes
         return n
 
     label = "gymnasium AsyncVectorEnv(shared_memory=True)" if mode == "async" else "gymnasium SyncVectorEnv"
-    return Contestant(label, step, envs.close)
+    return Contestant(label, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, n))
 
 
-def envpool_vec(env_id: str, n: int, threads: int, batch: int | None) -> Contestant:
+def envpool_vec(env_id: str, n: int, threads: int, batch: int | None, envpool_env: str | None = None) -> Contestant:
+    """EnvPool sync (`batch` None) or async; `envpool_env` runs another EnvPool env than
+    `env_id` (e.g. CartPole-v1 as the baseline of a native env EnvPool does not have)."""
     import envpool
 
+    target = envpool_env or env_id
+    if target not in envpool.list_all_envs():
+        hint = "" if envpool_env else " (--envpool-env CartPole-v1 compares with EnvPool's CartPole instead)"
+        raise NotApplicable(f"EnvPool has no {target}{hint}")
     b = batch or n
-    envs = envpool.make(env_id, env_type="gymnasium", num_envs=n, batch_size=b, num_threads=threads, seed=0)
+    envs = envpool.make(target, env_type="gymnasium", num_envs=n, batch_size=b, num_threads=threads, seed=0)
     acts = _cycle(_actions(envs.action_space, b))
+    other = f" {target}" if target != env_id else ""
     if b == n:
         envs.reset()
 
@@ -150,7 +249,7 @@ def envpool_vec(env_id: str, n: int, threads: int, batch: int | None) -> Contest
             envs.step(acts())
             return n
 
-        label = f"EnvPool {envpool.__version__} sync ({threads} threads)"
+        label = f"EnvPool {envpool.__version__} sync{other} ({threads} threads)"
     else:
         envs.async_reset()
 
@@ -159,14 +258,13 @@ def envpool_vec(env_id: str, n: int, threads: int, batch: int | None) -> Contest
             envs.send(acts(), info["env_id"])
             return b
 
-        label = f"EnvPool {envpool.__version__} async (batch {b}, {threads} threads)"
-    return Contestant(label, step, envs.close)
+        label = f"EnvPool {envpool.__version__} async{other} (batch {b}, {threads} threads)"
+    return Contestant(label, step, envs.close, obs_bytes=_obs_bytes(envs.observation_space, b))
 
 
 def _settle(timeout: float = 10.0) -> None:
     """Waits until a closed contestant's processes are gone (AsyncVectorEnv's 32 workers
     take a while to exit and would eat the next contestant's cores), then a moment more."""
-    import gc
     import multiprocessing
 
     gc.collect()
@@ -176,21 +274,103 @@ def _settle(timeout: float = 10.0) -> None:
     time.sleep(0.3)
 
 
-def call_overhead(env_id: str, config: dict | None) -> float:
-    """Microseconds per `step()` call of a 1-env, 1-worker shmenv pool (native env)."""
-    c = shmenv_sync(env_id, 1, 1, config)
+#: Burn-v0 config keys that make each step burn CPU time: :func:`call_overhead` drops them.
+_ENV_WORK_KEYS = ("step_us", "step_us_jitter")
+
+
+def call_overhead(env_id: str, config: dict | None, rounds: int = 7, round_seconds: float = 0.05) -> dict[str, Any]:
+    """Microseconds per `step()` call of a 1-env, 1-worker shmenv pool of native env
+    `env_id`, with ``copy=True`` and ``copy=False``: the engine round trip plus the Python
+    layer, not the env's work (Burn-v0's ``step_us``/``step_us_jitter`` are dropped from
+    `config`; its observation shape stays, so an image env's copy shows).
+
+    How, and why (an earlier version printed ~58-61 us where a direct loop takes ~2 us):
+
+    - The trainer process is pinned, for the measurement only, to cores other than the
+      worker's. A 1-worker pool pins its worker to the first core and counts 2 processes on
+      2 cores, so the ``auto`` wait strategy spins (up to 50 us) before yielding. When the
+      scheduler puts the unpinned trainer on the worker's core (likely when anything else
+      runs on the other core, e.g. a build or the previous contestant's exiting
+      processes), the spinning trainer holds the core the worker needs and every call
+      costs the whole 50 us spin: measured here 58 us on the worker's core, 2.2 us on the
+      other, 1.8-2 us unpinned on an idle machine. The earlier figure was that.
+    - The env's own work is left out (the earlier version kept the user's ``step_us``:
+      Burn-v0 with 50 us steps printed ~130 us).
+    - Both pools are warmed up (first calls fault pages in, the wait policy's running
+      average settles), rounds alternate between them with a short warm-up each (the idle
+      pool's worker went to sleep meanwhile), each round is a fixed number of calls sized
+      to `round_seconds`, the garbage collector is off while timing (as in ``timeit``),
+      and the figure is the median round.
+    """
+    import shmenv
+
+    cfg = {k: v for k, v in (config or {}).items() if k not in _ENV_WORK_KEYS} if env_id == "Burn-v0" else config
+    allowed = os.sched_getaffinity(0)
+    gc_was_enabled = gc.isenabled()
+    pools: dict[bool, Any] = {}
+    times: dict[bool, list[float]] = {True: [], False: []}
     try:
-        for _ in range(2000):
-            c.step()
-        for _ in range(5):
-            c.round(0.3)
-        return 1e6 / c.median
+        for copy in (True, False):
+            pools[copy] = shmenv.make_vec(env_id, 1, num_workers=1, seed=0, config=cfg, copy=copy)
+        worker_cores = {c for envs in pools.values() for pid in envs.worker_pids for c in os.sched_getaffinity(pid)}
+        trainer_cores = allowed - worker_cores
+        if trainer_cores:
+            os.sched_setaffinity(0, trainer_cores)
+        calls_of: dict[bool, tuple[Callable[..., Any], np.ndarray]] = {}
+        for copy, envs in pools.items():
+            envs.reset()
+            act = np.asarray([envs.single_action_space.sample()])
+            calls_of[copy] = (envs.step, act)
+            for _ in range(2000):
+                envs.step(act)
+        gc.collect()
+        gc.disable()
+        # Calls per round: enough for `round_seconds` at the speed of a calibration run.
+        step, act = calls_of[True]
+        start = time.perf_counter()
+        for _ in range(1000):
+            step(act)
+        per_call = (time.perf_counter() - start) / 1000
+        calls = max(1000, int(round_seconds / max(per_call, 1e-7)))
+        warm = max(200, calls // 10)
+        for r in range(rounds):
+            for copy in (True, False) if r % 2 == 0 else (False, True):
+                step, act = calls_of[copy]
+                for _ in range(warm):
+                    step(act)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    step(act)
+                times[copy].append((time.perf_counter() - start) / calls * 1e6)
     finally:
-        c.close()
+        if gc_was_enabled:
+            gc.enable()
+        os.sched_setaffinity(0, allowed)
+        for envs in pools.values():
+            envs.close()
+
+    def summary(us: list[float]) -> dict[str, Any]:
+        return {"median_us": statistics.median(us), "min_us": min(us), "max_us": max(us), "rounds_us": us}
+
+    return {
+        "env": env_id,
+        "config": cfg,
+        "calls_per_round": calls,
+        "worker_cores": sorted(worker_cores),
+        "trainer_cores": sorted(trainer_cores) if trainer_cores else sorted(allowed),
+        "trainer_pinned": bool(trainer_cores),
+        "copy": summary(times[True]),
+        "nocopy": summary(times[False]),
+        "copy_adds_us": statistics.median(times[True]) - statistics.median(times[False]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m shmenv.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m shmenv.bench",
+        description=__doc__.split("\n\n")[0],
+        epilog="contestants: " + ", ".join(KEYS),
+    )
     p.add_argument(
         "--env",
         default="CartPole-v1",
@@ -205,102 +385,223 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="shmenv workers and EnvPool threads")
     p.add_argument("--batch-size", type=int, default=None, help="async batch (default num_envs / 2)")
     p.add_argument("--config", type=json.loads, default=None, help="shmenv env config (JSON)")
+    p.add_argument(
+        "--envpool-env",
+        default=None,
+        help="the EnvPool env of the envpool contestants when it is not --env (e.g. CartPole-v1 for Burn-v0)",
+    )
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3, help="rounds per pass")
     p.add_argument("--round-seconds", type=float, default=0.5)
     p.add_argument(
-        "--only",
-        default="shmenv,shmenv-async,sync,async,envpool,envpool-async",
-        help="comma-separated contestants: shmenv, shmenv-async, sync, async, envpool, envpool-async",
+        "--overhead-rounds",
+        type=int,
+        default=7,
+        help="rounds of the 1-env step() call cost (native envs; 0 skips it)",
     )
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--only", default=",".join(KEYS), help="comma-separated contestants: " + ", ".join(KEYS))
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--png", default=None, help="save a bar chart (needs matplotlib)")
     args = p.parse_args(argv)
     n, w = args.num_envs, args.workers
     batch = args.batch_size or max(1, n // 2)
-    wanted = set(args.only.split(","))
+    wanted = [k for k in args.only.split(",") if k]
+    unknown = [k for k in wanted if k not in KEYS]
+    if unknown:
+        p.error(f"unknown contestant(s) {', '.join(unknown)} in --only: use {', '.join(KEYS)}")
 
-    makers: list[tuple[str, Callable[[], Contestant]]] = [
-        ("shmenv", lambda: shmenv_sync(args.env, n, w, args.config, args.python)),
-        ("shmenv-async", lambda: shmenv_async(args.env, n, w, batch, args.config, args.python)),
-        ("sync", lambda: gymnasium_vec(args.env, n, "sync", args.config)),
-        ("async", lambda: gymnasium_vec(args.env, n, "async", args.config)),
-        ("envpool", lambda: envpool_vec(args.env, n, w, None)),
-        ("envpool-async", lambda: envpool_vec(args.env, n, w, batch)),
-    ]
-    rates: dict[str, list[float]] = {}
+    env, cfg, py = args.env, args.config, args.python
+    makers: dict[str, Callable[[], Contestant]] = {
+        "shmenv": lambda: shmenv_sync(env, n, w, cfg, py, copy=True),
+        "shmenv-nocopy": lambda: shmenv_sync(env, n, w, cfg, py, copy=False),
+        "shmenv-async": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=True),
+        "shmenv-async-nocopy": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=False),
+        "sync": lambda: gymnasium_vec(env, n, "sync", cfg),
+        "async": lambda: gymnasium_vec(env, n, "async", cfg),
+        "envpool": lambda: envpool_vec(env, n, w, None, args.envpool_env),
+        "envpool-async": lambda: envpool_vec(env, n, w, batch, args.envpool_env),
+    }
+    steps_per_call = {k: (batch if "async" in k else n) for k in KEYS}
     skipped: dict[str, str] = {}
+    not_applicable: dict[str, str] = {}
+    for key in ("shmenv-async", "shmenv-async-nocopy", "envpool-async"):
+        if batch >= n and key in wanted:
+            not_applicable[key] = f"batch size {batch} >= {n} envs: no async mode"
+    load_before = os.getloadavg()
+
+    found: dict[str, Contestant] = {}
+    pass_medians: dict[str, list[float]] = {}
     for _ in range(args.passes):
-        for key, make in makers:
-            if key not in wanted or key in skipped or (key == "shmenv-async" and batch >= n):
+        for key in KEYS:
+            if key not in wanted or key in skipped or key in not_applicable:
                 continue
             try:
-                c = make()
+                c = makers[key]()
+            except NotApplicable as e:
+                not_applicable[key] = str(e)
+                continue
             except ImportError as e:
-                skipped[key] = f"{e.name or e} not installed"
+                name = e.name or str(e)
+                skipped[key] = f"{name} not installed" + (" (pip install envpool)" if name == "envpool" else "")
                 continue
             except Exception as e:  # noqa: BLE001 - a contestant that cannot run is reported, not fatal
                 skipped[key] = f"{type(e).__name__}: {e}"
                 continue
             try:
-                c.round(0.2)  # warm-up
+                c.round(min(0.2, args.round_seconds))  # warm-up
                 c.rates.clear()
                 for _ in range(args.rounds):
                     c.round(args.round_seconds)
             finally:
                 c.close()
-                _settle()
-            rates.setdefault(c.name, []).extend(c.rates)
-    contestants = [Contestant(name, lambda: 0, lambda: None, r) for name, r in rates.items()]
-    import shmenv
+            # Keep the figures, not the closures: they would keep the engine (EnvPool's
+            # threads) alive into the next contestant's turn.
+            kept = found.setdefault(key, Contestant(c.name, lambda: 0, lambda: None, key=key, obs_bytes=c.obs_bytes))
+            kept.rates.extend(c.rates)
+            pass_medians.setdefault(key, []).append(statistics.median(c.rates))
+            del c
+            _settle()
+    contestants = list(found.values())
 
-    native = args.env in shmenv.builtin_env_ids() and not args.python
-    overhead = call_overhead(args.env, args.config) if "shmenv" in wanted and native else None
+    native = _is_native(env, py)
+    overhead = None
+    if args.overhead_rounds > 0 and native and ("shmenv" in wanted or "shmenv-nocopy" in wanted):
+        try:
+            overhead = call_overhead(env, cfg, rounds=args.overhead_rounds)
+        except Exception as e:  # noqa: BLE001 - reported like a contestant that cannot run
+            skipped["call-overhead"] = f"{type(e).__name__}: {e}"
+    elif args.overhead_rounds > 0 and not native:
+        not_applicable["call-overhead"] = "measured for native envs only (a Python env's step dominates)"
 
-    base = next((c.median for c in contestants if c.name.startswith("shmenv sync")), None)
-    sync_ref = next((c.median for c in contestants if c.name == "gymnasium SyncVectorEnv"), None)
-    rows = [
-        {
-            "name": c.name,
-            "steps_per_sec": round(c.median),
-            "min": round(min(c.rates)),
-            "max": round(max(c.rates)),
-            "shmenv_ratio": (base / c.median) if base else None,
-            "vs_sync_vector_env": (c.median / sync_ref) if sync_ref else None,
-        }
-        for c in contestants
-    ]
-    result = {
-        "env": args.env,
+    copy_cost = _copy_costs(found, pass_medians, steps_per_call)
+    base_key = "shmenv" if "shmenv" in found else "shmenv-nocopy"
+    base = found[base_key].median if base_key in found else None
+    sync_ref = found["sync"].median if "sync" in found else None
+    rows = []
+    for c in contestants:
+        nocopy = found.get(c.key + "-nocopy")
+        rows.append(
+            {
+                "key": c.key,
+                "name": c.name,
+                "steps_per_sec": round(c.median),
+                "min": round(min(c.rates)),
+                "max": round(max(c.rates)),
+                "shmenv_ratio": (base / c.median) if base else None,
+                "vs_sync_vector_env": (c.median / sync_ref) if sync_ref else None,
+                "vs_nocopy": (c.median / nocopy.median) if nocopy else None,
+                "obs_bytes_per_batch": c.obs_bytes,
+            }
+        )
+    result: dict[str, Any] = {
+        "env": env,
+        "config": cfg,
         "num_envs": n,
         "workers": w,
         "batch_size": batch,
+        "envpool_env": args.envpool_env,
         "rounds": args.rounds * args.passes,
         "rows": rows,
-        "shmenv_step_call_us_1_env": overhead,
+        "copy_cost": copy_cost,
+        "call_overhead": overhead,
+        # The default (copy=True) figure under the key earlier versions printed.
+        "shmenv_step_call_us_1_env": overhead["copy"]["median_us"] if overhead else None,
         "skipped": skipped,
+        "not_applicable": not_applicable,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.env}, {n} envs, {w} workers/threads, median of {args.passes} x {args.rounds} rounds")
-        width = max(len(r["name"]) for r in rows) if rows else 10
-        print(f"{'engine':<{width}}  {'steps/s':>12}  {'range':>23}  {'shmenv sync is':>14}  {'x SyncVectorEnv':>15}")
-        for r in rows:
-            ratio = f"{r['shmenv_ratio']:.2f}x" if r["shmenv_ratio"] else "-"
-            vs = f"{r['vs_sync_vector_env']:.2f}x" if r["vs_sync_vector_env"] else "-"
-            span = f"{r['min']:,}-{r['max']:,}"
-            print(f"{r['name']:<{width}}  {r['steps_per_sec']:>12,}  {span:>23}  {ratio:>14}  {vs:>15}")
-        if overhead is not None:
-            print(f"shmenv step() call, 1 env, 1 worker: {overhead:.2f} us")
-        for key, why in skipped.items():
-            print(f"skipped {key}: {why}")
+        _print_table(result, base_key, args.passes, args.rounds)
     if args.png:
-        _chart(result, args.png)
+        _chart(result, args.png, quiet=args.json)
     return 0
 
 
-def _chart(result: dict, path: str) -> None:
+def _copy_costs(
+    found: dict[str, Contestant], pass_medians: dict[str, list[float]], steps_per_call: dict[str, int]
+) -> dict[str, Any]:
+    """What ``copy=True`` costs against ``copy=False``, per mode that ran both: the ratio of
+    median steps/s (default / copy=False; below 1 = the copy costs), the same ratio within
+    each pass (neighbours in time), and the time the copy adds per batch."""
+    out: dict[str, Any] = {}
+    for mode, key in (("sync", "shmenv"), ("async", "shmenv-async")):
+        copy, nocopy = found.get(key), found.get(key + "-nocopy")
+        if copy is None or nocopy is None:
+            continue
+        rows = steps_per_call[key]
+        out[mode] = {
+            "copy_steps_per_sec": round(copy.median),
+            "nocopy_steps_per_sec": round(nocopy.median),
+            "ratio": copy.median / nocopy.median,
+            "pass_ratios": [a / b for a, b in zip(pass_medians[key], pass_medians[key + "-nocopy"])],
+            "batch_envs": rows,
+            "copy_adds_us_per_batch": (rows / copy.median - rows / nocopy.median) * 1e6,
+            "obs_bytes_per_batch": copy.obs_bytes,
+        }
+    return out
+
+
+def _kb(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "?"
+    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def _print_table(result: dict[str, Any], base_key: str, passes: int, rounds: int) -> None:
+    rows = result["rows"]
+    cfg = f" {json.dumps(result['config'])}" if result["config"] else ""
+    print(
+        f"{result['env']}{cfg}, {result['num_envs']} envs, {result['workers']} workers/threads, "
+        f"median of {passes} x {rounds} rounds"
+    )
+    width = max([len(r["name"]) for r in rows] + [6])
+    base_head = f"{base_key} is"
+    print(
+        f"{'engine':<{width}}  {'steps/s':>12}  {'range':>23}  {base_head:>{max(14, len(base_head))}}  "
+        f"{'x SyncVectorEnv':>15}  {'/ copy=False':>12}"
+    )
+    for r in rows:
+        ratio = f"{r['shmenv_ratio']:.2f}x" if r["shmenv_ratio"] else "-"
+        vs = f"{r['vs_sync_vector_env']:.2f}x" if r["vs_sync_vector_env"] else "-"
+        nc = f"{r['vs_nocopy']:.2f}x" if r["vs_nocopy"] else ""
+        span = f"{r['min']:,}-{r['max']:,}"
+        print(
+            f"{r['name']:<{width}}  {r['steps_per_sec']:>12,}  {span:>23}  {ratio:>{max(14, len(base_head))}}  "
+            f"{vs:>15}  {nc:>12}"
+        )
+    for mode, c in result["copy_cost"].items():
+        passes_txt = ", ".join(f"{x:.2f}" for x in c["pass_ratios"])
+        print(
+            f"copy cost, {mode}: default (copy=True) is {c['ratio']:.2f}x copy=False in steps/s "
+            f"(per pass: {passes_txt}); {c['copy_adds_us_per_batch']:+.2f} us per batch of "
+            f"{c['batch_envs']} envs ({_kb(c['obs_bytes_per_batch'])} of observations)"
+        )
+    o = result["call_overhead"]
+    if o is not None:
+        cfg = f" {json.dumps(o['config'])}" if o["config"] else ""
+        where = (
+            f"trainer on core {','.join(map(str, o['trainer_cores']))}, worker on "
+            f"{','.join(map(str, o['worker_cores']))}"
+            if o["trainer_pinned"]
+            else "trainer not pinned (no core free of the worker)"
+        )
+        print(
+            f"shmenv step() call, 1 env, 1 worker ({o['env']}{cfg}; {where}; median of {len(o['copy']['rounds_us'])}):"
+        )
+        for label, key in (("copy=True (default)", "copy"), ("copy=False", "nocopy")):
+            s = o[key]
+            print(f"  {label:<20} {s['median_us']:6.2f} us  ({s['min_us']:.2f}-{s['max_us']:.2f})")
+        print(f"  the copy adds {o['copy_adds_us']:+.2f} us per call")
+    for key, why in result["not_applicable"].items():
+        print(f"n/a {key}: {why}")
+    for key, why in result["skipped"].items():
+        print(f"skipped {key}: {why}")
+
+
+def _chart(result: dict[str, Any], path: str, quiet: bool = False) -> None:
     try:
         import matplotlib
 
@@ -320,7 +621,7 @@ def _chart(result: dict, path: str) -> None:
     ax.set_title(f"{result['env']}, {result['num_envs']} envs, {result['workers']} workers/threads")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    print(f"saved {path}")
+    print(f"saved {path}", file=sys.stderr if quiet else sys.stdout)
 
 
 if __name__ == "__main__":

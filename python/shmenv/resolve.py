@@ -26,10 +26,14 @@ from shmenv.errors import InvalidArgumentError, UnknownEnvError
 
 @dataclass
 class Resolved:
+    """What runs in the workers: the engine's env id and JSON config."""
+
     engine_id: str
     config: dict
     python: bool
     label: str
+    gym_spec: Any = None
+    """The Gymnasium ``EnvSpec`` the workers build from, for Gymnasium ids and specs."""
 
 
 def closest(name: str, candidates: list[str]) -> str | None:
@@ -86,7 +90,7 @@ def _from_spec(spec, config: dict | None) -> Resolved:
         spec_json = spec.to_json()
     except ValueError as e:
         raise InvalidArgumentError(f"{spec.id}: its spec cannot travel to the workers as JSON: {e}") from None
-    return Resolved("", {"kind": "spec", "spec": spec_json, "kwargs": config or {}}, True, spec.id)
+    return Resolved("", {"kind": "spec", "spec": spec_json, "kwargs": config or {}}, True, spec.id, spec)
 
 
 def _from_entry_point(entry: str, config: dict | None) -> Resolved:

@@ -64,10 +64,6 @@ except ImportError:
 
 __all__ = ["ShmVecEnv", "HAVE_SB3"]
 
-# Attributes a native (Rust) env can answer for get_attr; there are no Python env objects.
-_NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
-
-
 class ShmVecEnv(_Base):
     """A Stable-Baselines3 ``VecEnv`` over shmenv worker processes. ``env`` and the
     keywords are those of :func:`shmenv.make_vec` (a native or Gymnasium id, an EnvSpec,
@@ -75,9 +71,13 @@ class ShmVecEnv(_Base):
     ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped`` reach the env objects in
     the workers (arguments and results pickled, on a side channel).
 
-    With ``copy=False`` (the default) observations are read-only views of the shared
-    memory, valid until the step after next, which is what SB3's rollout loops need
-    (``_last_obs`` is read one step later). Pass ``copy=True`` to own them."""
+    Every array it returns is the caller's (SB3 writes into ``rewards`` and observations in
+    place). ``copy=False`` makes observations read-only views of the shared memory, valid
+    until the step after next (what SB3's rollout loop needs: ``_last_obs`` is read one
+    step later), for algorithms that do not write into them.
+
+    ``env_is_wrapped(Monitor)`` is True: ``infos[i]["episode"]`` is reported at every
+    episode end, as SB3's ``Monitor`` does, so ``evaluate_policy`` reads true returns."""
 
     def __init__(self, env: Any, num_envs: int, **kwargs: Any):
         kwargs.pop("autoreset_mode", None)
@@ -110,7 +110,7 @@ class ShmVecEnv(_Base):
         self._actions = None
         dones = np.logical_or(terminated, truncated)
         env_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        if infos:
+        if dones.any():
             now = time.perf_counter()
             stats = infos[self.venv.episode_stats_key]
             final = infos.get("final_obs")
@@ -137,22 +137,7 @@ class ShmVecEnv(_Base):
         return self._seeds
 
     def get_attr(self, attr_name: str, indices=None) -> list[Any]:
-        idx = list(self._indices(indices))
-        if self.venv.python_env:
-            return self.venv.env_call("get", attr_name, idx)
-        if attr_name not in _NATIVE_ATTRS:
-            raise AttributeError(
-                f"{self.venv.env_id} is a native shmenv env: it has no Python attribute "
-                f"{attr_name!r} (available: {', '.join(_NATIVE_ATTRS)})"
-            )
-        value = {
-            "render_mode": None,
-            "spec": None,
-            "metadata": {"render_modes": []},
-            "observation_space": self.venv.single_observation_space,
-            "action_space": self.venv.single_action_space,
-        }[attr_name]
-        return [value for _ in idx]
+        return list(self.venv.env_call("get", attr_name, list(self._indices(indices))))
 
     def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
         idx = list(self._indices(indices))
@@ -175,6 +160,8 @@ class ShmVecEnv(_Base):
 
     def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
         idx = list(self._indices(indices))
+        if _is_monitor(wrapper_class):
+            return [True for _ in idx]
         if self.venv.python_env:
             return self.venv.env_call("is_wrapped", "", idx, values=[wrapper_class] * len(idx))
         return [False for _ in idx]
@@ -204,3 +191,13 @@ class ShmVecEnv(_Base):
     @property
     def worker_pids(self) -> list[int]:
         return self.venv.worker_pids
+
+
+def _is_monitor(wrapper_class) -> bool:
+    """Whether `wrapper_class` is SB3's ``Monitor`` (or a subclass): what ShmVecEnv's
+    episode infos stand in for."""
+    if not HAVE_SB3:
+        return False
+    from stable_baselines3.common.monitor import Monitor
+
+    return isinstance(wrapper_class, type) and issubclass(wrapper_class, Monitor)

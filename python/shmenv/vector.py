@@ -9,12 +9,13 @@ import sys
 from typing import Any, Sequence
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.errors import ActionError, ClosedError, InvalidArgumentError
+from shmenv.errors import ActionError, ClosedError, InvalidArgumentError, UsageError
 from shmenv.resolve import resolve
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
@@ -30,14 +31,16 @@ def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
 
 
 class ShmVectorEnv(VectorEnv):
-    """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`.
+    """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
+    docstring describes every argument.
 
-    Zero-copy contract (``copy=False``, the default): the arrays ``reset``/``step``/``recv``
-    return are read-only numpy views of the shared region. They stay valid until the call
-    after next (results alternate between two blocks, so ``obs`` from the previous step is
-    still intact while you hold ``next_obs``); copy what you keep longer. ``copy=True``
-    returns owned, writable arrays. Views never dangle: each holds the mapping alive, even
-    after ``close()``.
+    Arrays returned by ``reset``/``step``/``recv`` are the caller's: fresh, writable numpy
+    arrays, as with ``SyncVectorEnv`` and EnvPool. With ``copy=False`` observations are
+    instead read-only views of the shared memory (rewards, flags and infos stay owned
+    copies), valid until the second call after the one that returned them: in sync mode
+    until the step (or reset) after next, in async mode until the second ``recv`` (or
+    reset) after it begins, so ``obs`` is still intact next to ``next_obs``. Views never
+    dangle: each holds the mapping alive, even after ``close()``.
     """
 
     def __init__(
@@ -51,11 +54,11 @@ class ShmVectorEnv(VectorEnv):
         seed: int | None = None,
         config: dict | None = None,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = False,
+        copy: bool = True,
         worker_program: str | os.PathLike | None = None,
         max_episode_steps: int | None = None,
         wait: str = "auto",
-        ring_depth: int = 2,
+        ring_depth: int | None = None,
         pin_workers: bool = True,
         episode_stats_key: str = "episode_stats",
         step_timeout: float | None = None,
@@ -65,15 +68,12 @@ class ShmVectorEnv(VectorEnv):
         self._calls = None
         mode = _autoreset_mode(autoreset_mode)
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
-        num_envs = int(num_envs)
-        if envs_per_worker is not None:
-            if num_workers is not None:
-                raise InvalidArgumentError("pass num_workers or envs_per_worker, not both")
-            if int(envs_per_worker) < 1:
-                raise InvalidArgumentError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
-            num_workers = -(-num_envs // int(envs_per_worker))
-        if num_workers is None:
-            num_workers = max(1, min(len(os.sched_getaffinity(0)), num_envs))
+        num_envs = _count("num_envs", num_envs)
+        num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
+        batch = num_envs if batch_size is None else _count("batch_size", batch_size)
+        zero_copy_async = batch < num_envs and not copy
+        if ring_depth is None:
+            ring_depth = 3 if zero_copy_async else 2
         if worker_program is None:
             program, args, worker_env = python_worker_command()
         elif resolved.python:
@@ -88,10 +88,15 @@ class ShmVectorEnv(VectorEnv):
 
             self._calls = CallChannel(num_workers)
             worker_env = worker_env + self._calls.worker_env()
+        options = dict(
+            num_workers=num_workers, batch_size=batch_size, seed=seed, config_json=json.dumps(resolved.config),
+            autoreset=mode.value, max_episode_steps=max_episode_steps, worker_program=program, worker_args=args,
+            worker_env=worker_env, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
+            step_timeout=step_timeout, max_restarts=max_restarts, copy=bool(copy),
+            retain_batches=1 if zero_copy_async else 0,
+        )
         try:
-            self._pool = self._start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args,
-                                          worker_env, max_episode_steps, wait, ring_depth, pin_workers, step_timeout,
-                                          max_restarts)
+            self._pool = _shmenv.Pool(resolved.engine_id, num_envs, **options)
         except BaseException:
             if self._calls is not None:
                 self._calls.close()
@@ -102,58 +107,43 @@ class ShmVectorEnv(VectorEnv):
         self.env_id = resolved.label
         self.num_envs = num_envs
         self.num_workers = num_workers
-        self.batch_size = int(batch_size) if batch_size is not None else self.num_envs
+        self.batch_size = batch
         self.is_async = self.batch_size < self.num_envs
         self.single_observation_space, self._obs_names = observation_space(spec)
+        self._dict_obs = isinstance(self.single_observation_space, spaces.Dict)
         self.single_action_space = space_from_json(spec["action"])
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
-        self.metadata = {"autoreset_mode": mode, "render_modes": []}
+        self.spec = resolved.gym_spec
+        gym_limit = getattr(self.spec, "max_episode_steps", None)
+        self.max_episode_steps = max_episode_steps or spec.get("max_episode_steps") or gym_limit
+        self._shards = [tuple(r) for r in self._pool.shards()]
         self.render_mode = None
+        self.metadata = {"autoreset_mode": mode, "render_modes": []}
+        if self.python_env:
+            env_metadata = self.env_call("get", "metadata", [0])[0] or {}
+            if "render_fps" in env_metadata:
+                self.metadata["render_fps"] = env_metadata["render_fps"]
         self.autoreset_mode = mode
         self.copy = bool(copy)
         self.episode_stats_key = episode_stats_key
-        self.max_episode_steps = spec.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
         self._action_dtype = dtype_of(spec["action"])
         self._action_shape = tuple(self.single_action_space.shape or ())
-        self._shards = [tuple(r) for r in self._pool.shards()]
         self._restart = max_restarts is not None
-
-    @staticmethod
-    def _start_pool(resolved, num_envs, num_workers, batch_size, seed, mode, program, args, worker_env,
-                    max_episode_steps, wait, ring_depth, pin_workers, step_timeout, max_restarts):
-        return _shmenv.Pool(
-            resolved.engine_id,
-            num_envs,
-            num_workers=num_workers,
-            batch_size=batch_size,
-            seed=seed,
-            config_json=json.dumps(resolved.config),
-            autoreset=mode.value,
-            max_episode_steps=max_episode_steps,
-            worker_program=program,
-            worker_args=args,
-            worker_env=worker_env,
-            wait=wait,
-            ring_depth=ring_depth,
-            pin_workers=pin_workers,
-            step_timeout=step_timeout,
-            max_restarts=max_restarts,
-        )
 
     # --- Gymnasium API ---------------------------------------------------------------
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
-        """Resets every env; ``seed`` seeds env ``i`` with ``seed + i``. In async mode
-        returns the first ``batch_size`` envs to finish (``infos["env_id"]`` says which);
-        ``recv()`` the rest."""
-        if options and "reset_mask" in options and not np.all(options["reset_mask"]):
-            raise NotImplementedError(
-                "shmenv resets every env at once: partial resets (reset_mask) are not supported; "
-                "use autoreset_mode='next_step' or 'same_step' instead of 'disabled'"
-            )
-        arrays, any_done = self._pool.reset(self._base_seed(seed))
-        obs, _, _, _, infos, _ = self._unpack(arrays, False)
+        """Resets every env; ``seed`` seeds env ``i`` with ``seed + i``. With
+        ``options={"reset_mask": mask}`` (sync mode; a bool array, one per env) resets only
+        the masked envs; the others keep their episode and their row holds their current
+        observation, as with ``SyncVectorEnv``. In async mode returns the first
+        ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest."""
+        mask = None
+        if options and "reset_mask" in options:
+            mask = self._reset_mask(options["reset_mask"])
+        res = self._pool.reset(self._base_seed(seed), mask)
+        obs, _, _, _, infos = self._unpack(res)
         return obs, infos
 
     def step(self, actions, env_ids=None):
@@ -162,9 +152,8 @@ class ShmVectorEnv(VectorEnv):
         return the next batch, EnvPool style, with ``infos["env_id"]``."""
         if self.is_async:
             self.send(actions, env_ids)
-            return self.recv()[:5]
-        arrays, any_done = self._pool.step(self._actions(actions))
-        return self._note_restarts(self._unpack(arrays, any_done))[:5]
+            return self.recv()
+        return self._note_restarts(self._unpack(self._pool.step(self._actions(actions, self.num_envs))))
 
     def _note_restarts(self, result):
         """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
@@ -179,11 +168,14 @@ class ShmVectorEnv(VectorEnv):
         if self._calls is not None:
             self._calls.close()
 
-    # --- calls into the envs (Python envs only; a side channel, not the step path) ---
+    # --- calls into the envs (a side channel, not the step path) ---------------------
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
         """Calls method `name` of every env with the given (picklable) arguments, or reads
-        the attribute when it is not callable; returns the results in env order."""
+        the attribute when it is not callable; returns the results in env order. Native
+        envs answer the attributes of :data:`NATIVE_ATTRS` and ``render`` (None)."""
+        if self._calls is None and name == "render":
+            return tuple(None for _ in range(self.num_envs))
         return tuple(self.env_call("call", name, range(self.num_envs), args=args, kwargs=kwargs))
 
     def get_attr(self, name: str) -> tuple:
@@ -200,31 +192,48 @@ class ShmVectorEnv(VectorEnv):
         self.env_call("set", name, range(self.num_envs), values=values)
 
     def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
-        """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers."""
+        """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
+        Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`."""
         if self.closed:
             raise ClosedError("the pool is closed (close() was called); build a new one")
         if self._calls is None:
+            if op in ("get", "call") and name in NATIVE_ATTRS:
+                return [self._native_attr(name) for _ in env_ids]
             raise AttributeError(
                 f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
-                "(pass settings through config=...)"
+                f"(it answers {', '.join(NATIVE_ATTRS)}; pass settings through config=...)"
             )
         return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
 
+    def _native_attr(self, name: str) -> Any:
+        return {
+            "render_mode": None,
+            "spec": self.spec,
+            "metadata": {"render_modes": []},
+            "observation_space": self.single_observation_space,
+            "action_space": self.single_action_space,
+        }[name]
+
     def render(self):
-        return None
+        """shmenv envs do not render yet: raises :class:`shmenv.UsageError` saying so."""
+        raise UsageError(
+            f"{self.env_id}: shmenv does not render (render_mode is None): its envs run in worker "
+            "processes and no frames are sent back; record videos from a gymnasium.make() env of the same id"
+        )
 
     # --- async API (EnvPool convention) ----------------------------------------------
 
     def send(self, actions, env_ids=None) -> None:
-        """Hands one action per env in ``env_ids`` to those envs (async mode)."""
-        ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-        self._pool.send(self._actions(actions), np.ascontiguousarray(ids.reshape(-1)))
+        """Hands one action per env in ``env_ids`` (all envs if None) to those envs (async
+        mode), as EnvPool's ``send(action, env_id)``."""
+        ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
+        self._pool.send(self._actions(actions, len(ids)), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
-        ``(obs, rewards, terminations, truncations, infos, env_ids)``."""
-        arrays, any_done = self._pool.recv()
-        return self._note_restarts(self._unpack(arrays, any_done))
+        ``(obs, rewards, terminations, truncations, infos)`` as EnvPool's ``recv()``, with
+        ``infos["env_id"]`` (int32) saying which env each row is."""
+        return self._note_restarts(self._unpack(self._pool.recv()))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
@@ -268,52 +277,123 @@ class ShmVectorEnv(VectorEnv):
     # --- internals -------------------------------------------------------------------
 
     def _base_seed(self, seed):
-        if seed is None or isinstance(seed, (int, np.integer)):
-            return None if seed is None else int(seed)
+        if seed is None:
+            return None
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            return _seed_value(int(seed))
         seeds = list(seed)
         if len(seeds) == self.num_envs and all(s == seeds[0] + i for i, s in enumerate(seeds)):
-            return int(seeds[0])
+            return _seed_value(int(seeds[0]))
         raise InvalidArgumentError(
             "shmenv seeds env i with seed + i: pass one int (or the list [seed, seed+1, ...])"
         )
 
-    def _actions(self, actions) -> np.ndarray:
+    def _reset_mask(self, mask) -> list[bool]:
+        m = np.asarray(mask)
+        if m.dtype != np.bool_ or m.shape != (self.num_envs,):
+            raise InvalidArgumentError(
+                f"reset_mask must be a bool array of shape ({self.num_envs},), one per env; got "
+                f"dtype {m.dtype} shape {m.shape}"
+            )
+        if self.is_async:
+            raise UsageError(
+                "reset_mask works in sync mode; an async pool resets envs when they end (autoreset_mode) "
+                "or all at once with reset()"
+            )
+        return m.tolist()
+
+    def _actions(self, actions, count: int) -> np.ndarray:
         a = np.asarray(actions)
+        want = (count, *self._action_shape)
+        if a.shape != want:
+            raise ActionError(
+                f"actions have shape {a.shape}; {count} env(s) of {self.single_action_space} need an array "
+                f"of shape {want}"
+            )
         if a.dtype != self._action_dtype:
             if a.dtype.kind == "f" and self._action_dtype.kind in "iu":
                 # Like Gymnasium's spaces: an integer space takes integral values only.
-                if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                    raise ActionError(f"actions must be integers for {self.single_action_space}, got {a}")
+                bad = ~np.isfinite(a) | (a != np.round(a))
+                info = np.iinfo(self._action_dtype)
+                bad |= (a < info.min) | (a > info.max)
+                if np.any(bad):
+                    raise ActionError(
+                        f"actions must be integers for {self.single_action_space}, got {a[bad].flat[0]!r} "
+                        f"(at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
+                    )
+            elif a.dtype.kind not in "biuf":
+                raise ActionError(f"actions must be numbers for {self.single_action_space}, got dtype {a.dtype}")
             a = a.astype(self._action_dtype)
         return np.ascontiguousarray(a)
 
-    def _unpack(self, arrays, any_done: bool):
-        obs_t, rewards, terminated, truncated, env_ids, ep_return, ep_length, final_t = arrays
-        if self.copy:
-            obs_t = tuple(np.array(o) for o in obs_t)
-            rewards, terminated, truncated = np.array(rewards), np.array(terminated), np.array(truncated)
-            env_ids, ep_return, ep_length = np.array(env_ids), np.array(ep_return), np.array(ep_length)
-        obs = obs_t[0] if len(obs_t) == 1 else dict(zip(self._obs_names, obs_t))
-        infos: dict[str, Any] = {}
-        if self.is_async:
-            infos["env_id"] = env_ids
-        if any_done:
-            done = np.logical_or(terminated, truncated)
+    def _unpack(self, res):
+        obs_t = res.obs
+        obs = dict(zip(self._obs_names, obs_t)) if self._dict_obs else obs_t[0]
+        infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step}
+        if res.any_done:
+            done = np.logical_or(res.terminated, res.truncated)
             key = self.episode_stats_key
             if key:
                 # Workers write 0 where no episode ended, as RecordEpisodeStatistics does.
-                infos[key] = {"r": ep_return, "l": ep_length}
+                infos[key] = {"r": res.episode_return, "l": res.episode_length}
                 infos["_" + key] = done
-            if final_t is not None:
+            if res.final_obs is not None:
                 final = np.full(len(done), None, dtype=object)
                 for i in np.flatnonzero(done):
-                    rows = [np.array(a[i]) for a in final_t]
-                    final[i] = rows[0] if len(rows) == 1 else dict(zip(self._obs_names, rows))
+                    rows = [np.array(a[i]) for a in res.final_obs]
+                    final[i] = dict(zip(self._obs_names, rows)) if self._dict_obs else rows[0]
                 infos["final_obs"] = final
                 infos["_final_obs"] = done
                 infos["final_info"] = {}
                 infos["_final_info"] = done
-        return obs, rewards, terminated, truncated, infos, env_ids
+        return obs, res.rewards, res.terminated, res.truncated, infos
+
+
+NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
+"""Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
+
+
+def _count(name: str, value: Any) -> int:
+    """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+    if value < 1:
+        raise InvalidArgumentError(f"{name} must be at least 1, got {value}")
+    return int(value)
+
+
+def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | None) -> int:
+    """The worker count: given, implied by ``envs_per_worker``, or one per core."""
+    if envs_per_worker is not None:
+        per = _count("envs_per_worker", envs_per_worker)
+        implied = -(-num_envs // per)
+        if num_workers is not None and _count("num_workers", num_workers) != implied:
+            raise InvalidArgumentError(
+                f"num_workers={num_workers} and envs_per_worker={per} disagree: {num_envs} envs at {per} per "
+                f"worker need {implied} workers; pass one of the two"
+            )
+        return implied
+    if num_workers is None:
+        return max(1, min(len(os.sched_getaffinity(0)), num_envs))
+    return _count("num_workers", num_workers)
+
+
+def _seed_value(seed: int) -> int:
+    if not 0 <= seed < 2**64:
+        raise InvalidArgumentError(f"seed must be an int in 0..2**64, got {seed}")
+    return seed
+
+
+def _env_ids(env_ids, num_envs: int) -> np.ndarray:
+    ids = np.asarray(env_ids)
+    if ids.ndim == 0:
+        ids = ids.reshape(1)
+    if ids.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"env_ids must be integers in 0..{num_envs}, got dtype {ids.dtype}: {ids}")
+    bad = (ids < 0) | (ids >= num_envs)
+    if np.any(bad):
+        raise InvalidArgumentError(f"env id {ids[bad][0]} is out of range: env ids are 0..{num_envs - 1}")
+    return np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
 
 
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
@@ -329,34 +409,68 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     return found
 
 
-def make_vec(env: Any, num_envs: int, **kwargs: Any) -> ShmVectorEnv:
-    """Starts ``num_envs`` envs in ``num_workers`` worker processes (default: one per core,
-    at most ``num_envs``) and returns them as a Gymnasium ``VectorEnv``. The keywords are
-    those of :class:`ShmVectorEnv`:
+def make_vec(
+    env: Any,
+    num_envs: int,
+    *,
+    num_workers: int | None = None,
+    envs_per_worker: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    config: dict | None = None,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    copy: bool = True,
+    worker_program: str | os.PathLike | None = None,
+    max_episode_steps: int | None = None,
+    wait: str = "auto",
+    ring_depth: int | None = None,
+    pin_workers: bool = True,
+    episode_stats_key: str = "episode_stats",
+    step_timeout: float | None = None,
+    max_restarts: int | None = None,
+) -> ShmVectorEnv:
+    """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
+    ``VectorEnv`` (:class:`ShmVectorEnv`).
 
-    ``env`` is a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), a
-    Gymnasium id (also one registered only in this process), a
-    ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"`` (or
-    the class itself), or an env instance that has a ``spec``. Python envs are built in the
-    workers from JSON: ``config`` holds their constructor's keyword arguments.
-
+    - ``env``: a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), a
+      Gymnasium id (also one registered only in this process), a
+      ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"``
+      (or the class itself), or an env instance that has a ``spec``. Python envs are built
+      in the workers from JSON: ``config`` holds their constructor's keyword arguments.
+    - ``num_workers``: worker processes (default: one per core, at most ``num_envs``), or
+      ``envs_per_worker`` instead (1 gives each env its own process, for libraries that
+      allow one instance per process); both may be given when they agree.
     - ``batch_size < num_envs`` is async mode: ``send``/``recv`` (or ``step(actions,
-      env_ids)``) return the first ``batch_size`` envs to finish.
+      env_ids)``) return the first ``batch_size`` envs to finish, EnvPool style.
     - ``seed``: env ``i`` is seeded with ``seed + i`` at the first reset.
     - ``config``: the env's JSON config (native envs refuse unknown keys with a message;
       Python envs get it as keyword arguments).
-    - ``envs_per_worker``: instead of ``num_workers``; 1 gives each env its own process
-      (for libraries that allow one instance per process).
     - ``autoreset_mode``: "next_step" (Gymnasium's default), "same_step" (final
-      observations in ``infos["final_obs"]``) or "disabled".
-    - ``copy``: return owned arrays instead of views of the shared memory.
-    - ``worker_program``: a native worker binary (such as ``shmenv-worker`` or your own
-      Rust build with custom envs) instead of ``python -m shmenv.worker``.
-    - more keywords: ``max_episode_steps``, ``wait`` ("auto", "spin", "yield", "block"),
-      ``ring_depth``, ``pin_workers``, ``episode_stats_key``, ``step_timeout`` (seconds:
-      hang detection, raises ``WorkerTimeoutError`` naming the envs that did not answer),
-      ``max_restarts``: a dead or hung worker is restarted up to that many times; its
-      envs come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``
-      (async mode: each in the batch that returns it).
+      observations in ``infos["final_obs"]``) or "disabled" (reset ended envs with
+      ``reset(options={"reset_mask": mask})``).
+    - ``copy`` (default True): every returned array is a fresh array the caller owns, as
+      with ``SyncVectorEnv`` and EnvPool. ``copy=False`` returns observations as
+      read-only views of the shared memory, valid until the second call after the one
+      that returned them (see :class:`ShmVectorEnv`); rewards, flags and infos are always
+      owned.
+    - ``worker_program``: a native worker binary (your own Rust build with custom envs)
+      instead of ``python -m shmenv.worker``.
+    - ``max_episode_steps``: a time limit (truncation) on top of the env's own.
+    - ``wait``: how the trainer and workers wait for each other: "auto" (measured, adaptive),
+      "spin", "yield" or "block".
+    - ``ring_depth``: async mode, result blocks in the ring (default 2, 3 with
+      ``copy=False``, which keeps the two latest batches intact).
+    - ``pin_workers``: pin each worker to its own core when there are enough cores.
+    - ``episode_stats_key``: the infos key of per-episode return and length ("r", "l") at
+      episode ends ("" for none).
+    - ``step_timeout``: seconds; hang detection, raises ``WorkerTimeoutError`` naming the
+      envs that did not answer.
+    - ``max_restarts``: a dead or hung worker is restarted up to that many times; its envs
+      come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``.
     """
-    return ShmVectorEnv(env, num_envs, **kwargs)
+    return ShmVectorEnv(
+        env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,
+        config=config, autoreset_mode=autoreset_mode, copy=copy, worker_program=worker_program,
+        max_episode_steps=max_episode_steps, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
+        episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
+    )

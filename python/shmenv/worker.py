@@ -113,7 +113,10 @@ def spec_json(env) -> str:
     else:
         observations = [{"name": "obs", "space": _space_json(obs, "observation space")}]
     action = _space_json(env.action_space, "action space")
-    return json.dumps({"observations": observations, "action": action, "max_episode_steps": None})
+    single_key_dict = isinstance(obs, spaces.Dict) and len(obs.spaces) == 1
+    return json.dumps(
+        {"observations": observations, "action": action, "max_episode_steps": None, "single_key_dict": single_key_dict}
+    )
 
 
 # --- the call side channel ------------------------------------------------------------

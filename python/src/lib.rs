@@ -36,6 +36,7 @@ fn builtin_env_ids() -> Vec<String> {
 #[pymodule]
 fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
+    m.add_class::<pool::Results>()?;
     m.add_class::<views::Lease>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;

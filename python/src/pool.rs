@@ -4,7 +4,7 @@
 
 use crate::errors::{build_error, step_error};
 use crate::views::{self, Lease};
-use numpy::{PyArrayDyn, PyArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -23,10 +23,12 @@ pub(crate) struct PyPool {
     lease: Py<Lease>,
     spec_json: String,
     worker_pids: Vec<u32>,
-    /// Per result block (keyed by the address of its env-id column): the tuple of arrays
+    /// Whether observations come back as owned copies (otherwise views of the region).
+    copy: bool,
+    /// Per result block (keyed by the address of its env-id column): the observation views
     /// over it. Blocks never move, so each is wrapped once and returned on every call
     /// that lands in it.
-    blocks: Vec<(usize, Py<PyTuple>)>,
+    blocks: Vec<(usize, ObsViews)>,
     /// What the interrupt check caught (KeyboardInterrupt), raised by the failing call.
     interrupted: Arc<Mutex<Option<PyErr>>>,
 }
@@ -49,7 +51,7 @@ impl PyPool {
         env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
         autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
         worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
-        step_timeout=None, max_restarts=None
+        step_timeout=None, max_restarts=None, copy=true, retain_batches=0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -71,6 +73,8 @@ impl PyPool {
         startup_timeout: f64,
         step_timeout: Option<f64>,
         max_restarts: Option<u32>,
+        copy: bool,
+        retain_batches: usize,
     ) -> PyResult<Self> {
         let config: serde_json::Value = serde_json::from_str(config_json)
             .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
@@ -83,6 +87,7 @@ impl PyPool {
             .autoreset(autoreset_from(autoreset)?)
             .wait(wait)
             .ring_depth(ring_depth)
+            .retain_batches(retain_batches)
             .cpu_affinity(if pin_workers { CpuAffinity::Auto } else { CpuAffinity::None })
             .startup_timeout(Duration::from_secs_f64(startup_timeout.max(0.0)));
         if let Some(program) = worker_program {
@@ -141,6 +146,7 @@ impl PyPool {
             worker_pids: pool.worker_pids().to_vec(),
             pool: Some(pool),
             lease,
+            copy,
             blocks: Vec::new(),
             interrupted,
         })
@@ -205,27 +211,26 @@ impl PyPool {
     }
 
     /// Resets every env (seeding env `i` with `seed + i` when `seed` is given, or on the
-    /// first reset with the pool's seed). Returns `(arrays, any_done)` like `step`; in
-    /// async mode the first batch.
-    #[pyo3(signature = (seed=None))]
-    fn reset(&mut self, py: Python<'_>, seed: Option<u64>) -> PyResult<(Py<PyTuple>, bool)> {
+    /// first reset with the pool's seed), or with `mask` (sync mode, one bool per env) only
+    /// the envs it selects. Returns [`Results`] like `step`; in async mode the first batch.
+    #[pyo3(signature = (seed=None, mask=None))]
+    fn reset(&mut self, py: Python<'_>, seed: Option<u64>, mask: Option<Vec<bool>>) -> PyResult<Results> {
         let pool = self.pool.as_mut().ok_or_else(closed)?;
-        let result = py.detach(|| match seed {
-            Some(s) => pool.reset_with_seed(s),
-            None => pool.reset(),
+        let result = py.detach(|| match (mask, seed) {
+            (Some(mask), seed) => pool.reset_envs(&mask, seed),
+            (None, Some(s)) => pool.reset_with_seed(s),
+            (None, None) => pool.reset(),
         });
-        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
     }
 
     /// Sync mode: steps every env. `actions` is a C-contiguous numpy array of the action
-    /// space's dtype holding `num_envs` actions. Returns `(arrays, any_done)`, where
-    /// `arrays` is `(obs_tuple, rewards, terminated, truncated, env_ids, episode_return,
-    /// episode_length, final_obs_tuple_or_None)`, read-only views of the region.
-    fn step(&mut self, py: Python<'_>, actions: &Bound<'_, PyAny>) -> PyResult<(Py<PyTuple>, bool)> {
+    /// space's dtype holding `num_envs` actions. Returns [`Results`] (row `i` is env `i`).
+    fn step(&mut self, py: Python<'_>, actions: &Bound<'_, PyAny>) -> PyResult<Results> {
         let pool = self.pool.as_mut().ok_or_else(closed)?;
         let dtype = pool.spec().action.dtype();
         let result = with_actions(dtype, actions, |a| py.detach(|| a.step(pool)))?;
-        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
     }
 
     /// Async mode: hands one action per env in `env_ids` (an int64 array) to those envs.
@@ -254,10 +259,10 @@ impl PyPool {
 
     /// Async mode: waits for the next `batch_size` results; returns them like `step`, with
     /// `env_ids` saying which env each row is.
-    fn recv(&mut self, py: Python<'_>) -> PyResult<(Py<PyTuple>, bool)> {
+    fn recv(&mut self, py: Python<'_>) -> PyResult<Results> {
         let pool = self.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| pool.recv());
-        Self::wrap(py, &self.lease, &mut self.blocks, &self.interrupted, result)
+        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
     }
 
     /// Stops the workers and reaps them; returns how each ended ("exit code 0", ...).
@@ -284,68 +289,122 @@ fn closed() -> PyErr {
     })
 }
 
+/// The observation arrays of one call: `(obs, final_obs)`, one array per observation
+/// array of the spec; `final_obs` only under SameStep auto-reset.
+type ObsArrays = (Py<PyTuple>, Option<Py<PyTuple>>);
+
+/// Views of one result block's observation columns, made once per block.
+type ObsViews = ObsArrays;
+
+/// One call's results as numpy arrays; `shmenv.vector` turns them into Gymnasium's and
+/// SB3's returns. Every array is the caller's (fresh, writable), except the observations
+/// of a pool made with `copy=False`: read-only views of the region.
+#[pyclass(module = "shmenv._shmenv", name = "Results", frozen, get_all)]
+pub(crate) struct Results {
+    /// One array per observation array of the spec, `[rows, ...]`.
+    obs: Py<PyTuple>,
+    /// Under SameStep auto-reset: the last observations of episodes that ended (rows of
+    /// other envs are unspecified); `None` otherwise.
+    final_obs: Option<Py<PyTuple>>,
+    /// `[rows]` float32.
+    rewards: Py<PyAny>,
+    /// `[rows]` bool.
+    terminated: Py<PyAny>,
+    /// `[rows]` bool.
+    truncated: Py<PyAny>,
+    /// `[rows]` int32: which env each row is (row `i` is env `i` in sync mode).
+    env_id: Py<PyAny>,
+    /// `[rows]` int32: steps since the reset that produced the row's observation (0 for a
+    /// reset row).
+    elapsed_step: Py<PyAny>,
+    /// `[rows]` float64: the return of an episode that ended at this step, else 0.
+    episode_return: Py<PyAny>,
+    /// `[rows]` int32: the length of an episode that ended at this step, else 0.
+    episode_length: Py<PyAny>,
+    /// Whether any episode ended at this step.
+    any_done: bool,
+}
+
 impl PyPool {
     fn pool(&self) -> PyResult<&Pool> {
         self.pool.as_ref().ok_or_else(closed)
     }
 
-    /// The cached arrays of `batch`'s block (made the first time the block is seen), and
-    /// whether any episode ended in it.
+    /// The results of `batch`, or the error the call ended with.
     fn wrap(
         py: Python<'_>,
         lease: &Py<Lease>,
-        blocks: &mut Vec<(usize, Py<PyTuple>)>,
+        blocks: &mut Vec<(usize, ObsViews)>,
+        copy: bool,
         interrupted: &Mutex<Option<PyErr>>,
         result: Result<Batch<'_>, StepError>,
-    ) -> PyResult<(Py<PyTuple>, bool)> {
+    ) -> PyResult<Results> {
         let batch = result.map_err(|e| {
             let caught = interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
             step_error(py, e, caught)
         })?;
-        let any_done = batch.terminated().any() || batch.truncated().any();
-        let key = batch.env_ids().as_ptr() as usize;
-        if let Some((_, arrays)) = blocks.iter().find(|(k, _)| *k == key) {
-            return Ok((arrays.clone_ref(py), any_done));
-        }
-        let arrays = wrap_block(lease.bind(py), &batch)?.unbind();
-        blocks.push((key, arrays.clone_ref(py)));
-        Ok((arrays, any_done))
+        let lease = lease.bind(py);
+        let (obs, final_obs) = if copy {
+            (
+                obs_arrays(lease, &batch, false, true)?.expect("observations"),
+                obs_arrays(lease, &batch, true, true)?,
+            )
+        } else {
+            let key = batch.env_ids().as_ptr() as usize;
+            match blocks.iter().find(|(k, _)| *k == key) {
+                Some((_, (obs, fin))) => (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py))),
+                None => {
+                    let obs = obs_arrays(lease, &batch, false, false)?.expect("observations");
+                    let fin = obs_arrays(lease, &batch, true, false)?;
+                    blocks.push((key, (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py)))));
+                    (obs, fin)
+                }
+            }
+        };
+        let flags =
+            |f: shmenv_engine::Flags<'_>| PyArray1::from_vec(py, f.iter().collect()).into_any().unbind();
+        let int32 = |v: &[u32]| {
+            PyArray1::from_vec(py, v.iter().map(|&x| x as i32).collect::<Vec<i32>>()).into_any().unbind()
+        };
+        Ok(Results {
+            obs,
+            final_obs,
+            rewards: PyArray1::from_slice(py, batch.rewards()).into_any().unbind(),
+            terminated: flags(batch.terminated()),
+            truncated: flags(batch.truncated()),
+            env_id: int32(batch.env_ids()),
+            elapsed_step: int32(batch.elapsed_steps()),
+            episode_return: PyArray1::from_slice(py, batch.episode_returns()).into_any().unbind(),
+            episode_length: int32(batch.episode_lengths()),
+            any_done: batch.terminated().any() || batch.truncated().any(),
+        })
     }
 }
 
-/// Read-only arrays over every column of `batch`.
-fn wrap_block<'py>(lease: &Bound<'py, Lease>, batch: &Batch<'_>) -> PyResult<Bound<'py, PyTuple>> {
+/// The observation arrays of `batch` (`final_obs`: its final-observation columns, `None`
+/// when the pool has none): copies with `copy`, else read-only views of the region.
+fn obs_arrays<'py>(
+    lease: &Bound<'py, Lease>,
+    batch: &Batch<'_>,
+    final_obs: bool,
+    copy: bool,
+) -> PyResult<Option<Py<PyTuple>>> {
     let py = lease.py();
-    let rows = batch.len();
     let spec = batch.spec();
-    let column = |bytes: &[u8], descr| views::array(lease, bytes, descr, &[rows]);
-    let obs_arrays = |final_obs: bool| -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let mut out = Vec::with_capacity(spec.observations.len());
-        for (k, o) in spec.observations.iter().enumerate() {
-            let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
-            let Some(bytes) = bytes else { return Ok(None) };
-            let mut shape = vec![rows];
-            shape.extend(o.space.shape());
-            out.push(views::array(lease, bytes, views::descr(py, o.space.dtype()), &shape)?);
-        }
-        Ok(Some(PyTuple::new(py, out)?))
-    };
-    let obs = obs_arrays(false)?.ok_or_else(|| PyValueError::new_err("batch without observations"))?;
-    let final_obs = obs_arrays(true)?;
-    let items: Vec<Bound<'py, PyAny>> = vec![
-        obs.into_any(),
-        column(bytemuck::cast_slice(batch.rewards()), numpy::dtype::<f32>(py))?,
-        column(batch.terminated().as_bytes(), numpy::dtype::<bool>(py))?,
-        column(batch.truncated().as_bytes(), numpy::dtype::<bool>(py))?,
-        column(bytemuck::cast_slice(batch.env_ids()), numpy::dtype::<u32>(py))?,
-        column(bytemuck::cast_slice(batch.episode_returns()), numpy::dtype::<f64>(py))?,
-        column(bytemuck::cast_slice(batch.episode_lengths()), numpy::dtype::<u32>(py))?,
-        match final_obs {
-            Some(t) => t.into_any(),
-            None => py.None().into_bound(py),
-        },
-    ];
-    PyTuple::new(py, items)
+    let mut out = Vec::with_capacity(spec.observations.len());
+    for (k, o) in spec.observations.iter().enumerate() {
+        let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
+        let Some(bytes) = bytes else { return Ok(None) };
+        let mut shape = vec![batch.len()];
+        shape.extend(o.space.shape());
+        let descr = views::descr(py, o.space.dtype());
+        out.push(if copy {
+            views::owned(py, bytes, descr, &shape)?
+        } else {
+            views::array(lease, bytes, descr, &shape)?
+        });
+    }
+    Ok(Some(PyTuple::new(py, out)?.unbind()))
 }
 
 /// Actions borrowed from a numpy array, in the action space's dtype.

@@ -77,7 +77,7 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
             as_array: py.import("numpy").and_then(|np| np.getattr("asarray")).map_err(fail)?.unbind(),
-            dict_obs: names.len() > 1,
+            dict_obs: names.len() > 1 || spec.single_key_dict,
             rows: spec.observations.iter().map(|o| vec![0; o.space.value_bytes()]).collect(),
             names,
             spec,

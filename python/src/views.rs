@@ -101,3 +101,51 @@ pub(crate) fn array<'py>(
     }
     Ok(array)
 }
+
+/// A new, writable, C-contiguous array of `descr` elements shaped `shape`, holding a copy
+/// of `bytes` (which must be exactly that many elements).
+pub(crate) fn owned<'py>(
+    py: Python<'py>,
+    bytes: &[u8],
+    descr: Bound<'py, PyArrayDescr>,
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let count: usize = shape.iter().product();
+    if count * descr.itemsize() != bytes.len() {
+        return Err(PyValueError::new_err(format!(
+            "internal error: {} bytes cannot be a {shape:?} array of {}-byte elements",
+            bytes.len(),
+            descr.itemsize()
+        )));
+    }
+    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+    // SAFETY: with a null `data` pointer numpy allocates a new C-contiguous, writable array
+    // of `count` elements itself; `NewFromDescr` steals the descr reference
+    // (`into_dtype_ptr` hands one over) and `dims` outlives the call.
+    let ptr = unsafe {
+        PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    if ptr.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `ptr` is a new, owned reference to an array (checked non-null).
+    let array = unsafe { Bound::from_owned_ptr(py, ptr) };
+    // SAFETY: the array was just allocated by numpy with `bytes.len()` bytes of C-contiguous
+    // data (its element count times the item size, checked above); nothing else refers to
+    // it yet, and `bytes` (the region) cannot overlap numpy's fresh allocation.
+    unsafe {
+        let data = (*(ptr as *mut npyffi::PyArrayObject)).fields.data as *mut u8;
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
+    }
+    Ok(array)
+}

@@ -262,7 +262,8 @@ def test_python_envs_in_async_mode(no_leaks):
         envs.async_reset()
         seen = []
         for _ in range(40):
-            obs, rewards, term, trunc, infos, ids = envs.recv()
+            obs, rewards, term, trunc, infos = envs.recv()
+            ids = infos["env_id"]
             assert obs.shape == (3, 4)
             seen += ids.tolist()
             envs.send(np.ones(3, dtype=np.int64), ids)

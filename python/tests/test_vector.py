@@ -25,7 +25,10 @@ def test_spaces_metadata_and_shapes(no_leaks):
         assert envs.action_space == spaces.MultiDiscrete([2] * 6)
         assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
         obs, infos = envs.reset()
-        assert obs.shape == (6, 4) and obs.dtype == np.float32 and infos == {}
+        assert obs.shape == (6, 4) and obs.dtype == np.float32
+        assert set(infos) == {"env_id", "elapsed_step"}
+        np.testing.assert_array_equal(infos["env_id"], np.arange(6, dtype=np.int32))
+        assert infos["env_id"].dtype == np.int32 and not infos["elapsed_step"].any()
         assert envs.observation_space.contains(obs)
         obs, rewards, term, trunc, infos = envs.step(envs.action_space.sample())
         assert obs.shape == (6, 4)
@@ -44,25 +47,28 @@ def test_box_actions_and_config(no_leaks):
         assert obs.shape == (4, 3) and np.all(rewards <= 0)
 
 
-def test_observations_are_views_of_the_region_and_no_copy_happens(no_leaks):
-    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=3) as envs:
+def test_zero_copy_observations_are_views_of_the_region(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=3, copy=False) as envs:
         start, end = envs.mapping_range
         obs0, _ = envs.reset()
         assert not obs0.flags.writeable and not obs0.flags.owndata
         seen = set()
         actions = np.zeros(8, dtype=np.int64)
         for _ in range(10):
-            obs, rewards, term, trunc, _ = envs.step(actions)
-            for a in (obs, rewards, term, trunc):
-                assert start <= a.ctypes.data < end, "array is not in the shared mapping"
-                assert isinstance(a.base, shmenv._shmenv.Lease)
+            obs, rewards, term, trunc, infos = envs.step(actions)
+            assert start <= obs.ctypes.data < end, "observations are not in the shared mapping"
+            assert isinstance(obs.base, shmenv._shmenv.Lease)
+            # Everything else is always the caller's.
+            for a in (rewards, term, trunc, infos["env_id"], infos["elapsed_step"]):
+                assert a.flags.writeable and not isinstance(a.base, shmenv._shmenv.Lease)
+                assert not start <= a.ctypes.data < end
             seen.add(obs.ctypes.data)
         # Results alternate between two blocks: the same two buffers, never a new one.
         assert len(seen) == 2
 
 
-def test_previous_observation_survives_the_next_step(no_leaks):
-    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=5) as envs:
+def test_previous_zero_copy_observation_survives_the_next_step(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=5, copy=False) as envs:
         obs, _ = envs.reset()
         actions = np.ones(8, dtype=np.int64)
         for _ in range(20):
@@ -74,13 +80,13 @@ def test_previous_observation_survives_the_next_step(no_leaks):
             obs = next_obs
 
 
-def test_copy_mode_returns_owned_arrays(no_leaks):
-    with shmenv.make_vec("CartPole-v1", 4, num_workers=1, seed=0, copy=True) as envs:
+def test_arrays_are_owned_by_default(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=1, seed=0) as envs:
         start, end = envs.mapping_range
         obs, _ = envs.reset()
-        obs2, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
-        for a in (obs, obs2, rewards):
-            assert a.flags.owndata and a.flags.writeable
+        obs2, rewards, term, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
+        for a in (obs, obs2, rewards, term, trunc, infos["env_id"]):
+            assert a.flags.writeable and not isinstance(a.base, shmenv._shmenv.Lease)
             assert not start <= a.ctypes.data < end
         obs2[:] = 0  # ours to write
 
@@ -148,10 +154,14 @@ def test_disabled_mode_refuses_to_step_an_ended_env(no_leaks):
                 break
         with pytest.raises(shmenv.UsageError, match="call reset"):
             envs.step(np.ones(2, dtype=np.int64))
-        envs.reset()
-        envs.step(np.ones(2, dtype=np.int64))
-        with pytest.raises(NotImplementedError, match="partial resets"):
-            envs.reset(options={"reset_mask": np.array([True, False])})
+        ended = term | trunc
+        # Only the ended envs are reset; the other keeps its episode.
+        obs, _ = envs.reset(options={"reset_mask": ended})
+        _, _, _, _, infos = envs.step(np.ones(2, dtype=np.int64))
+        assert (infos["elapsed_step"][ended] == 1).all()
+        assert (infos["elapsed_step"][~ended] > 1).all()
+        with pytest.raises(shmenv.InvalidArgumentError, match=r"shape \(2,\)"):
+            envs.reset(options={"reset_mask": np.array([True])})
 
 
 def test_reset_seed_reproduces_and_seeds_each_env_differently(no_leaks):
@@ -174,14 +184,16 @@ def test_async_send_recv_returns_every_env_exactly_once(no_leaks):
         assert envs.is_async and envs.observation_space.shape == (b, 4)
         obs, infos = envs.reset()
         got = list(infos["env_id"])
-        obs, rew, term, trunc, infos, ids = envs.recv()
+        obs, rew, term, trunc, infos = envs.recv()
+        ids = infos["env_id"]
         got += list(ids)
         assert sorted(got) == list(range(n))
         counts = np.zeros(n, dtype=int)
         ids = np.array(got[-b:])
         for _ in range(200):
             envs.send(np.ones(len(ids), dtype=np.int64), ids)
-            obs, rew, term, trunc, infos, ids = envs.recv()
+            obs, rew, term, trunc, infos = envs.recv()
+            ids = infos["env_id"]
             assert obs.shape == (b, 4) and len(ids) == b and len(set(ids.tolist())) == b
             np.testing.assert_array_equal(infos["env_id"], ids)
             counts[ids] += 1

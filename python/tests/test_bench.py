@@ -1,0 +1,64 @@
+"""``python -m shmenv.bench`` in miniature: contestant selection, copy / no-copy pairs, the
+image workload's baselines reported as not applicable, the 1-env call cost, and the async
+contestant reading env ids from either ``recv()`` convention."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shmenv import bench
+
+TINY = ["--passes", "1", "--rounds", "1", "--round-seconds", "0.02", "--overhead-rounds", "1", "--json"]
+
+
+def run_json(capsys, *args: str) -> dict:
+    assert bench.main([*args, *TINY]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_recv_env_ids_reads_both_conventions():
+    ids = np.array([3, 1], dtype=np.int64)
+    obs, rew, flags = np.zeros((2, 4)), np.zeros(2), np.zeros(2, dtype=bool)
+    # EnvPool's 5-tuple: the ids are in info["env_id"].
+    assert bench._recv_env_ids((obs, rew, flags, flags, {"env_id": ids})) is ids
+    # The older 6-tuple with the ids last (and no info["env_id"]).
+    assert bench._recv_env_ids((obs, rew, flags, flags, {}, ids)) is ids
+
+
+def test_unknown_contestant_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--only", "shmenv,bogus"])
+    assert e.value.code == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_image_workload_copy_pairs_and_baselines(capsys):
+    only = "shmenv,shmenv-nocopy,shmenv-async,shmenv-async-nocopy,sync,envpool"
+    config = json.dumps({"obs_shape": [4, 84, 84], "obs_dtype": "u8"})
+    r = run_json(capsys, "--env", "Burn-v0", "--config", config, "--num-envs", "4", "--workers", "1", "--only", only)
+    keys = [row["key"] for row in r["rows"]]
+    assert keys == ["shmenv", "shmenv-nocopy", "shmenv-async", "shmenv-async-nocopy"]
+    by_key = {row["key"]: row for row in r["rows"]}
+    assert "copy=False" in by_key["shmenv-nocopy"]["name"] and "copy" not in by_key["shmenv"]["name"]
+    assert by_key["shmenv"]["obs_bytes_per_batch"] == 4 * 4 * 84 * 84
+    assert by_key["shmenv-async"]["obs_bytes_per_batch"] == 2 * 4 * 84 * 84
+    assert by_key["shmenv"]["vs_nocopy"] > 0 and by_key["shmenv-nocopy"]["vs_nocopy"] is None
+    for mode, rows in (("sync", 4), ("async", 2)):
+        cost = r["copy_cost"][mode]
+        assert cost["batch_envs"] == rows and cost["ratio"] > 0 and len(cost["pass_ratios"]) == 1
+    # No Gymnasium or EnvPool Burn-v0: reported, not failed (EnvPool may not be installed).
+    assert "Gymnasium has no Burn-v0" in r["not_applicable"]["sync"]
+    assert "envpool" in r["not_applicable"] or "not installed" in r["skipped"]["envpool"]
+    o = r["call_overhead"]
+    assert o["config"] == {"obs_shape": [4, 84, 84], "obs_dtype": "u8"}
+    assert o["copy"]["median_us"] > 0 and o["nocopy"]["median_us"] > 0
+    assert r["shmenv_step_call_us_1_env"] == o["copy"]["median_us"]
+
+
+def test_call_overhead_leaves_out_the_env_work():
+    o = bench.call_overhead("Burn-v0", {"step_us": 2000, "step_us_jitter": 10, "episode_len": 50}, rounds=1)
+    assert o["config"] == {"episode_len": 50}
+    assert o["nocopy"]["median_us"] < 1000  # not the 2 ms step
