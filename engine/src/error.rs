@@ -157,7 +157,7 @@ pub enum StepError {
     #[error(transparent)]
     Action(#[from] ActionError),
     /// `step` before the first `reset`.
-    #[error("step() called before reset(): call pool.reset() first")]
+    #[error("step() called before reset(): call reset() first")]
     NotReset,
     /// `reset_envs` with a mask that does not have one entry per env.
     #[error(

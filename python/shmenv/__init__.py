@@ -33,7 +33,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(__all__ + ["__version__"])
 
 
 __all__ = ["make_vec", "ShmVectorEnv", "builtin_env_ids", *_errors]

@@ -18,6 +18,7 @@ use shmenv_worker::Registry;
 #[pyfunction]
 fn run_worker(py: Python<'_>, argv: Vec<String>) -> u8 {
     let registry = pyenv::registry();
+    pyenv::quiet_python_exceptions();
     py.detach(|| shmenv_worker::host::run_with_scope(&registry, &argv, &pyenv::GilScope))
 }
 

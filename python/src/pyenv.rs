@@ -196,9 +196,26 @@ impl PyEnv {
     }
 }
 
-/// Panics with `err`'s traceback: the host reports it as `EnvPanicked`.
+/// Panics with `err`'s traceback: the host reports it as `EnvPanicked`, and the trainer
+/// raises it as `shmenv.WorkerError` (once, with the traceback).
 fn raise(py: Python<'_>, what: &str, err: PyErr) -> ! {
-    std::panic::panic_any(format!("Python exception in {what}:\n{}", describe(py, &err)))
+    std::panic::panic_any(format!("{PYTHON_EXCEPTION} in {what}:\n{}", describe(py, &err)))
+}
+
+/// How the panic payload of a Python exception begins.
+const PYTHON_EXCEPTION: &str = "Python exception";
+
+/// Installs a panic hook that prints nothing for [`raise`]'s panics (the trainer reports
+/// them; Rust's "thread panicked at pyenv.rs" line and backtrace would only be noise on
+/// the worker's stderr) and defers to the default hook for every other panic.
+pub(crate) fn quiet_python_exceptions() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let ours = info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with(PYTHON_EXCEPTION));
+        if !ours {
+            default(info);
+        }
+    }));
 }
 
 impl Env for PyEnv {

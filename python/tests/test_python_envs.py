@@ -168,13 +168,17 @@ def test_an_env_defined_in_main_gets_a_clear_error(tmp_path):
 # --- failures, kills, calls ----------------------------------------------------------------
 
 
-def test_a_python_exception_in_an_env_reaches_the_trainer_with_its_traceback(no_leaks):
+def test_a_python_exception_in_an_env_reaches_the_trainer_with_its_traceback(no_leaks, capfd, monkeypatch):
+    monkeypatch.setenv("RUST_BACKTRACE", "1")  # no backtrace either, even when asked for
     with shmenv.make_vec("shmenv_fixtures.counter:FailingEnv", 4, num_workers=2, config={"fail_at": 3}) as envs:
         envs.reset()
         with pytest.raises(shmenv.WorkerError) as e:
             for _ in range(5):
                 envs.step(ACT)
     err = e.value
+    # Reported once, as the typed error: no Rust panic text on the workers' stderr.
+    printed = capfd.readouterr().err
+    assert "panicked at" not in printed and "stack backtrace" not in printed, printed
     assert err.env_id in range(4)
     assert "Traceback (most recent call last)" in err.traceback
     assert "counter.py" in err.traceback
