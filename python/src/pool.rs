@@ -4,7 +4,7 @@
 
 use crate::errors::{build_error, step_error};
 use crate::views::{self, Lease};
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -361,21 +361,22 @@ impl PyPool {
                 }
             }
         };
-        let flags =
-            |f: shmenv_engine::Flags<'_>| PyArray1::from_vec(py, f.iter().collect()).into_any().unbind();
-        let int32 = |v: &[u32]| {
-            PyArray1::from_vec(py, v.iter().map(|&x| x as i32).collect::<Vec<i32>>()).into_any().unbind()
-        };
+        // Each column is one allocation and one memcpy. Flags are 0/1 bytes, ids and counts
+        // are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32
+        // and bool arrays as they are.
+        let rows = [batch.len()];
+        let column = |bytes: &[u8], descr| views::owned(py, bytes, descr, &rows).map(Bound::unbind);
+        let (bool_, int32) = (|| numpy::dtype::<bool>(py), || numpy::dtype::<i32>(py));
         Ok(Results {
             obs,
             final_obs,
-            rewards: PyArray1::from_slice(py, batch.rewards()).into_any().unbind(),
-            terminated: flags(batch.terminated()),
-            truncated: flags(batch.truncated()),
-            env_id: int32(batch.env_ids()),
-            elapsed_step: int32(batch.elapsed_steps()),
-            episode_return: PyArray1::from_slice(py, batch.episode_returns()).into_any().unbind(),
-            episode_length: int32(batch.episode_lengths()),
+            rewards: column(bytemuck::cast_slice(batch.rewards()), numpy::dtype::<f32>(py))?,
+            terminated: column(batch.terminated().as_bytes(), bool_())?,
+            truncated: column(batch.truncated().as_bytes(), bool_())?,
+            env_id: column(bytemuck::cast_slice(batch.env_ids()), int32())?,
+            elapsed_step: column(bytemuck::cast_slice(batch.elapsed_steps()), int32())?,
+            episode_return: column(bytemuck::cast_slice(batch.episode_returns()), numpy::dtype::<f64>(py))?,
+            episode_length: column(bytemuck::cast_slice(batch.episode_lengths()), int32())?,
             any_done: batch.terminated().any() || batch.truncated().any(),
         })
     }
