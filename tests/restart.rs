@@ -7,7 +7,7 @@ mod common;
 use common::{batch_rows, builder, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::{FailurePolicy, StepError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn kill(pid: u32) {
     // SAFETY: kill has no memory preconditions.
@@ -364,4 +364,130 @@ fn async_mode_replaces_two_workers_killed_at_once() {
     }
     assert_eq!(driver.restarted, vec![1, 1, 1, 0, 0, 0, 1, 1, 1]);
     assert_eq!(pool.restarts(), &[1, 0, 1]);
+}
+
+/// Async pool of 8 CartPole envs on 2 workers with a 1 s step timeout; `batch` 4 (the
+/// stopped worker's 4 envs could fill a batch) or 6 (they cannot: the other worker keeps
+/// the batches full).
+fn stoppable_async_pool(batch: usize, policy: FailurePolicy) -> shmenv::Pool {
+    builder("CartPole-v1")
+        .num_envs(8)
+        .num_workers(2)
+        .batch_size(batch)
+        .seed(1)
+        .step_timeout(Duration::from_secs(1))
+        .failure_policy(policy)
+        .build()
+        .unwrap()
+}
+
+/// Sends every received env back and receives, until `until` says stop or `f` fails.
+fn recv_loop(pool: &mut shmenv::Pool, mut until: impl FnMut(&shmenv::Pool) -> bool) -> Result<(), StepError> {
+    let mut ids: Vec<usize> = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
+    while !until(pool) {
+        pool.send(&vec![0i64; ids.len()], &ids)?;
+        ids = pool.recv()?.env_ids().iter().map(|&e| e as usize).collect();
+    }
+    Ok(())
+}
+
+#[test]
+fn async_mode_replaces_a_stopped_worker() {
+    let _w = Watchdog::new("async SIGSTOP restart", Duration::from_secs(120));
+    for batch in [4, 6] {
+        let mut pool = stoppable_async_pool(batch, FailurePolicy::Restart { max_restarts: 3 });
+        let stopped = pool.worker_pids()[0];
+        let mut stopped_at = None;
+        let started = Instant::now();
+        recv_loop(&mut pool, |pool| {
+            if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
+                // SAFETY: plain syscall on a pid of our own worker.
+                unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+                stopped_at = Some(Instant::now());
+            }
+            pool.restarts() == [1, 0]
+        })
+        .unwrap();
+        let took = stopped_at.unwrap().elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "batch {batch}: replaced after {took:?}, more than 2x the timeout"
+        );
+        assert_ne!(pool.worker_pids()[0], stopped);
+        assert!(
+            std::fs::read_to_string(format!("/proc/{stopped}/stat")).is_err(),
+            "the stopped worker was reaped"
+        );
+    }
+}
+
+#[test]
+fn async_mode_reports_a_stopped_worker_as_a_timeout() {
+    let _w = Watchdog::new("async SIGSTOP fail", Duration::from_secs(120));
+    for batch in [4, 6] {
+        let mut pool = stoppable_async_pool(batch, FailurePolicy::Fail);
+        let stopped = pool.worker_pids()[1];
+        let mut stopped_at = None;
+        let started = Instant::now();
+        let err = recv_loop(&mut pool, |_| {
+            if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
+                // SAFETY: plain syscall on a pid of our own worker.
+                unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+                stopped_at = Some(Instant::now());
+            }
+            false
+        })
+        .unwrap_err();
+        let took = stopped_at.unwrap().elapsed();
+        match err {
+            StepError::Timeout { workers, env_ids, .. } => {
+                // With batch 6 a batch needs worker 1's envs, and worker 0's rows wait
+                // committed in the incomplete batch: both hold actions that have not come
+                // back, and both are named.
+                assert!(workers.contains(&1) && (batch == 6 || workers == [1]), "batch {batch}: {workers:?}");
+                assert!((4..8).all(|e| env_ids.contains(&e)), "batch {batch}: {env_ids:?}");
+            }
+            other => panic!("batch {batch}: expected a timeout, got {other}"),
+        }
+        assert!(
+            took < Duration::from_secs(2),
+            "batch {batch}: reported after {took:?}, more than 2x the timeout"
+        );
+        drop(pool);
+        assert!(
+            std::fs::read_to_string(format!("/proc/{stopped}/stat")).is_err(),
+            "the stopped worker was reaped"
+        );
+    }
+}
+
+#[test]
+fn async_mode_notices_a_stopped_worker_while_the_others_keep_the_batches_full() {
+    let _w = Watchdog::new("async SIGSTOP, batches full", Duration::from_secs(120));
+    // Only env 0 of worker 0 stays in rotation: when worker 0 stops, env 0 is its one
+    // action out, and worker 1's four envs could fill batches of 4 without it forever;
+    // the fair scheduling holds them back once they are ahead, so the wait times out.
+    let mut pool = stoppable_async_pool(4, FailurePolicy::Restart { max_restarts: 1 });
+    let stopped = pool.worker_pids()[0];
+    let keep = |e: &usize| *e == 0 || *e >= 4;
+    let mut ids: Vec<usize> =
+        pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).filter(keep).collect();
+    let (started, mut stopped_at) = (Instant::now(), None);
+    while pool.restarts() != [1, 0] {
+        if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) && !ids.contains(&0) {
+            // SAFETY: plain syscall on a pid of our own worker.
+            unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+            stopped_at = Some(Instant::now());
+        }
+        pool.send(&vec![0i64; ids.len()], &ids).unwrap();
+        let batch = pool.recv().unwrap();
+        ids = batch.env_ids().iter().map(|&e| e as usize).filter(keep).collect();
+        assert!(started.elapsed() < Duration::from_secs(30), "the stopped worker was never replaced");
+    }
+    let took = stopped_at.expect("stopped").elapsed();
+    assert!(took < Duration::from_secs(2), "replaced after {took:?}, more than 2x the timeout");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{stopped}/stat")).is_err(),
+        "the stopped worker was reaped"
+    );
 }

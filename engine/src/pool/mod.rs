@@ -886,6 +886,9 @@ impl Pool {
             // A worker stuck in env code while the others fill the batches never makes a
             // wait time out: look at how long each has been in env code, before waiting (a
             // batch may be complete already) and while waiting.
+            // (A worker that holds actions but runs no env code, e.g. a stopped one, is not
+            // overtaken for long: the fair scheduling holds the others back until a batch
+            // needs it, and then the wait times out.)
             let overdue = || {
                 let hung = self.step_timeout.map(|t| control.overdue(t)).unwrap_or_default();
                 (!hung.is_empty()).then_some(Abort::Overdue(hung))
@@ -920,9 +923,11 @@ impl Pool {
                     let grace = self.step_timeout.unwrap_or_default().min(Duration::from_millis(100));
                     let hung = if restarting { self.hung_async(grace) } else { Vec::new() };
                     if hung.is_empty() || !self.may_restart(hung.len() as u32) {
+                        // The envs whose actions are with the workers (not those the
+                        // fair scheduling holds back in the trainer).
                         let ring = self.ring.as_ref().expect("async mode");
                         let env_ids: Vec<usize> =
-                            (0..self.params.num_envs).filter(|&e| ring.pending[e]).collect();
+                            (0..self.params.num_envs).filter(|&e| ring.order.is_out(e)).collect();
                         let mut workers: Vec<usize> =
                             env_ids.iter().map(|&e| ring.worker_of[e] as usize).collect();
                         workers.dedup();
@@ -1143,6 +1148,8 @@ impl Pool {
                 StepError::Interrupted
             }
             Abort::TimedOut { workers, env_ids } => {
+                // They did not answer: a polite close would only wait for them.
+                workers.iter().for_each(|&w| self.kill_worker(w));
                 self.shutdown();
                 StepError::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
             }

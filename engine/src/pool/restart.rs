@@ -43,7 +43,7 @@ impl Pool {
     }
 
     /// SIGKILLs worker `v` (a hung one; the supervisor reaps it and records the exit).
-    fn kill_worker(&self, v: usize) {
+    pub(super) fn kill_worker(&self, v: usize) {
         // SAFETY: kill has no memory preconditions; the pid is our own child, not yet
         // reaped (the supervisor records its exit only after reaping).
         unsafe { libc::kill(self.supervisor.pids()[v] as libc::pid_t, libc::SIGKILL) };

@@ -82,6 +82,11 @@ impl SendOrder {
         }
     }
 
+    /// Whether `env`'s latest action is with its worker (passed on, not yet received).
+    pub(super) fn is_out(&self, env: usize) -> bool {
+        self.is_out[env]
+    }
+
     /// Actions held back.
     pub(super) fn waiting(&self) -> usize {
         self.waiting.len()
