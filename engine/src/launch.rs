@@ -13,7 +13,7 @@ use std::io;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -331,6 +331,7 @@ fn spawn_worker(
         .arg(index.to_string())
         .arg(region_fd.to_string())
         .arg(parent.to_string())
+        .env(crate::program::WORKER_ENV, parent.to_string())
         .stdin(Stdio::null())
         // Worker prints (stdout and stderr) go through a pipe the supervisor reads: it
         // copies them to the trainer's stderr (never its stdout) and keeps the last lines
@@ -566,39 +567,4 @@ fn allowed_cpus() -> Vec<usize> {
     }
     // SAFETY: CPU_ISSET only reads the set.
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
-}
-
-/// Finds the default worker program `shmenv-worker`: `$SHMENV_WORKER_PROGRAM`, then next
-/// to the running executable (and one level up, for test and example binaries under
-/// `target/*/deps` and `target/*/examples`), then `$PATH`. Returns the paths tried on failure.
-pub fn find_default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
-    const NAME: &str = "shmenv-worker";
-    let mut tried = Vec::new();
-    if let Some(p) = std::env::var_os("SHMENV_WORKER_PROGRAM") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        tried.push(p);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        let mut dir = exe.parent().map(Path::to_path_buf);
-        for _ in 0..2 {
-            let Some(d) = dir else { break };
-            let candidate = d.join(NAME);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-            tried.push(candidate);
-            dir = d.parent().map(Path::to_path_buf);
-        }
-    }
-    for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let candidate = d.join(NAME);
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    tried.push(PathBuf::from("$PATH/shmenv-worker"));
-    Err(tried)
 }
