@@ -163,11 +163,7 @@ pub struct Baseline<'a> {
 
 /// The steppers of one run: `pool` (reset, with actions drawn from `seed`) and, with a
 /// baseline, the same envs and actions in this process.
-pub fn contenders(
-    pool: Pool,
-    seed: u64,
-    baseline: Option<Baseline<'_>>,
-) -> Result<Steppers, Error> {
+pub fn contenders(pool: Pool, seed: u64, baseline: Option<Baseline<'_>>) -> Result<Steppers, Error> {
     // The one place that maps the action dtype to its Rust type.
     match pool.spec().action.dtype() {
         DType::F32 => contenders_typed::<f32>(pool, seed, baseline),
