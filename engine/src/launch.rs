@@ -1,7 +1,8 @@
 //! Worker launch and supervision.
 //!
-//! Workers are started by exec'ing a worker program (never a bare fork, never the
-//! trainer's own `main`), from a supervisor thread that lives exactly as long as the pool.
+//! Workers are started by exec'ing a worker program (never a bare fork; the trainer's own
+//! executable only when its `main` serves workers first, see [`crate::program`]), from a
+//! supervisor thread that lives exactly as long as the pool.
 //! That thread matters: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
 //! exits, so forking from whatever thread built the pool would kill the workers when that
 //! thread ends. The supervisor also watches every worker through a pidfd, records how it
