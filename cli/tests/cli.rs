@@ -115,3 +115,27 @@ fn workers_die_with_their_trainer() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn workers_restart_after_the_binary_is_deleted() {
+    let _w = Watchdog::new("restart after delete", Duration::from_secs(60));
+    // A rebuild replaces the binary under a running trainer: replacement workers must
+    // still start, and run the trainer's own version (through /proc/self/exe).
+    let copy = std::env::temp_dir().join(format!("shmenv-cli-test-{}", std::process::id()));
+    std::fs::copy(SHMENV, &copy).unwrap();
+    let trainer = Command::new(&copy)
+        .args(["soak", "--num-envs", "4", "--workers", "2", "--minutes", "0.05", "--kill-every", "0.4"])
+        .args(["--report-every", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::remove_file(&copy).unwrap();
+    let out = trainer.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let done = stdout.lines().find(|l| l.starts_with("soak done:")).expect("a summary line");
+    let restarts: u32 = done.split(" restarts").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(restarts >= 3, "{done}");
+}

@@ -75,12 +75,14 @@ pub fn default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
         }
         tried.push(p);
     }
-    let exe = std::env::current_exe().ok();
-    if serves_workers() {
-        if let Some(exe) = &exe {
-            return Ok(exe.clone());
-        }
+    // This program itself: through `/proc/self/exe`, which the kernel resolves in the
+    // forked child to the very file the trainer runs, even if a rebuild has since replaced
+    // or deleted it at its path (workers then still match the trainer's protocol).
+    let self_exe = Path::new("/proc/self/exe");
+    if serves_workers() && self_exe.is_file() {
+        return Ok(self_exe.to_path_buf());
     }
+    let exe = std::env::current_exe().ok();
     let mut dir = exe.as_deref().and_then(Path::parent).map(Path::to_path_buf);
     for _ in 0..2 {
         let Some(d) = dir else { break };
