@@ -152,72 +152,68 @@ struct Recommendation<'a> {
     best: &'a Trial,
 }
 
+/// A setting the recommendation gives beyond env id, envs and workers.
+enum Setting<'a> {
+    Config(&'a Value),
+    BatchSize(usize),
+    Wait(&'static str),
+}
+
 impl Recommendation<'_> {
-    fn has_config(&self) -> bool {
-        self.config.as_object().is_some_and(|o| !o.is_empty())
+    /// The settings that differ from their defaults.
+    fn settings(&self) -> Vec<Setting<'_>> {
+        let mut out = Vec::new();
+        if self.config.as_object().is_some_and(|o| !o.is_empty()) {
+            out.push(Setting::Config(self.config));
+        }
+        if self.best.batch_size < self.num_envs {
+            out.push(Setting::BatchSize(self.best.batch_size));
+        }
+        if self.best.wait != "auto" {
+            out.push(Setting::Wait(self.best.wait));
+        }
+        out
     }
 
-    fn batch_size(&self) -> Option<usize> {
-        (self.best.batch_size < self.num_envs).then_some(self.best.batch_size)
-    }
-
-    fn wait(&self) -> Option<&'static str> {
-        (self.best.wait != "auto").then_some(self.best.wait)
+    /// `head`, then each setting as `part` writes it, then `tail`.
+    fn render(&self, head: String, part: impl Fn(Setting<'_>) -> String, tail: &str) -> String {
+        self.settings().into_iter().fold(head, |s, setting| s + &part(setting)) + tail
     }
 
     /// `shmenv bench` flags.
     fn cli(&self) -> String {
-        let mut s = format!(
-            "shmenv bench --env {} --num-envs {} --workers {}",
-            self.env, self.num_envs, self.best.workers
-        );
-        if self.has_config() {
-            s += &format!(" --config '{}'", self.config);
-        }
-        if let Some(b) = self.batch_size() {
-            s += &format!(" --batch-size {b}");
-        }
-        if let Some(w) = self.wait() {
-            s += &format!(" --wait {w}");
-        }
-        s
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("shmenv bench --env {env} --num-envs {n} --workers {w}");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(" --config '{c}'"),
+            Setting::BatchSize(b) => format!(" --batch-size {b}"),
+            Setting::Wait(w) => format!(" --wait {w}"),
+        };
+        self.render(head, part, "")
     }
 
     /// `Pool::builder` calls.
     fn rust(&self) -> String {
-        let mut s = format!(
-            "Pool::builder({:?}).num_envs({}).num_workers({})",
-            self.env, self.num_envs, self.best.workers
-        );
-        if self.has_config() {
-            s += &format!(".config(serde_json::json!({}))", self.config);
-        }
-        if let Some(b) = self.batch_size() {
-            s += &format!(".batch_size({b})");
-        }
-        if let Some(w) = self.wait() {
-            let variant = format!("{}{}", w[..1].to_uppercase(), &w[1..]);
-            s += &format!(".wait(WaitStrategy::{variant})");
-        }
-        s
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("Pool::builder({env:?}).num_envs({n}).num_workers({w})");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(".config(serde_json::json!({c}))"),
+            Setting::BatchSize(b) => format!(".batch_size({b})"),
+            Setting::Wait(w) => format!(".wait(WaitStrategy::{}{})", w[..1].to_uppercase(), &w[1..]),
+        };
+        self.render(head, part, "")
     }
 
     /// `shmenv.make_vec` keywords.
     fn python(&self) -> String {
-        let mut s = format!(
-            "shmenv.make_vec({:?}, num_envs={}, num_workers={}",
-            self.env, self.num_envs, self.best.workers
-        );
-        if self.has_config() {
-            s += &format!(", config={}", python_literal(self.config));
-        }
-        if let Some(b) = self.batch_size() {
-            s += &format!(", batch_size={b}");
-        }
-        if let Some(w) = self.wait() {
-            s += &format!(", wait={w:?}");
-        }
-        s + ")"
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("shmenv.make_vec({env:?}, num_envs={n}, num_workers={w}");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(", config={}", python_literal(c)),
+            Setting::BatchSize(b) => format!(", batch_size={b}"),
+            Setting::Wait(w) => format!(", wait={w:?}"),
+        };
+        self.render(head, part, ")")
     }
 }
 
