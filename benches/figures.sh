@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmark figures with the CLI (pool and serial loop in alternating
+# Runs the figures of docs/benchmarks.md with the CLI (pool and serial loop in alternating
 # rounds, so machine noise hits both alike), REPEAT times each, and prints the median
 # steps/s and ratio of each. Usage: bash benches/figures.sh [REPEAT] [SECONDS]
 set -euo pipefail

@@ -2,7 +2,7 @@
 //! stats on and one with stats off, stepped in alternating rounds so machine noise hits
 //! both alike; prints each one's median steps/s and the ratio.
 //!
-//! `cargo bench --bench stats_overhead` (after `cargo build --release`). Arguments:
+//! `cargo bench --bench stats_overhead`. Arguments:
 //! `[rounds] [seconds per round] [num_envs]`, default `20 0.25 1024`.
 
 use shmenv::Pool;
@@ -26,20 +26,20 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
+    // The pools' workers are this bench program, re-executed.
+    shmenv::worker::serve_if_worker(shmenv::worker::Registry::with_builtins);
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let rounds: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(20);
     let secs: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0.25);
     let n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1024);
-    let worker = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("shmenv-worker");
     let build = |stats: bool| {
         let mut pool = Pool::builder("CartPole-v1")
             .num_envs(n)
             .num_workers(2)
             .seed(0)
             .stats(stats)
-            .worker_program(&worker)
             .build()
-            .expect("pool (run `cargo build --release` first)");
+            .expect("pool");
         pool.reset().unwrap();
         pool
     };

@@ -42,12 +42,6 @@ fn tape(num_envs: usize) -> Vec<Vec<i64>> {
     (0..16).map(|_| (0..num_envs).map(|_| (rng.next_u64() >> 63) as i64).collect()).collect()
 }
 
-fn worker_program() -> std::path::PathBuf {
-    // Benches run from target/release/deps; the worker program is in target/release.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("shmenv-worker")
-}
-
 fn bench_pool(
     env: &str,
     config: &serde_json::Value,
@@ -59,9 +53,8 @@ fn bench_pool(
         .num_envs(num_envs)
         .num_workers(workers)
         .seed(0)
-        .worker_program(worker_program())
         .build()
-        .expect("pool builds (run `cargo build --release` first)");
+        .expect("pool builds");
     pool.reset().unwrap();
     let tape = tape(num_envs);
     let mut k = 0;
@@ -218,9 +211,8 @@ fn bench_async(
         .num_workers(workers)
         .batch_size(batch)
         .seed(0)
-        .worker_program(worker_program())
         .build()
-        .expect("pool builds (run `cargo build --release` first)");
+        .expect("pool builds");
     let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
     let tape = tape(num_envs);
     let mut k = 0;
@@ -291,6 +283,8 @@ fn compare(
 }
 
 fn main() {
+    // The pools' workers are this bench program, re-executed.
+    shmenv::worker::serve_if_worker(shmenv::worker::Registry::with_builtins);
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(PIPE_WORKER_FLAG) {
         pipe_worker(&args[2..]);

@@ -1,14 +1,16 @@
 //! Host your own env in shmenv.
 //!
-//! An env lives in a *worker program*: a binary that registers its envs and hands control
-//! to the worker host. The pool execs that program for each worker. Here one binary plays
-//! both parts: started by a pool (with `--shmenv-worker ...`) it is the worker program,
-//! otherwise it is the trainer. In a real project the worker program is usually its own
-//! small binary (see `src/bin/shmenv-worker.rs`, three lines).
+//! Envs run in worker processes, which the pool starts by executing a program that knows
+//! them. Here one binary plays both parts: the first line of `main`,
+//! `shmenv::worker::serve_if_worker(registry)`, turns a copy started by the pool into a
+//! worker hosting the envs of `registry()` (and never returns there); in the trainer it
+//! returns at once, and pools then run this same program as their workers. (A separate
+//! worker program is the other way: `host::run(&registry())` as its whole `main`, and
+//! `.worker_program(path)` on the builder.)
 //!
 //! Run with `cargo run --release --example custom_env`.
 
-use shmenv::worker::{host, ActionIn, Config, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
+use shmenv::worker::{ActionIn, Config, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 use shmenv::{DType, EnvSpec, ObsArray, Pool, Space};
 use std::process::ExitCode;
 
@@ -92,9 +94,7 @@ fn registry() -> Registry {
 }
 
 fn main() -> ExitCode {
-    if host::is_worker_invocation() {
-        return host::run(&registry());
-    }
+    shmenv::worker::serve_if_worker(registry);
     match train() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -107,7 +107,6 @@ fn main() -> ExitCode {
 fn train() -> Result<(), Box<dyn std::error::Error>> {
     let mut pool = Pool::builder("GridWalk-v0")
         .config(serde_json::json!({"size": 5}))
-        .worker_program(std::env::current_exe()?)
         .num_envs(8)
         .num_workers(2)
         .seed(1)

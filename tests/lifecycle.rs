@@ -1,12 +1,14 @@
 //! Real processes, killed: a dead worker makes `step` fail with its name, envs and signal
-//! instead of hanging; dropping a pool leaves no process, no fd and nothing in /dev/shm;
-//! workers die with their trainer.
+//! instead of hanging; dropping a pool leaves no process, no fd and nothing in /dev/shm.
+//! (Workers dying with their trainer is checked with the CLI as the trainer, in
+//! `cli/tests/cli.rs`.)
 //!
 //! One test function runs the scenarios in order, because counting this process's
 //! children and fds is only meaningful when no other test runs beside it.
 
 mod common;
 
+use common::watchdog::alive;
 use common::{builder, child_pids, dev_shm_entries, open_fds, Watchdog};
 use serde_json::json;
 use shmenv::{StepError, WorkerExit};
@@ -203,57 +205,6 @@ fn many_pools_leave_nothing_behind() {
     }
 }
 
-fn workers_die_with_their_trainer() {
-    // A trainer process (the CLI) with 2 workers, killed while stepping.
-    let mut trainer = std::process::Command::new(env!("CARGO_BIN_EXE_shmenv"))
-        .args(["bench", "--env", "Burn-v0", "--num-envs", "2", "--workers", "2", "--seconds", "60", "--json"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let workers = loop {
-        let w = grandchildren(trainer.id());
-        if w.len() == 2 {
-            break w;
-        }
-        assert!(Instant::now() < deadline, "the trainer did not start its workers");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    kill(trainer.id(), libc::SIGKILL);
-    trainer.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while workers.iter().any(|&p| alive(p)) {
-        assert!(Instant::now() < deadline, "workers outlived their trainer");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn grandchildren(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            let rest = stat.rsplit_once(')').map(|(_, r)| r.to_string()).unwrap_or_default();
-            if rest.split_whitespace().nth(1) == Some(&parent.to_string()) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// Running (not gone, not a zombie waiting for an init that does not reap).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            !matches!(stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z" | "X"))
-        }
-        Err(_) => false,
-    }
-}
-
 #[test]
 fn killed_workers_are_reported_and_nothing_leaks() {
     let _w = Watchdog::new("lifecycle", Duration::from_secs(300));
@@ -271,7 +222,6 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     hung_env_times_out();
     thousand_pools_leave_nothing_behind();
     many_pools_leave_nothing_behind();
-    workers_die_with_their_trainer();
 
     assert_eq!(child_pids(), Vec::<u32>::new(), "child processes left behind");
     assert_eq!(open_fds(), fds, "fds leaked");

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Why [`crate::PoolBuilder::build`] failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum BuildError {
     /// A builder argument is out of range.
     #[error("invalid pool setting: {0}")]
@@ -34,17 +34,30 @@ pub enum BuildError {
         /// The env's message, naming the key.
         message: String,
     },
-    /// No worker program was given and `shmenv-worker` was not found.
+    /// No worker program was given, this program's `main` does not serve workers, and no
+    /// `shmenv-worker` program was found.
     #[error(
-        "cannot find the worker program `shmenv-worker` (looked at {}); build it with \
-         `cargo build --release --bin shmenv-worker`, set SHMENV_WORKER_PROGRAM, or call \
-         `.worker_program(path)`",
+        "no worker program to run: this program's `main` does not call \
+         `shmenv::worker::serve_if_worker(..)` (which lets the pool run this same program as \
+         its workers), and no `shmenv-worker` program was found (looked at {}). Add \
+         `shmenv::worker::serve_if_worker(shmenv::worker::Registry::with_builtins);` as the \
+         first line of `main`, or name a worker program with `.worker_program(path)` or \
+         SHMENV_WORKER_PROGRAM",
         searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     WorkerProgramNotFound {
         /// Paths tried.
         searched: Vec<PathBuf>,
     },
+    /// This process was started by a pool as a worker, but its `main` ran the trainer code
+    /// (it did not hand control to the worker host first).
+    #[error(
+        "this process was started by a shmenv pool as one of its workers, but its `main` \
+         ran the trainer code instead of serving the pool: call \
+         `shmenv::worker::serve_if_worker(..)` as the first line of `main`, or give the pool \
+         a separate worker program"
+    )]
+    NotServingWorkers,
     /// Starting a worker process failed.
     #[error("cannot start worker program {program}: {source}")]
     Spawn {
@@ -108,7 +121,7 @@ pub enum BuildError {
 }
 
 /// Why an action batch was refused. Nothing reached any worker.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(thiserror::Error, PartialEq)]
 pub enum ActionError {
     /// The slice's element type is not the action space's.
     #[error("actions have dtype {found}, but the action space {space} takes {expected}: pass a &[{expected}] slice")]
@@ -151,7 +164,7 @@ pub enum ActionError {
 }
 
 /// Why `reset` or `step` failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum StepError {
     /// The actions were refused before any worker saw them; the pool is unchanged.
     #[error(transparent)]
@@ -280,7 +293,7 @@ pub enum StepError {
 }
 
 /// Why a typed view of a batch could not be made.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(thiserror::Error, PartialEq)]
 pub enum ViewError {
     /// No observation array has this name.
     #[error("no observation array named {name:?}; the env has {available:?}")]
@@ -322,3 +335,20 @@ fn last_output(output: &str) -> String {
         format!("; its last output:\n{output}")
     }
 }
+
+/// Formats an error's `Debug` as its `Display` message: a `main` that returns
+/// `Result<(), Box<dyn Error>>` prints errors with `Debug`, and the message (what went
+/// wrong, the value, what to do) is what its user needs to read. Match on the variants to
+/// tell errors apart.
+#[macro_export]
+macro_rules! debug_as_display {
+    ($($t:ty),+ $(,)?) => {$(
+        impl ::std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                ::std::fmt::Display::fmt(self, f)
+            }
+        }
+    )+};
+}
+
+debug_as_display!(BuildError, ActionError, StepError, ViewError);

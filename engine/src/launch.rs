@@ -1,7 +1,8 @@
 //! Worker launch and supervision.
 //!
-//! Workers are started by exec'ing a worker program (never a bare fork, never the
-//! trainer's own `main`), from a supervisor thread that lives exactly as long as the pool.
+//! Workers are started by exec'ing a worker program (never a bare fork; the trainer's own
+//! executable only when its `main` serves workers first, see [`crate::program`]), from a
+//! supervisor thread that lives exactly as long as the pool.
 //! That thread matters: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
 //! exits, so forking from whatever thread built the pool would kill the workers when that
 //! thread ends. The supervisor also watches every worker through a pidfd, records how it
@@ -13,7 +14,7 @@ use std::io;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -331,6 +332,7 @@ fn spawn_worker(
         .arg(index.to_string())
         .arg(region_fd.to_string())
         .arg(parent.to_string())
+        .env(crate::program::WORKER_ENV, parent.to_string())
         .stdin(Stdio::null())
         // Worker prints (stdout and stderr) go through a pipe the supervisor reads: it
         // copies them to the trainer's stderr (never its stdout) and keeps the last lines
@@ -566,39 +568,4 @@ fn allowed_cpus() -> Vec<usize> {
     }
     // SAFETY: CPU_ISSET only reads the set.
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
-}
-
-/// Finds the default worker program `shmenv-worker`: `$SHMENV_WORKER_PROGRAM`, then next
-/// to the running executable (and one level up, for test and example binaries under
-/// `target/*/deps` and `target/*/examples`), then `$PATH`. Returns the paths tried on failure.
-pub fn find_default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
-    const NAME: &str = "shmenv-worker";
-    let mut tried = Vec::new();
-    if let Some(p) = std::env::var_os("SHMENV_WORKER_PROGRAM") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        tried.push(p);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        let mut dir = exe.parent().map(Path::to_path_buf);
-        for _ in 0..2 {
-            let Some(d) = dir else { break };
-            let candidate = d.join(NAME);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-            tried.push(candidate);
-            dir = d.parent().map(Path::to_path_buf);
-        }
-    }
-    for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let candidate = d.join(NAME);
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    tried.push(PathBuf::from("$PATH/shmenv-worker"));
-    Err(tried)
 }

@@ -6,7 +6,7 @@
 //! everything lives in the region) -> [`region`] (the memfd mapping; the only module that
 //! touches raw shared memory) -> [`sync`] (semaphores and waiting) -> [`launch`] (worker
 //! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results);
-//! [`ring`] holds the async ring's claim/commit/release protocol, [`recovery`] how a dead
+//! [`program`] says which program workers run; [`ring`] holds the async ring's claim/commit/release protocol, [`recovery`] how a dead
 //! worker's rows are found in it; [`stats`] the live
 //! counters in the region's stats area.
 
@@ -24,6 +24,8 @@ pub mod error;
 pub mod launch;
 #[cfg(not(loom))]
 pub mod pool;
+#[cfg(not(loom))]
+pub mod program;
 pub mod protocol;
 pub mod recovery;
 #[cfg(not(loom))]

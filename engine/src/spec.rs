@@ -265,11 +265,15 @@ impl fmt::Display for Space {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Space::Box { dtype, shape, low, high } => {
+                // Bounds as the dtype holds them: an f32 bound of -4.8 prints as -4.8, not as
+                // the f64 it widens to (-4.800000190734863).
+                let one =
+                    |x: f64| if *dtype == DType::F32 { format!("{}", x as f32) } else { format!("{x}") };
                 let show = |b: &Vec<f64>| {
                     if b.len() == 1 || b.iter().all(|x| x.to_bits() == b[0].to_bits()) {
-                        format!("{}", b[0])
+                        one(b[0])
                     } else {
-                        format!("{b:?}")
+                        format!("[{}]", b.iter().map(|&x| one(x)).collect::<Vec<_>>().join(", "))
                     }
                 };
                 write!(f, "Box({}, {}, {shape:?}, {dtype})", show(low), show(high))
@@ -414,6 +418,22 @@ mod tests {
         let back = EnvSpec::from_json(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
         assert_eq!(back.to_json().to_string(), spec.to_json().to_string());
+    }
+
+    #[test]
+    fn box_bounds_print_as_their_dtype_holds_them() {
+        let f32_box = Space::Box {
+            dtype: DType::F32,
+            shape: vec![2],
+            low: vec![f64::from(-4.8f32), f64::NEG_INFINITY],
+            high: vec![f64::from(4.8f32), f64::INFINITY],
+        };
+        assert_eq!(f32_box.to_string(), "Box([-4.8, -inf], [4.8, inf], [2], f32)");
+        assert_eq!(
+            Space::boxed(DType::F32, &[1], f64::from(0.1f32), 2.0).to_string(),
+            "Box(0.1, 2, [1], f32)"
+        );
+        assert_eq!(Space::boxed(DType::F64, &[1], 0.1, 2.0).to_string(), "Box(0.1, 2, [1], f64)");
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Cross-process counting semaphores on shared atomic words, with futex wake-ups, and the
 //! waiting policy that decides how long to spin, yield and then sleep.
 //!
-//! The numbers behind the defaults were measured on the project machine (2 vCPU KVM, see
-//! `docs/architecture.md`): a spin handoff costs ~110 ns while a core is free, a futex
-//! wake-up ~46 us round trip, and spinning with more runnable processes than cores is
-//! catastrophic (8 ms, a scheduler quantum). So the policy spins only when every process
-//! can have a core, yields next (cheap, and it hands the core to whoever needs it), and
-//! sleeps on the futex after about a millisecond, always with a timeout so that liveness
-//! checks run.
+//! The numbers behind the defaults come from `cargo bench --bench wakeup` (figures in
+//! `docs/architecture.md`, "Waiting policy"): a handoff between processes spinning on cores
+//! of their own takes about a microsecond round trip, a futex wake-up of a process asleep
+//! on another core tens of microseconds, and spinning with more runnable processes than
+//! cores is ruinous (a scheduler quantum, ~10 ms, per handoff). So the policy spins only
+//! when every process can have a core, yields next (cheap, and it hands the core to whoever
+//! needs it), and sleeps on the futex after about a millisecond, always with a timeout so
+//! that liveness checks run.
 
 use std::time::{Duration, Instant};
 
@@ -195,7 +196,7 @@ pub enum WaitStrategy {
     Spin,
     /// Yield up to 10 ms before sleeping.
     Yield,
-    /// Sleep on the futex at once (lowest CPU use; ~46 us per wake-up here).
+    /// Sleep on the futex at once (lowest CPU use; a wake-up across cores costs ~50 us here).
     Block,
 }
 
@@ -226,7 +227,7 @@ impl WaitStrategy {
             WaitStrategy::Auto if processes <= cores => (us(50), ms(1), Some(ms(2))),
             // Shared cores: never spin; yield (a yielding waiter hands its core over at
             // once and sees a post within a context switch), and sleep early only when
-            // waits are so long that a ~46 us futex wake-up is noise next to them.
+            // waits are so long that a futex wake-up (tens of us) is noise next to them.
             WaitStrategy::Auto => (Duration::ZERO, ms(1), Some(ms(2))),
             WaitStrategy::Spin => (ms(10), Duration::ZERO, None),
             WaitStrategy::Yield => (Duration::ZERO, ms(10), None),

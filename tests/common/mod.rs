@@ -4,35 +4,9 @@
 
 use shmenv::worker::{ActionIn, Env, ObsOut, Registry};
 use shmenv::{AutoReset, Pool, PoolBuilder};
-use std::sync::mpsc;
-use std::time::Duration;
 
-/// Aborts the whole test process if the guarded scope runs longer than `limit`: a hung
-/// test fails loudly instead of stalling CI.
-pub struct Watchdog {
-    done: Option<mpsc::Sender<()>>,
-}
-
-impl Watchdog {
-    pub fn new(name: &'static str, limit: Duration) -> Watchdog {
-        let (tx, rx) = mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("watchdog: test {name} still running after {limit:?}; aborting");
-                std::process::abort();
-            }
-        });
-        Watchdog { done: Some(tx) }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.done.take() {
-            let _ = tx.send(());
-        }
-    }
-}
+pub mod watchdog;
+pub use watchdog::Watchdog;
 
 pub const WORKER: &str = env!("CARGO_BIN_EXE_shmenv-worker");
 

@@ -2,7 +2,9 @@
 //! inherited from the trainer, validates the header, builds its shard of envs, reports
 //! their spec, then serves commands until told to close or the trainer dies.
 //!
-//! A worker program is a few lines:
+//! Most programs enter it through [`crate::serve_if_worker`], the first line of a `main`
+//! that is both the trainer and its own workers. A program that is only a worker is a few
+//! lines:
 //!
 //! ```no_run
 //! fn main() -> std::process::ExitCode {
@@ -72,6 +74,7 @@ impl BatchScope for NoScope {
 
 /// [`run_with_args`] with a [`BatchScope`] around each sync batch.
 pub fn run_with_scope(registry: &Registry, args: &[String], scope: &dyn BatchScope) -> u8 {
+    shmenv_engine::program::enter_host();
     let parsed = match args {
         [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
             index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())

@@ -1,11 +1,14 @@
 //! Worker side of shmenv: the [`Env`] trait, the env [`Registry`], the host loop that
 //! steps a shard of envs straight into the shared region, and the built-in envs.
 //!
-//! To host your own envs, register them and hand the registry to [`host::run`] from the
-//! `main` of your own worker program, then point the pool at that program with
-//! `Pool::builder(id).worker_program(path)`.
+//! A program hosts workers by calling [`serve_if_worker`] first thing in `main`, with a
+//! registry of the envs it knows ([`Registry::with_builtins`] plus any of its own): pools
+//! it builds then run this same program as their workers. A program that is only a
+//! worker hands the registry to [`host::run`] instead, and pools are pointed at it with
+//! `PoolBuilder::worker_program(path)`.
 
 pub mod config;
+pub mod entry;
 pub mod env;
 pub mod envs;
 pub mod host;
@@ -14,6 +17,7 @@ pub mod rng;
 pub mod shard;
 
 pub use config::{Config, ConfigError};
+pub use entry::serve_if_worker;
 pub use env::{ActionIn, Env, ObsOut, Transition};
 pub use registry::{EnvEntry, EnvFactory, MakeError, Registry};
 pub use shard::{EnvShard, LocalRows, ShardRows};

@@ -21,7 +21,7 @@ pub struct EnvEntry {
 }
 
 /// Why an env could not be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum MakeError {
     /// The id is not registered.
     #[error("unknown env id {id:?}; registered ids: {}", registered.join(", "))]
@@ -40,6 +40,8 @@ pub enum MakeError {
         source: ConfigError,
     },
 }
+
+shmenv_engine::debug_as_display!(MakeError);
 
 /// Env ids known to a worker program.
 #[derive(Clone, Default)]

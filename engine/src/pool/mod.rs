@@ -3,7 +3,7 @@
 use crate::action;
 use crate::batch::Batch;
 use crate::error::{BuildError, StepError, ViewError};
-use crate::launch::{self, CpuAffinity, Supervisor, WorkerCommand, WorkerExit};
+use crate::launch::{CpuAffinity, Supervisor, WorkerCommand, WorkerExit};
 use crate::protocol::{
     self, worker_block, AutoReset, Command, Header, Layout, PoolParams, RegionState, WorkerReport,
     WorkerStatus,
@@ -111,8 +111,9 @@ impl PoolBuilder {
         self
     }
 
-    /// The worker program to exec (default: `shmenv-worker`, see
-    /// [`launch::find_default_worker_program`]). Build your own to host your own envs.
+    /// The worker program to exec. Default: this same program when its `main` calls
+    /// `shmenv::worker::serve_if_worker` first, else `shmenv-worker` (see
+    /// [`crate::program`] for the order). A program of your own hosts your own envs.
     pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
         self.worker_command = Some(WorkerCommand::new(path));
         self
@@ -206,6 +207,9 @@ impl PoolBuilder {
 
     /// Creates the region, starts the workers and waits until they all serve.
     pub fn build(self) -> Result<Pool, BuildError> {
+        if crate::program::is_unserved_worker() {
+            return Err(BuildError::NotServingWorkers);
+        }
         Pool::start(self)
     }
 }
@@ -439,7 +443,7 @@ impl Pool {
         }
         let command = match b.worker_command {
             Some(c) => c,
-            None => launch::find_default_worker_program()
+            None => crate::program::default_worker_program()
                 .map(WorkerCommand::new)
                 .map_err(|searched| BuildError::WorkerProgramNotFound { searched })?,
         };

@@ -1,11 +1,12 @@
 //! `shmenv top` attaches read-only to a pool running in another process and reports it;
 //! attaching to a process without a pool, or to a dead pid, is a clear error.
 
-mod common;
+#[path = "../../tests/common/watchdog.rs"]
+mod watchdog;
 
-use common::Watchdog;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use watchdog::Watchdog;
 
 const SHMENV: &str = env!("CARGO_BIN_EXE_shmenv");
 
@@ -107,7 +108,21 @@ fn tune_ranks_configurations_and_recommends_one() {
     let rates: Vec<f64> = ranked.iter().map(|t| t["steps_per_sec"].as_f64().unwrap()).collect();
     assert!(rates.windows(2).all(|w| w[0] >= w[1]) && rates[0] > 0.0, "{rates:?}");
     let best = &ranked[0];
-    let rec = v["recommended"].as_str().unwrap();
-    assert!(rec.starts_with("Pool::builder(\"Burn-v0\").num_envs(4)"), "{rec}");
-    assert!(rec.contains(&format!(".num_workers({})", best["workers"])), "{rec}");
+    let rec = &v["recommended"];
+    let rust = rec["rust"].as_str().unwrap();
+    assert!(rust.starts_with("Pool::builder(\"Burn-v0\").num_envs(4)"), "{rust}");
+    assert!(rust.contains(&format!(".num_workers({})", best["workers"])), "{rust}");
+    let cli = rec["cli"].as_str().unwrap();
+    assert!(
+        cli.starts_with(&format!("shmenv bench --env Burn-v0 --num-envs 4 --workers {}", best["workers"])),
+        "{cli}"
+    );
+    let python = rec["python"].as_str().unwrap();
+    assert!(
+        python.starts_with(&format!(
+            "shmenv.make_vec(\"Burn-v0\", num_envs=4, num_workers={}",
+            best["workers"]
+        )),
+        "{python}"
+    );
 }

@@ -1,0 +1,220 @@
+//! `shmenv bench`: step an env with random actions through a pool, optionally against the
+//! same envs in an in-process serial loop.
+
+use crate::args::{self, Affinity, Envs, OnOff, Wait};
+use crate::stepping::{contenders, fmt_rate, Baseline, Progress, Stepper, Tally};
+use crate::Error;
+use serde_json::json;
+use shmenv::engine::protocol::{AutoReset, PoolParams};
+use shmenv::worker::Registry;
+use shmenv::{Pool, StatsReport, WorkerActivity};
+use std::time::Duration;
+
+/// `shmenv bench` arguments.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    envs: Envs,
+    /// Number of worker processes (default: available cores).
+    #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
+    workers: Option<usize>,
+    /// Results per batch: fewer than --num-envs runs the pool in async mode (send/recv,
+    /// each batch holds the envs that finished first). Default: all envs (sync).
+    #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
+    batch_size: Option<usize>,
+    /// Seconds to step (each of pool and baseline).
+    #[arg(long, default_value_t = 3.0, value_parser = args::bench_seconds, allow_negative_numbers = true)]
+    seconds: f64,
+    /// Also run the same envs and actions in an in-process serial loop and report the ratio.
+    #[arg(long)]
+    baseline: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// How the trainer and workers wait for each other.
+    #[arg(long, value_enum, default_value_t = Wait::Auto)]
+    wait: Wait,
+    /// Base seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker CPU affinity: auto (a core per worker when there are enough) or none.
+    #[arg(long, value_enum, default_value_t = Affinity::Auto)]
+    affinity: Affinity,
+    /// After the run, show where the pool's time went (env work, waiting, publishing) and
+    /// a one-line verdict: env-bound, trainer-bound or sync-bound.
+    #[arg(long)]
+    profile: bool,
+    /// Live stats in the region: on (default) or off (to measure their cost).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    stats: OnOff,
+    /// Record trace spans (trainer calls, each worker's waits, env work and publishing) and
+    /// write them to this file as Chrome trace JSON (open it in https://ui.perfetto.dev).
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
+    /// Run under `FailurePolicy::Restart` with this budget (to measure its cost).
+    #[arg(long)]
+    max_restarts: Option<u32>,
+}
+
+/// Runs `shmenv bench`.
+pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
+    let config = args.envs.config()?;
+    let stats = args.stats == OnOff::On;
+    if args.profile && !stats {
+        return Err("--profile reads the live stats: drop --stats off".into());
+    }
+    let mut builder = Pool::builder(&args.envs.env)
+        .stats(stats)
+        .trace(args.trace.is_some())
+        .cpu_affinity(args.affinity.setting())
+        .config(config.clone())
+        .num_envs(args.envs.num_envs)
+        .seed(args.seed)
+        .wait(args.wait.strategy());
+    if let Some(w) = args.workers {
+        builder = builder.num_workers(w);
+    }
+    if let Some(b) = args.batch_size {
+        builder = builder.batch_size(b);
+    }
+    if let Some(max_restarts) = args.max_restarts {
+        builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
+    }
+    let pool = builder.build()?;
+    let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
+    let baseline = args.baseline.then(|| Baseline { registry, params: serial_params(&args, &config) });
+    let (contender, serial) = contenders(pool, args.seed, baseline)?;
+    let (ours, baseline, profile) = race(&args, contender, serial)?;
+    let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
+    let wait = args.wait.strategy().name();
+    if args.json {
+        let mut out = json!({
+            "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs, "batch_size": batch_size,
+            "workers": workers, "wait": wait, "affinity": args.affinity.name(), "seconds": ours.seconds,
+            "steps": ours.steps, "steps_per_sec": ours.rate(), "stats": stats,
+        });
+        if let Some(p) = &profile {
+            out["profile"] = json!(p);
+            out["verdict"] = json!(p.verdict());
+        }
+        if let (Some(b), Some(r)) = (&baseline, ratio) {
+            out["baseline_steps"] = json!(b.steps);
+            out["baseline_steps_per_sec"] = json!(b.rate());
+            out["ratio"] = json!(r);
+        }
+        println!("{out}");
+        return Ok(());
+    }
+    let n = args.envs.num_envs;
+    let mode = if batch_size < n { format!("async, batches of {batch_size}") } else { "sync".into() };
+    println!("{} x {n} on {workers} workers ({mode}, wait {wait}), {:.1} s", args.envs.env, ours.seconds);
+    println!("  shmenv pool:   {:>10} steps/s", fmt_rate(ours.rate()));
+    if let (Some(b), Some(r)) = (&baseline, ratio) {
+        println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
+        println!("  ratio:         {r:>10.2}x");
+    }
+    if let Some(p) = &profile {
+        print_profile(p);
+    }
+    Ok(())
+}
+
+/// The baseline's envs: all of them in one shard, as the pool would make them.
+fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> PoolParams {
+    PoolParams {
+        env_id: args.envs.env.clone(),
+        config: config.clone(),
+        num_envs: args.envs.num_envs,
+        num_workers: 1,
+        autoreset: AutoReset::NextStep,
+        max_episode_steps: None,
+        wait: "auto".into(),
+        batch_size: args.envs.num_envs,
+        ring_depth: 2,
+        stats: false,
+        trace: false,
+        restart: false,
+    }
+}
+
+type RaceResult = (Tally, Option<Tally>, Option<StatsReport>);
+
+/// Times the pool (and the baseline, in alternating short rounds, so that machine noise
+/// hits both alike); writes the trace; returns the tallies and the `--profile` report.
+fn race(
+    args: &BenchArgs,
+    mut contender: Box<dyn Stepper>,
+    mut serial: Option<Box<dyn Stepper>>,
+) -> Result<RaceResult, Error> {
+    let rounds = if serial.is_some() { ((args.seconds / 0.5).round() as u32).max(3) } else { 1 };
+    let slice = Duration::from_secs_f64(args.seconds) / rounds;
+    let (mut ours, mut theirs) = (Tally::default(), Tally::default());
+    let mut progress = Progress::new("shmenv pool", args.json);
+    // The profile covers the pool's rounds only (the serial rounds leave it idle).
+    let mut profile = shmenv::StatsSnapshot::default();
+    for _ in 0..rounds {
+        // One untimed batch first: a worker books the time it waited for a command when the
+        // command arrives, so the idle time of the serial round lands in that batch.
+        let before = if args.profile {
+            contender.step_batch(ours.batches)?;
+            contender.pool().map(Pool::stats_snapshot)
+        } else {
+            None
+        };
+        ours.run(contender.as_mut(), slice, &mut progress)?;
+        if let (Some(before), Some(pool)) = (before, contender.pool()) {
+            profile.add(&pool.stats_snapshot().delta(&before));
+        }
+        if let Some(s) = serial.as_mut() {
+            theirs.run(s.as_mut(), slice, &mut Progress::new("serial loop", true))?;
+        }
+    }
+    progress.done();
+    if let (Some(path), Some(pool)) = (&args.trace, contender.pool()) {
+        pool.write_trace(path).map_err(|e| format!("cannot write the trace to {}: {e}", path.display()))?;
+        if !args.json {
+            eprintln!("trace written to {} (open it in https://ui.perfetto.dev)", path.display());
+        }
+    }
+    let profile = args.profile.then(|| profile.since(None));
+    Ok((ours, serial.map(|_| theirs), profile))
+}
+
+/// The `--profile` breakdown of the pool's rounds.
+fn print_profile(p: &StatsReport) {
+    let n = p.workers.len().max(1) as f64;
+    let mean = |f: fn(&WorkerActivity) -> f64| p.workers.iter().map(f).sum::<f64>() / n;
+    let pct = |x: f64| format!("{:>5.1}%", 100.0 * x);
+    let per_worker = |f: fn(&WorkerActivity) -> f64| {
+        p.workers.iter().map(|w| pct(f(w)).trim().to_string()).collect::<Vec<_>>().join(", ")
+    };
+    println!("  where the pool's time went ({:.1} s of pool rounds, {} batches):", p.seconds, p.batches);
+    println!(
+        "    workers in env code      {}   (per worker: {})",
+        pct(mean(|w| w.utilization)),
+        per_worker(|w| w.utilization)
+    );
+    println!("    workers waiting          {}", pct(mean(|w| w.wait_share)));
+    println!(
+        "    workers publishing       {}   (transfer: claiming rows, committing, posting)",
+        pct(mean(|w| w.publish_share))
+    );
+    println!(
+        "    trainer waiting          {}   (of the trainer's time; inside pool calls: {})",
+        pct(p.trainer_wait_share),
+        pct(p.trainer_call_share)
+    );
+    if let Some(fill) = p.ring_full_blocks {
+        println!("    ring blocks full at recv {fill:>6.2}");
+    }
+    let us = |f: fn(&WorkerActivity) -> Option<f64>| {
+        p.workers.iter().filter_map(f).map(|v| format!("{v:.2}")).collect::<Vec<_>>().join(", ")
+    };
+    println!("    env step p50 / p99 (us)  {} / {}", us(|w| w.step_p50_us), us(|w| w.step_p99_us));
+    let why = match p.verdict() {
+        "env-bound" => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
+        "trainer-bound" => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
+        _ => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",
+    };
+    println!("  verdict: {} ({why})", p.verdict());
+}

@@ -1,0 +1,77 @@
+//! `shmenv`: list the built-in envs, benchmark and tune pools of them, soak-test worker
+//! restarts, and watch the pools of a running process (`top`).
+//!
+//! This binary is also its own worker program: `main` first hands pool-started
+//! invocations (`--shmenv-worker ...`) to the worker host, so the pools it builds run it.
+
+mod args;
+mod bench;
+mod soak;
+mod stepping;
+mod top;
+mod tune;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use shmenv::worker::Registry;
+use std::process::ExitCode;
+
+/// The error of a command, printed as `error: <message>`.
+pub type Error = Box<dyn std::error::Error>;
+
+#[derive(Parser)]
+#[command(
+    name = "shmenv",
+    version,
+    about = "Vectorized RL envs stepped by worker processes through shared memory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the registered envs with their spaces.
+    List,
+    /// Step an env with random actions through a pool and report steps per second.
+    Bench(bench::BenchArgs),
+    /// Step continuously while killing random workers (Restart policy); print RSS, fds and
+    /// children over time, to check that nothing grows.
+    Soak(soak::SoakArgs),
+    /// Try worker counts, batch sizes and wait strategies briefly; print a ranked table
+    /// and the settings of the fastest for the CLI, Rust and Python.
+    Tune(tune::TuneArgs),
+    /// Live view of the pools of a running process (read-only; same user): per worker
+    /// utilization, steps/s, env-step p50/p99, wait share; the trainer's wait share.
+    Top(top::TopArgs),
+}
+
+fn main() -> ExitCode {
+    shmenv::worker::serve_if_worker(Registry::with_builtins);
+    let registry = Registry::with_builtins();
+    let result = match Cli::parse().command {
+        Cmd::List => list(&registry),
+        Cmd::Bench(args) => bench::run(&registry, args),
+        Cmd::Top(args) => top::run(args),
+        Cmd::Tune(args) => tune::run(args),
+        Cmd::Soak(args) => soak::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn list(registry: &Registry) -> Result<(), Error> {
+    for id in registry.ids() {
+        let entry = registry.get(&id).expect("listed id");
+        let env = registry.make(&id, &json!({}))?;
+        let limit = entry.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
+        println!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
+    }
+    Ok(())
+}

@@ -1,0 +1,265 @@
+//! `shmenv tune`: try worker counts, batch sizes and wait strategies briefly; print a
+//! ranked table and the settings of the fastest for each front end (CLI, Rust, Python).
+
+use crate::args::{self, Envs};
+use crate::stepping::{contenders, fmt_rate, Progress, Tally};
+use crate::Error;
+use serde_json::{json, Value};
+use shmenv::{Pool, WaitStrategy};
+use std::time::Duration;
+
+/// `shmenv tune` arguments.
+#[derive(clap::Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    envs: Envs,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 0.3, value_parser = args::trial_seconds, allow_negative_numbers = true)]
+    seconds: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One configuration tried.
+#[derive(Clone, serde::Serialize)]
+struct Trial {
+    workers: usize,
+    envs_per_worker: String,
+    batch_size: usize,
+    wait: &'static str,
+    steps_per_sec: f64,
+}
+
+/// Runs `shmenv tune`.
+pub fn run(args: TuneArgs) -> Result<(), Error> {
+    let config = args.envs.config()?;
+    let n = args.envs.num_envs;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let slice = Duration::from_secs_f64(args.seconds);
+    let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
+        let pool = Pool::builder(&args.envs.env)
+            .config(config.clone())
+            .num_envs(n)
+            .num_workers(workers)
+            .batch_size(batch)
+            .wait(wait)
+            .seed(0)
+            .build()?;
+        trial(pool, slice)
+    };
+    let workers: Vec<usize> = (1..=2 * cores).filter(|&w| w <= n).collect();
+    let mut batches = vec![n, n / 2, n / 4];
+    batches.retain(|&b| b >= 1);
+    batches.dedup();
+    if !args.json {
+        eprintln!(
+            "tuning {} x {n}: about {} trials of {:.2} s ...",
+            args.envs.env,
+            workers.len() * batches.len() + 36,
+            slice.as_secs_f64()
+        );
+    }
+    // Stage 1: shapes (workers x batch size) with the adaptive wait strategy.
+    let mut trials = Vec::new();
+    for &w in &workers {
+        for &b in &batches {
+            let steps_per_sec = run(w, b, WaitStrategy::Auto)?;
+            let envs_per_worker = envs_per_worker(n, w);
+            trials.push(Trial { workers: w, envs_per_worker, batch_size: b, wait: "auto", steps_per_sec });
+        }
+    }
+    // Stage 2: the three best shapes, each with every wait strategy (spin only when every
+    // process can have a core), measured three times; medians.
+    trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    let mut finals = Vec::new();
+    for shape in trials.iter().take(3).cloned().collect::<Vec<_>>() {
+        for wait in [WaitStrategy::Auto, WaitStrategy::Yield, WaitStrategy::Block, WaitStrategy::Spin] {
+            if wait == WaitStrategy::Spin && shape.workers + 1 > cores {
+                continue;
+            }
+            let mut rates =
+                (0..3).map(|_| run(shape.workers, shape.batch_size, wait)).collect::<Result<Vec<_>, _>>()?;
+            rates.sort_by(|a, b| a.total_cmp(b));
+            finals.push(Trial { wait: wait.name(), steps_per_sec: rates[1], ..shape.clone() });
+        }
+    }
+    finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    let best = finals.first().ok_or("no configuration could run")?;
+    let rec = Recommendation { env: &args.envs.env, config: &config, num_envs: n, best };
+    if args.json {
+        let recommended = json!({"cli": rec.cli(), "rust": rec.rust(), "python": rec.python()});
+        println!(
+            "{}",
+            json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": recommended})
+        );
+        return Ok(());
+    }
+    print_ranking(&args.envs.env, n, cores, trials.len(), &finals);
+    println!("recommended (workers pinned to cores when there are enough, the default):");
+    println!("  CLI:     {}", rec.cli());
+    println!("  Rust:    {}", rec.rust());
+    println!("  Python:  {}", rec.python());
+    if best.batch_size < n {
+        println!("  (async: use send()/recv(); sync step() needs batch_size = num_envs)");
+    }
+    Ok(())
+}
+
+fn print_ranking(env: &str, n: usize, cores: usize, shapes: usize, finals: &[Trial]) {
+    println!(
+        "{env} x {n}, {cores} cores: {shapes} shapes tried, the 3 best with each wait strategy (median of 3)"
+    );
+    println!("  rank  workers  envs/worker  batch   mode   wait      steps/s");
+    for (i, t) in finals.iter().enumerate() {
+        let mode = if t.batch_size < n { "async" } else { "sync" };
+        println!(
+            "  {:>4}  {:>7}  {:>11}  {:>5}  {:>5}  {:>5}  {:>11}",
+            i + 1,
+            t.workers,
+            t.envs_per_worker,
+            t.batch_size,
+            mode,
+            t.wait,
+            fmt_rate(t.steps_per_sec)
+        );
+    }
+}
+
+fn envs_per_worker(n: usize, w: usize) -> String {
+    if n % w == 0 {
+        (n / w).to_string()
+    } else {
+        format!("{}-{}", n / w, n / w + 1)
+    }
+}
+
+/// Steps `pool` with random actions for `slice` (after a short warm-up); returns steps/s.
+fn trial(pool: Pool, slice: Duration) -> Result<f64, Error> {
+    let (mut stepper, _) = contenders(pool, 0, None)?;
+    let mut warm = Tally::default();
+    warm.run(stepper.as_mut(), slice / 5, &mut Progress::new("", true))?;
+    let mut tally = Tally::default();
+    tally.run(stepper.as_mut(), slice, &mut Progress::new("", true))?;
+    Ok(tally.rate())
+}
+
+/// The fastest configuration, written for each front end.
+struct Recommendation<'a> {
+    env: &'a str,
+    config: &'a Value,
+    num_envs: usize,
+    best: &'a Trial,
+}
+
+/// A setting the recommendation gives beyond env id, envs and workers.
+enum Setting<'a> {
+    Config(&'a Value),
+    BatchSize(usize),
+    Wait(&'static str),
+}
+
+impl Recommendation<'_> {
+    /// The settings that differ from their defaults.
+    fn settings(&self) -> Vec<Setting<'_>> {
+        let mut out = Vec::new();
+        if self.config.as_object().is_some_and(|o| !o.is_empty()) {
+            out.push(Setting::Config(self.config));
+        }
+        if self.best.batch_size < self.num_envs {
+            out.push(Setting::BatchSize(self.best.batch_size));
+        }
+        if self.best.wait != "auto" {
+            out.push(Setting::Wait(self.best.wait));
+        }
+        out
+    }
+
+    /// `head`, then each setting as `part` writes it, then `tail`.
+    fn render(&self, head: String, part: impl Fn(Setting<'_>) -> String, tail: &str) -> String {
+        self.settings().into_iter().fold(head, |s, setting| s + &part(setting)) + tail
+    }
+
+    /// `shmenv bench` flags.
+    fn cli(&self) -> String {
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("shmenv bench --env {env} --num-envs {n} --workers {w}");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(" --config '{c}'"),
+            Setting::BatchSize(b) => format!(" --batch-size {b}"),
+            Setting::Wait(w) => format!(" --wait {w}"),
+        };
+        self.render(head, part, "")
+    }
+
+    /// `Pool::builder` calls.
+    fn rust(&self) -> String {
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("Pool::builder({env:?}).num_envs({n}).num_workers({w})");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(".config(serde_json::json!({c}))"),
+            Setting::BatchSize(b) => format!(".batch_size({b})"),
+            Setting::Wait(w) => format!(".wait(WaitStrategy::{}{})", w[..1].to_uppercase(), &w[1..]),
+        };
+        self.render(head, part, "")
+    }
+
+    /// `shmenv.make_vec` keywords.
+    fn python(&self) -> String {
+        let (env, n, w) = (self.env, self.num_envs, self.best.workers);
+        let head = format!("shmenv.make_vec({env:?}, num_envs={n}, num_workers={w}");
+        let part = |s: Setting<'_>| match s {
+            Setting::Config(c) => format!(", config={}", python_literal(c)),
+            Setting::BatchSize(b) => format!(", batch_size={b}"),
+            Setting::Wait(w) => format!(", wait={w:?}"),
+        };
+        self.render(head, part, ")")
+    }
+}
+
+/// A JSON value as a Python literal (`true` -> `True`, `null` -> `None`).
+fn python_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Number(_) | Value::String(_) => v.to_string(),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_literal).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => {
+            let items: Vec<String> = o
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), python_literal(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recommendation_for_each_front_end() {
+        let best = Trial {
+            workers: 2,
+            envs_per_worker: "2".into(),
+            batch_size: 2,
+            wait: "spin",
+            steps_per_sec: 1.0,
+        };
+        let config = json!({"step_us": 5, "fast": true, "name": null});
+        let rec = Recommendation { env: "Burn-v0", config: &config, num_envs: 4, best: &best };
+        assert_eq!(
+            rec.cli(),
+            r#"shmenv bench --env Burn-v0 --num-envs 4 --workers 2 --config '{"fast":true,"name":null,"step_us":5}' --batch-size 2 --wait spin"#
+        );
+        assert_eq!(
+            rec.rust(),
+            r#"Pool::builder("Burn-v0").num_envs(4).num_workers(2).config(serde_json::json!({"fast":true,"name":null,"step_us":5})).batch_size(2).wait(WaitStrategy::Spin)"#
+        );
+        assert_eq!(
+            rec.python(),
+            r#"shmenv.make_vec("Burn-v0", num_envs=4, num_workers=2, config={"fast": True, "name": None, "step_us": 5}, batch_size=2, wait="spin")"#
+        );
+    }
+}

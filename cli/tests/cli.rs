@@ -1,0 +1,141 @@
+//! The `shmenv` binary as users run it: numeric arguments out of range are refused with
+//! a message naming the argument, the value and the valid range; `list` prints bounds as
+//! their dtype holds them; the CLI is its own worker program, and its workers die with it.
+
+#[path = "../../tests/common/watchdog.rs"]
+mod watchdog;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use watchdog::{alive, grandchildren, Watchdog};
+
+const SHMENV: &str = env!("CARGO_BIN_EXE_shmenv");
+
+fn shmenv(args: &[&str]) -> Output {
+    Command::new(SHMENV).args(args).output().unwrap()
+}
+
+/// Runs a command line that must be refused; returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = shmenv(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?} must be refused (exit 2): {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn numbers_out_of_range_are_refused_by_name_value_and_range() {
+    let _w = Watchdog::new("cli numbers", Duration::from_secs(60));
+    for value in ["0", "-1", "nan", "inf", "1e300"] {
+        let err = refused(&["bench", "--seconds", value]);
+        assert!(err.contains(&format!("invalid value '{value}' for '--seconds <SECONDS>'")), "{err}");
+        assert!(err.contains("must be a number of seconds from 0.01 to 86400"), "{err}");
+    }
+    let cases: [(&[&str], &str, &str); 8] = [
+        (&["soak", "--minutes", "0"], "--minutes <MINUTES>", "minutes from 0.01 to 10080"),
+        (&["soak", "--kill-every", "-3"], "--kill-every <KILL_EVERY>", "seconds from 0.01 to 3600"),
+        (&["soak", "--report-every", "nan"], "--report-every <REPORT_EVERY>", "seconds from 0.05 to 3600"),
+        (&["tune", "--seconds", "1e300"], "--seconds <SECONDS>", "seconds from 0.05 to 60"),
+        (&["top", "--pid", "1", "--interval", "0"], "--interval <INTERVAL>", "seconds from 0.05 to 3600"),
+        (&["bench", "--num-envs", "0"], "--num-envs <NUM_ENVS>", "must be at least 1, got 0"),
+        (&["bench", "--workers", "0"], "--workers <WORKERS>", "must be at least 1, got 0"),
+        (
+            &["bench", "--batch-size", "x"],
+            "--batch-size <BATCH_SIZE>",
+            "whole number of at least 1, got \"x\"",
+        ),
+    ];
+    for (args, arg, range) in cases {
+        let err = refused(args);
+        assert!(err.contains(arg) && err.contains(range), "{args:?}: {err}");
+    }
+    let err = refused(&["bench", "--wait", "fast"]);
+    assert!(err.contains("[possible values: auto, spin, yield, block]"), "{err}");
+}
+
+#[test]
+fn list_prints_f32_bounds_as_f32() {
+    let _w = Watchdog::new("cli list", Duration::from_secs(60));
+    let out = shmenv(&["list"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("CartPole-v1    obs Box([-4.8, -inf, -0.41887903, -inf], [4.8, inf,"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("4.800000190734863"), "{stdout}");
+}
+
+#[test]
+fn a_short_bench_runs_its_own_workers() {
+    let _w = Watchdog::new("cli bench", Duration::from_secs(120));
+    let out = shmenv(&[
+        "bench",
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "4",
+        "--workers",
+        "2",
+        "--seconds",
+        "0.2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workers"], 2);
+    assert!(v["steps"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn workers_die_with_their_trainer() {
+    let _w = Watchdog::new("workers die with the trainer", Duration::from_secs(60));
+    // A trainer process (the CLI) with 2 workers, killed while stepping.
+    let mut trainer = Command::new(SHMENV)
+        .args(["bench", "--env", "Burn-v0", "--num-envs", "2", "--workers", "2", "--seconds", "60", "--json"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let workers = loop {
+        let w = grandchildren(trainer.id());
+        if w.len() == 2 {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "the trainer did not start its workers");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    trainer.kill().unwrap();
+    trainer.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers.iter().any(|&p| alive(p)) {
+        assert!(Instant::now() < deadline, "workers outlived their trainer");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn workers_restart_after_the_binary_is_deleted() {
+    let _w = Watchdog::new("restart after delete", Duration::from_secs(60));
+    // A rebuild replaces the binary under a running trainer: replacement workers must
+    // still start, and run the trainer's own version (through /proc/self/exe).
+    let copy = std::env::temp_dir().join(format!("shmenv-cli-test-{}", std::process::id()));
+    std::fs::copy(SHMENV, &copy).unwrap();
+    let trainer = Command::new(&copy)
+        .args(["soak", "--num-envs", "4", "--workers", "2", "--minutes", "0.05", "--kill-every", "0.4"])
+        .args(["--report-every", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::remove_file(&copy).unwrap();
+    let out = trainer.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let done = stdout.lines().find(|l| l.starts_with("soak done:")).expect("a summary line");
+    let restarts: u32 = done.split(" restarts").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(restarts >= 3, "{done}");
+}
