@@ -64,10 +64,11 @@ def dtype_of(s: dict) -> np.dtype:
 
 
 def observation_space(spec: dict) -> tuple[spaces.Space, list[str]]:
-    """The single-env observation space (a Dict when the env has several arrays) and the
-    array names in spec order."""
+    """The single-env observation space (a Dict when the env has several arrays, or when
+    its observation space is a one-key Dict: spec ``single_key_dict``) and the array names
+    in spec order."""
     obs = spec["observations"]
     names = [o["name"] for o in obs]
-    if len(obs) == 1:
+    if len(obs) == 1 and not spec.get("single_key_dict", False):
         return space_from_json(obs[0]["space"]), names
     return spaces.Dict({o["name"]: space_from_json(o["space"]) for o in obs}), names
