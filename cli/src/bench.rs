@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// Run under `FailurePolicy::Restart` with this budget (to measure its cost).
     #[arg(long)]
     max_restarts: Option<u32>,
+    /// Async mode: fair scheduling (every env gets its share of steps) on (default) or
+    /// off (to measure its cost).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    fair: OnOff,
 }
 
 /// Runs `shmenv bench`.
@@ -70,6 +74,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         .config(config.clone())
         .num_envs(args.envs.num_envs)
         .seed(args.seed)
+        .fair_scheduling(args.fair == OnOff::On)
         .wait(args.wait.strategy());
     if let Some(w) = args.workers {
         builder = builder.num_workers(w);

@@ -51,7 +51,7 @@ impl PyPool {
         env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
         autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
         worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
-        step_timeout=None, max_restarts=None, copy=true, retain_batches=0
+        step_timeout=None, max_restarts=None, copy=true, retain_batches=0, fair_scheduling=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -75,6 +75,7 @@ impl PyPool {
         max_restarts: Option<u32>,
         copy: bool,
         retain_batches: usize,
+        fair_scheduling: bool,
     ) -> PyResult<Self> {
         let config: serde_json::Value = serde_json::from_str(config_json)
             .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
@@ -88,6 +89,7 @@ impl PyPool {
             .wait(wait)
             .ring_depth(ring_depth)
             .retain_batches(retain_batches)
+            .fair_scheduling(fair_scheduling)
             .cpu_affinity(if pin_workers { CpuAffinity::Auto } else { CpuAffinity::None })
             .startup_timeout(Duration::from_secs_f64(startup_timeout.max(0.0)));
         if let Some(program) = worker_program {

@@ -41,6 +41,7 @@ pub struct PoolBuilder {
     batch_size: Option<usize>,
     ring_depth: usize,
     retain_batches: usize,
+    fair_scheduling: bool,
     stats: bool,
     trace: bool,
     step_timeout: Option<Duration>,
@@ -164,6 +165,18 @@ impl PoolBuilder {
     /// `+ 2` lets workers fill a block while the trainer holds its batches).
     pub fn retain_batches(mut self, k: usize) -> Self {
         self.retain_batches = k;
+        self
+    }
+
+    /// Async mode: whether every env gets its fair share of steps (default on). Envs are
+    /// bound to workers; a worker that gets less CPU would otherwise have its envs stepped
+    /// less often, since the envs that finish first are the ones sent again. With it, an
+    /// action waits in the trainer while its worker is more than 2 steps per env ahead of
+    /// the slowest busy worker, so every env's step count stays within a few steps of the
+    /// others' (see `docs/architecture.md`). Off, every action goes out as it is sent:
+    /// a few percent more throughput for the cheapest envs, and no guarantee.
+    pub fn fair_scheduling(mut self, on: bool) -> Self {
+        self.fair_scheduling = on;
         self
     }
 
@@ -395,6 +408,7 @@ impl Pool {
             batch_size: None,
             ring_depth: 2,
             retain_batches: 0,
+            fair_scheduling: true,
             stats: true,
             trace: false,
             step_timeout: None,
@@ -495,24 +509,25 @@ impl Pool {
         };
         let Startup { supervisor, region, params, program, waiter } = startup;
         let trace = params.trace.then(std::collections::VecDeque::new);
+        let shards: Vec<Range<usize>> = (0..params.num_workers)
+            .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
+            .collect();
+        let worker_of: Vec<usize> =
+            (0..params.num_envs).map(|e| shards.iter().position(|s| s.contains(&e)).unwrap_or(0)).collect();
         let ring = layout.ring.as_ref().map(|r| RingState {
             batch_size: r.batch_size,
             next_batch: 0,
             retain: b.retain_batches as u64,
-            order: SendOrder::new(params.num_envs),
+            order: SendOrder::new(
+                worker_of.clone(),
+                shards.iter().map(|s| s.len() as u64).collect(),
+                b.fair_scheduling,
+            ),
             in_flight: 0,
             pending: vec![false; params.num_envs],
-            worker_of: (0..params.num_envs)
-                .map(|e| {
-                    (0..params.num_workers)
-                        .find(|&w| protocol::shard(w, params.num_envs, params.num_workers).contains(&e))
-                        .unwrap_or(0) as u32
-                })
-                .collect(),
+            worker_of: worker_of.iter().map(|&w| w as u32).collect(),
             queue_heads: vec![0; params.num_workers],
-            shards: (0..params.num_workers)
-                .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
-                .collect(),
+            shards: shards.clone(),
             touched: vec![false; params.num_workers],
             released: 0,
             restart_marked: vec![false; params.num_envs],
@@ -766,11 +781,12 @@ impl Pool {
             dst.copy_from_slice(&actions[k * per_env..(k + 1) * per_env]);
         }
         let ring = self.ring.as_mut().expect("async mode");
-        for &e in env_ids {
-            ring.order.send(e);
-            ring.in_flight += 1;
-        }
-        self.pass_on(false);
+        let layout = self.layout.ring.as_ref().expect("async layout");
+        ring.in_flight += env_ids.len();
+        let mut order = std::mem::take(&mut ring.order);
+        order.send(env_ids, |e| ring.enqueue(&self.region, layout, e, protocol::queue_entry::STEP, 0));
+        ring.order = order;
+        ring.publish_queues(&self.region, self.params.num_workers);
         self.pool_stats().add_call(now_ns() - entered, 0, false);
         self.record_spans(&[("send", entered, now_ns())]);
         Ok(())
@@ -831,16 +847,16 @@ impl Pool {
     /// that the workers hold a whole batch (`recv` is about to wait for one).
     fn pass_on(&mut self, for_batch: bool) {
         let ring = self.ring.as_mut().expect("async mode");
-        if ring.order.waiting() == 0 {
+        if ring.order.held() == 0 {
             return;
         }
         let layout = self.layout.ring.as_ref().expect("async layout");
-        let out = ring.in_flight - ring.order.waiting();
+        let out = ring.in_flight - ring.order.held();
         let need = if for_batch { ring.batch_size } else { 0 };
-        let envs = ring.order.release(out, need);
-        for e in envs {
-            ring.enqueue(&self.region, layout, e, protocol::queue_entry::STEP, 0);
-        }
+        // (Taken out for the call so the closure may use the rest of `ring`.)
+        let mut order = std::mem::take(&mut ring.order);
+        order.release(out, need, |e| ring.enqueue(&self.region, layout, e, protocol::queue_entry::STEP, 0));
+        ring.order = order;
         ring.publish_queues(&self.region, self.params.num_workers);
     }
 
@@ -930,8 +946,9 @@ impl Pool {
                         // The envs whose actions are with the workers (not those the
                         // fair scheduling holds back in the trainer).
                         let ring = self.ring.as_ref().expect("async mode");
-                        let env_ids: Vec<usize> =
-                            (0..self.params.num_envs).filter(|&e| ring.order.is_out(e)).collect();
+                        let env_ids: Vec<usize> = (0..self.params.num_envs)
+                            .filter(|&e| ring.pending[e] && !ring.order.is_held(e))
+                            .collect();
                         let mut workers: Vec<usize> =
                             env_ids.iter().map(|&e| ring.worker_of[e] as usize).collect();
                         workers.dedup();

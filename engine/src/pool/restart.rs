@@ -337,7 +337,7 @@ impl Pool {
                 }
                 if ring.pending[e] {
                     // An action still waiting its turn in the trainer goes with the fill.
-                    ring.order.take_waiting(e);
+                    ring.order.take_held(e);
                     let row = rows.next().unwrap_or(queue_entry::FILL_CLAIM);
                     ring.enqueue(
                         &self.region,

@@ -2,130 +2,204 @@
 //! (it shares a core with the trainer, or the OS runs it less) would have its envs stepped
 //! less often than the others': whichever envs finish first fill the batches, and they are
 //! the ones sent again. EnvPool avoids this with one queue for all its threads; shmenv
-//! evens it out in the trainer instead: every action gets a step number (one more than
-//! the env's last, and never far below the slowest env's, so an env that was left idle
-//! does not come back with a debt), and an action goes to its worker only while its number is
-//! at most [`MAX_LEAD`] ahead of the lowest number still out with a worker. The envs
-//! ahead wait in the trainer, and `recv` waits for the slow worker (which gives it the
-//! core). So every env's step count stays within `MAX_LEAD + 1` of every other's, and an
-//! env can be absent from at most about `(MAX_LEAD + 1) * num_envs / batch_size` batches
-//! in a row. When the workers hold fewer actions than a batch needs, the oldest waiting
-//! ones go regardless, so a batch always completes (an env stuck in a hang does not stop
-//! the others; the step timeout handles the hang).
+//! evens it out in the trainer instead. Each worker's progress is the results it delivered
+//! per env it hosts; a sent action goes to its worker's queue only while that worker is at
+//! most [`MAX_LEAD`] steps per env ahead of the slowest worker that has work. Actions for
+//! a worker further ahead wait in the trainer, and `recv` waits for the slow worker (which
+//! gives it the core). Within a worker, envs are served in send order (its queue is FIFO).
+//! So in a loop that sends every received env back, every env's step count stays within a
+//! few steps of every other's. When the workers hold fewer actions than a batch needs, the
+//! waiting actions of the least advanced workers go regardless, so a batch always
+//! completes (an env stuck in a hang does not stop the others; the step timeout handles
+//! the hang).
 //!
-//! Pure bookkeeping (no shared memory): [`super::RingState`] asks it what to enqueue.
+//! Pure bookkeeping (no shared memory), a few array updates per env and O(workers) per
+//! call: [`super::RingState`] asks it what to enqueue.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
-/// How many steps an env may be ahead of the env furthest behind (among those with an
-/// action out) and still have its next action passed on. Small enough that counts stay
-/// even, large enough that workers keeping pace never wait for each other.
+/// How many steps per env a worker may be ahead of the slowest busy worker and still be
+/// handed actions. Small enough that counts stay even, large enough that workers keeping
+/// pace never wait for each other.
 pub(super) const MAX_LEAD: u64 = 2;
 
-/// Step numbers of the actions out with the workers, and the actions held back.
-#[derive(Debug)]
+/// Per worker: results delivered, actions out, actions held back.
+#[derive(Debug, Default)]
 pub(super) struct SendOrder {
-    /// Per env: the step number of its latest action.
-    number: Vec<u64>,
-    /// Per env: its latest action is with its worker (passed on, not yet received).
-    is_out: Vec<bool>,
-    /// Step number -> how many envs with an action out have it.
-    out: BTreeMap<u64, usize>,
-    /// Envs whose actions are held back, in the order they were sent.
-    waiting: Vec<usize>,
+    /// Whether to hold actions back at all (`PoolBuilder::fair_scheduling`); without it
+    /// every action goes out at once, as it is sent.
+    fair: bool,
+    /// Per env: its worker.
+    worker_of: Vec<usize>,
+    /// Per worker: how many envs it hosts.
+    shard_len: Vec<u64>,
+    /// Per worker: results received from its envs (raised when it comes back from idle,
+    /// so it does not return with a debt that would hold every other worker back).
+    delivered: Vec<u64>,
+    /// Per worker: actions in its queue whose results were not received yet.
+    out: Vec<usize>,
+    /// Per worker: envs whose actions are held back, in the order they were sent.
+    held: Vec<VecDeque<usize>>,
+    /// Per env: its latest action is held back.
+    is_held: Vec<bool>,
+    /// Actions held back, over all workers.
+    held_total: usize,
+    /// Scratch for [`SendOrder::send`] (kept to avoid an allocation per call).
+    allowed: Vec<u8>,
 }
 
 impl SendOrder {
-    /// Bookkeeping for `num_envs` envs.
-    pub(super) fn new(num_envs: usize) -> SendOrder {
+    /// Bookkeeping for envs hosted as `worker_of` says, by workers hosting `shard_len` envs;
+    /// `fair` turns the holding back on.
+    pub(super) fn new(worker_of: Vec<usize>, shard_len: Vec<u64>, fair: bool) -> SendOrder {
+        let (workers, envs) = (shard_len.len(), worker_of.len());
         SendOrder {
-            number: vec![0; num_envs],
-            is_out: vec![false; num_envs],
-            out: BTreeMap::new(),
-            waiting: Vec::new(),
+            fair,
+            worker_of,
+            shard_len,
+            delivered: vec![0; workers],
+            out: vec![0; workers],
+            held: vec![VecDeque::new(); workers],
+            is_held: vec![false; envs],
+            held_total: 0,
+            allowed: Vec::new(),
         }
     }
 
-    /// Numbers `env`'s new action and holds it back; [`SendOrder::release`] says when it
-    /// goes to the worker.
-    pub(super) fn send(&mut self, env: usize) {
-        self.renumber(env);
-        self.waiting.push(env);
+    /// New actions for `envs`: each goes to `enqueue` now if its worker is within the
+    /// lead and holds nothing back already (so a worker's actions stay in send order), or
+    /// is held back until [`SendOrder::release`] lets it go. A few array reads per env;
+    /// the lead is worked out once per worker and call.
+    pub(super) fn send(&mut self, envs: &[usize], mut enqueue: impl FnMut(usize)) {
+        if !self.fair {
+            envs.iter().for_each(|&env| enqueue(env));
+            return;
+        }
+        let slowest = self.slowest_busy();
+        // Per worker, for this call: 0 not yet known, 1 within the lead, 2 too far ahead.
+        let mut allowed = std::mem::take(&mut self.allowed);
+        allowed.clear();
+        allowed.resize(self.out.len(), 0);
+        for &env in envs {
+            let w = self.worker_of[env];
+            if allowed[w] == 0 {
+                if self.out[w] == 0 && self.held[w].is_empty() {
+                    self.forgive_debt(w, slowest);
+                }
+                allowed[w] = if slowest.is_none_or(|s| self.within_lead(w, s)) { 1 } else { 2 };
+            }
+            if allowed[w] == 1 && self.held[w].is_empty() {
+                self.out[w] += 1;
+                enqueue(env);
+            } else {
+                self.held[w].push_back(env);
+                self.is_held[env] = true;
+                self.held_total += 1;
+            }
+        }
+        self.allowed = allowed;
     }
 
-    /// Numbers `env`'s new action and records it as out with its worker at once (resets,
-    /// which every env gets together).
+    /// Records `env`'s new action as out with its worker at once (resets, which every env
+    /// gets together).
     pub(super) fn send_now(&mut self, env: usize) {
-        self.renumber(env);
-        self.mark_out(env);
+        self.out[self.worker_of[env]] += 1;
     }
 
     /// `env`'s result was received.
     pub(super) fn received(&mut self, env: usize) {
-        if std::mem::take(&mut self.is_out[env]) {
-            let n = self.number[env];
-            if let Some(count) = self.out.get_mut(&n) {
-                *count -= 1;
-                if *count == 0 {
-                    self.out.remove(&n);
-                }
-            }
-        }
+        let w = self.worker_of[env];
+        self.out[w] = self.out[w].saturating_sub(1);
+        self.delivered[w] += 1;
     }
 
     /// Takes `env` out of the held-back actions if it is there (its worker died: the
     /// restart hands its env over directly); it then counts as out.
-    pub(super) fn take_waiting(&mut self, env: usize) {
-        if let Some(at) = self.waiting.iter().position(|&e| e == env) {
-            self.waiting.remove(at);
-            self.mark_out(env);
+    pub(super) fn take_held(&mut self, env: usize) {
+        if std::mem::take(&mut self.is_held[env]) {
+            let w = self.worker_of[env];
+            self.held[w].retain(|&e| e != env);
+            self.held_total -= 1;
+            self.out[w] += 1;
         }
     }
 
-    /// Whether `env`'s latest action is with its worker (passed on, not yet received).
-    pub(super) fn is_out(&self, env: usize) -> bool {
-        self.is_out[env]
+    /// Whether `env`'s latest action is held back in the trainer.
+    pub(super) fn is_held(&self, env: usize) -> bool {
+        self.is_held[env]
     }
 
     /// Actions held back.
-    pub(super) fn waiting(&self) -> usize {
-        self.waiting.len()
+    pub(super) fn held(&self) -> usize {
+        self.held_total
     }
 
-    /// The envs whose held-back actions go to their workers now: those within
-    /// [`MAX_LEAD`] of the lowest step number out, then, while the workers hold fewer than
-    /// `batch_size` actions (`out_in_flight` now), the oldest of the rest.
-    pub(super) fn release(&mut self, mut out_in_flight: usize, batch_size: usize) -> Vec<usize> {
-        let limit = self.lowest_out().map_or(u64::MAX, |n| n.saturating_add(MAX_LEAD));
-        let (go, mut stay): (Vec<usize>, Vec<usize>) =
-            self.waiting.drain(..).partition(|&e| self.number[e] <= limit);
-        out_in_flight += go.len();
-        let extra = batch_size.saturating_sub(out_in_flight).min(stay.len());
-        let mut released = go;
-        released.extend(stay.drain(..extra));
-        self.waiting = stay;
-        for &e in &released {
-            self.mark_out(e);
+    /// The envs whose held-back actions go to their workers now: every worker within
+    /// [`MAX_LEAD`] of the slowest busy one gets all of its own; then, while the workers
+    /// hold fewer than `need` actions (`out_in_flight` now), the least advanced workers'
+    /// oldest.
+    pub(super) fn release(&mut self, mut out_in_flight: usize, need: usize, mut enqueue: impl FnMut(usize)) {
+        if self.held_total == 0 {
+            return;
         }
-        released
-    }
-
-    fn lowest_out(&self) -> Option<u64> {
-        self.out.keys().next().copied()
-    }
-
-    /// One more than the env's last step number, but not more than `MAX_LEAD + 1` behind
-    /// the lowest out: an env left idle for a while comes back a few steps behind the
-    /// others, not with a debt that would hold them all back until it paid it off.
-    fn renumber(&mut self, env: usize) {
-        let floor = self.lowest_out().map_or(0, |n| n.saturating_sub(MAX_LEAD + 1));
-        self.number[env] = (self.number[env] + 1).max(floor);
-    }
-
-    fn mark_out(&mut self, env: usize) {
-        if !std::mem::replace(&mut self.is_out[env], true) {
-            *self.out.entry(self.number[env]).or_default() += 1;
+        let slowest = self.slowest_busy();
+        for w in 0..self.held.len() {
+            if !self.held[w].is_empty() && slowest.is_none_or(|s| self.within_lead(w, s)) {
+                out_in_flight += self.held[w].len();
+                self.pass_on(w, usize::MAX, &mut enqueue);
+            }
         }
+        while out_in_flight < need && self.held_total > 0 {
+            let w = (0..self.held.len())
+                .filter(|&w| !self.held[w].is_empty())
+                .min_by(|&a, &b| self.compare_progress(a, b))
+                .expect("some worker holds actions");
+            let take = need - out_in_flight;
+            out_in_flight += take.min(self.held[w].len());
+            self.pass_on(w, take, &mut enqueue);
+        }
+    }
+
+    /// Hands up to `count` of worker `w`'s held-back actions to `enqueue`, oldest first.
+    fn pass_on(&mut self, w: usize, count: usize, enqueue: &mut impl FnMut(usize)) {
+        for _ in 0..count {
+            let Some(env) = self.held[w].pop_front() else { break };
+            self.is_held[env] = false;
+            self.held_total -= 1;
+            self.out[w] += 1;
+            enqueue(env);
+        }
+    }
+
+    /// The least advanced worker with actions out or held back.
+    fn slowest_busy(&self) -> Option<usize> {
+        (0..self.out.len())
+            .filter(|&w| self.out[w] > 0 || !self.held[w].is_empty())
+            .min_by(|&a, &b| self.compare_progress(a, b))
+    }
+
+    /// `delivered[a] / shard_len[a]` against the same for `b`, in integers.
+    fn compare_progress(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        let lhs = self.delivered[a] as u128 * self.shard_len[b] as u128;
+        let rhs = self.delivered[b] as u128 * self.shard_len[a] as u128;
+        lhs.cmp(&rhs)
+    }
+
+    /// Whether worker `w` is at most [`MAX_LEAD`] steps per env ahead of worker `s`.
+    fn within_lead(&self, w: usize, s: usize) -> bool {
+        let lhs = self.delivered[w] as u128 * self.shard_len[s] as u128;
+        let rhs = (self.delivered[s] + MAX_LEAD * self.shard_len[s]) as u128 * self.shard_len[w] as u128;
+        lhs <= rhs
+    }
+
+    /// Worker `w`, idle until now, comes back at most `MAX_LEAD + 1` steps per env behind
+    /// the slowest busy worker `slowest`.
+    fn forgive_debt(&mut self, w: usize, slowest: Option<usize>) {
+        let Some(s) = slowest else { return };
+        let floor =
+            (self.delivered[s] as u128 * self.shard_len[w] as u128 / self.shard_len[s] as u128) as u64;
+        let floor = floor.saturating_sub((MAX_LEAD + 1) * self.shard_len[w]);
+        self.delivered[w] = self.delivered[w].max(floor);
     }
 }
 
@@ -133,88 +207,107 @@ impl SendOrder {
 mod tests {
     use super::*;
 
-    #[test]
-    fn actions_of_envs_that_keep_pace_go_out_at_once() {
-        let mut order = SendOrder::new(4);
-        (0..4).for_each(|e| order.send(e));
-        assert_eq!(order.release(0, 2), vec![0, 1, 2, 3]);
-        (0..4).for_each(|e| order.received(e));
-        (0..4).for_each(|e| order.send(e));
-        assert_eq!(order.release(0, 2), vec![0, 1, 2, 3]);
-        assert_eq!(order.waiting(), 0);
+    impl SendOrder {
+        /// `send`, returning what went out at once.
+        fn send_list(&mut self, envs: &[usize]) -> Vec<usize> {
+            let mut out = Vec::new();
+            self.send(envs, |e| out.push(e));
+            out
+        }
+
+        /// `release`, returning what went out.
+        fn release_list(&mut self, out_in_flight: usize, need: usize) -> Vec<usize> {
+            let mut out = Vec::new();
+            self.release(out_in_flight, need, |e| out.push(e));
+            out
+        }
+    }
+
+    /// Two workers hosting envs 0-1 and 2-3, every env sent once and out.
+    fn two_by_two() -> SendOrder {
+        let mut order = SendOrder::new(vec![0, 0, 1, 1], vec![2, 2], true);
+        assert_eq!(order.send_list(&[0, 1, 2, 3]), vec![0, 1, 2, 3]);
+        order
+    }
+
+    /// Receives `envs` and sends them again; returns what went out at once.
+    fn round(order: &mut SendOrder, envs: &[usize]) -> Vec<usize> {
+        envs.iter().for_each(|&e| order.received(e));
+        order.send_list(envs)
     }
 
     #[test]
-    fn an_env_too_far_ahead_waits_until_the_slowest_catches_up() {
-        let mut order = SendOrder::new(2);
-        order.send(0);
-        order.send(1);
-        assert_eq!(order.release(0, 1), vec![0, 1]);
-        // Env 1 keeps coming back while env 0 is still out with step 1.
-        for step in 2..=3 {
-            order.received(1);
-            order.send(1);
-            assert_eq!(order.release(1, 1), vec![1], "step {step} is within the lead");
-        }
-        order.received(1);
-        order.send(1); // step 4 = 1 + MAX_LEAD + 1: held back
-        assert!(order.release(1, 1).is_empty());
-        assert_eq!(order.waiting(), 1);
-        // Env 0 comes back and goes out again with step 2: env 1's step 4 may go.
-        order.received(0);
-        order.send(0);
-        assert_eq!(order.release(0, 1), vec![1, 0]);
-    }
-
-    #[test]
-    fn a_batch_that_needs_more_actions_gets_the_oldest_held_back() {
-        let mut order = SendOrder::new(3);
-        (0..3).for_each(|e| order.send(e));
-        assert_eq!(order.release(0, 2).len(), 3);
-        // Env 0 is stuck; envs 1 and 2 run far ahead.
-        for _ in 0..MAX_LEAD {
-            for e in 1..3 {
-                order.received(e);
-                order.send(e);
-            }
-            assert_eq!(order.release(1, 2), vec![1, 2]);
-        }
-        for e in 1..3 {
-            order.received(e);
-            order.send(e);
-        }
-        // Only env 0 is out, and a batch needs 2: the older held-back action (env 1) goes.
-        assert_eq!(order.release(1, 2), vec![1]);
-        assert_eq!(order.waiting(), 1);
-    }
-
-    #[test]
-    fn an_env_left_idle_comes_back_at_the_pace_of_the_others() {
-        let mut order = SendOrder::new(2);
-        order.send(0);
-        order.send(1);
-        order.release(0, 1);
-        order.received(0); // env 0 is left idle from here on
+    fn actions_of_workers_that_keep_pace_go_out_at_once() {
+        let mut order = two_by_two();
         for _ in 0..10 {
-            order.received(1);
-            order.send(1);
-            assert_eq!(order.release(0, 1), vec![1]);
+            assert_eq!(round(&mut order, &[0, 1, 2, 3]), vec![0, 1, 2, 3]);
         }
-        order.send(0);
-        assert_eq!(order.release(1, 1), vec![0]);
-        assert_eq!(order.number[0], order.number[1] - MAX_LEAD - 1);
+        assert_eq!(order.held(), 0);
+        assert!(order.release_list(0, 4).is_empty());
+    }
+
+    #[test]
+    fn a_worker_too_far_ahead_waits_until_the_slowest_catches_up() {
+        let mut order = two_by_two();
+        // Worker 1's envs keep coming back while worker 0's are still out.
+        for r in 0..MAX_LEAD {
+            assert_eq!(round(&mut order, &[2, 3]), vec![2, 3], "round {r} is within the lead");
+        }
+        assert!(round(&mut order, &[2, 3]).is_empty(), "3 steps per env ahead: held back");
+        assert!(order.is_held(2) && order.held() == 2);
+        assert!(order.release_list(2, 2).is_empty(), "worker 0's two actions make a batch");
+        // Worker 0 delivers one round: worker 1 is within the lead again.
+        assert_eq!(round(&mut order, &[0, 1]), vec![0, 1]);
+        assert_eq!(order.release_list(4, 2), vec![2, 3]);
+        assert_eq!(order.held(), 0);
+    }
+
+    #[test]
+    fn a_batch_that_needs_more_actions_gets_the_least_advanced_held_back() {
+        let mut order = SendOrder::new(vec![0, 1, 1, 2, 2], vec![1, 2, 2], true);
+        assert_eq!(order.send_list(&[0, 1, 2, 3, 4]).len(), 5);
+        // Worker 0 (env 0) is stuck; workers 1 and 2 run ahead until they are held back.
+        for _ in 0..=MAX_LEAD {
+            round(&mut order, &[1, 2, 3, 4]);
+        }
+        assert_eq!(order.held(), 4);
+        // Only env 0 is out and a batch needs 3: two more go, from one worker, oldest first.
+        assert_eq!(order.release_list(1, 3), vec![1, 2]);
+        assert_eq!(order.held(), 2);
+    }
+
+    #[test]
+    fn a_worker_left_idle_comes_back_without_a_debt() {
+        let mut order = two_by_two();
+        order.received(0);
+        order.received(1); // worker 0 is left idle from here on
+        for _ in 0..10 {
+            assert_eq!(round(&mut order, &[2, 3]), vec![2, 3]);
+        }
+        assert_eq!(order.send_list(&[0, 1]), vec![0, 1]);
+        assert_eq!(order.delivered[0], order.delivered[1] - (MAX_LEAD + 1) * 2);
+    }
+
+    #[test]
+    fn without_fair_scheduling_nothing_is_held_back() {
+        let mut order = SendOrder::new(vec![0, 0, 1, 1], vec![2, 2], false);
+        assert_eq!(order.send_list(&[0, 1, 2, 3]), vec![0, 1, 2, 3]);
+        for _ in 0..10 {
+            assert_eq!(round(&mut order, &[2, 3]), vec![2, 3]);
+        }
+        assert_eq!(order.held(), 0);
     }
 
     #[test]
     fn a_held_back_env_taken_over_by_a_restart_counts_as_out() {
-        let mut order = SendOrder::new(2);
-        order.send(0);
-        order.send(1);
-        order.take_waiting(1);
-        order.take_waiting(1);
-        assert_eq!(order.waiting(), 1);
-        assert_eq!(order.out.values().sum::<usize>(), 1);
-        assert_eq!(order.release(1, 1), vec![0]);
-        assert_eq!(order.out.values().sum::<usize>(), 2);
+        let mut order = two_by_two();
+        for _ in 0..=MAX_LEAD {
+            round(&mut order, &[2, 3]);
+        }
+        assert!(order.is_held(2));
+        order.take_held(2);
+        order.take_held(2);
+        assert_eq!((order.held(), order.out[1]), (1, 1));
+        assert!(!order.is_held(2));
     }
 }
