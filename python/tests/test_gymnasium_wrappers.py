@@ -165,7 +165,9 @@ CASES: dict[str, Case | Skip] = {
     "HumanRendering": Skip("needs rendered frames: shmenv envs do not render (render_mode is None)"),
     # numpy -> numpy through the Array API: runs when array_api_compat is installed.
     "ArrayConversion": Case("cartpole", _array_conversion, requires=("array_api_compat",)),
-    "NumpyToTorch": Case("cartpole", _numpy_to_torch, requires=("torch",), to_numpy=_torch_to_numpy),
+    "NumpyToTorch": Case(
+        "cartpole", _numpy_to_torch, requires=("torch", "array_api_compat"), to_numpy=_torch_to_numpy
+    ),
     "JaxToNumpy": Skip("does not apply: it wraps an env that returns JAX arrays; shmenv returns numpy arrays"),
     "JaxToTorch": Skip("does not apply: it wraps an env that returns JAX arrays; shmenv returns numpy arrays"),
 }
