@@ -67,32 +67,13 @@ pub(crate) fn array<'py>(
             range.end
         )));
     }
-    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
     let flags = npyffi::NPY_ARRAY_C_CONTIGUOUS | npyffi::NPY_ARRAY_ALIGNED; // no WRITEABLE
-                                                                            // SAFETY: `bytes` is `count * item` bytes, aligned for the dtype and inside the
-                                                                            // mapping (checked above); the mapping lives until the array's base, a `Lease`, is
-                                                                            // dropped, which numpy does only after the array (and every view of it) is gone. The
-                                                                            // array is read-only, so Python never writes the region. `NewFromDescr` steals the
-                                                                            // descr reference (`into_dtype_ptr` hands one over) and computes C-order strides from
-                                                                            // `dims` when `strides` is null; `dims` outlives the call.
-    let ptr = unsafe {
-        PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
-            descr.into_dtype_ptr(),
-            dims.len() as std::os::raw::c_int,
-            dims.as_mut_ptr(),
-            std::ptr::null_mut(),
-            bytes.as_ptr() as *mut std::ffi::c_void,
-            flags,
-            std::ptr::null_mut(),
-        )
-    };
-    if ptr.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: `ptr` is a new, owned reference to an array (checked non-null).
-    let array = unsafe { Bound::from_owned_ptr(py, ptr) };
+                                                                            // SAFETY: `bytes` is `count * item` bytes, aligned for the dtype and inside the mapping
+                                                                            // (checked above); the mapping lives until the array's base, a `Lease`, is dropped,
+                                                                            // which numpy does only after the array (and every view of it) is gone. The array is
+                                                                            // read-only, so Python never writes the region.
+    let array = unsafe { new_array(py, descr, shape, bytes.as_ptr() as *mut std::ffi::c_void, flags)? };
+    let ptr = array.as_ptr();
     let base = lease.clone().into_any().into_ptr();
     // SAFETY: `array` is a fresh ndarray without a base; SetBaseObject steals the `base`
     // reference (even on failure) and makes numpy keep the lease alive with the array.
@@ -118,28 +99,9 @@ pub(crate) fn owned<'py>(
             descr.itemsize()
         )));
     }
-    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
-    // SAFETY: with a null `data` pointer numpy allocates a new C-contiguous, writable array
-    // of `count` elements itself; `NewFromDescr` steals the descr reference
-    // (`into_dtype_ptr` hands one over) and `dims` outlives the call.
-    let ptr = unsafe {
-        PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
-            descr.into_dtype_ptr(),
-            dims.len() as std::os::raw::c_int,
-            dims.as_mut_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-        )
-    };
-    if ptr.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: `ptr` is a new, owned reference to an array (checked non-null).
-    let array = unsafe { Bound::from_owned_ptr(py, ptr) };
+    // SAFETY: with a null `data` pointer numpy allocates the array's memory itself.
+    let array = unsafe { new_array(py, descr, shape, std::ptr::null_mut(), 0)? };
+    let ptr = array.as_ptr();
     // SAFETY: the array was just allocated by numpy with `bytes.len()` bytes of C-contiguous
     // data (its element count times the item size, checked above); nothing else refers to
     // it yet, and `bytes` (the region) cannot overlap numpy's fresh allocation.
@@ -148,4 +110,42 @@ pub(crate) fn owned<'py>(
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
     }
     Ok(array)
+}
+
+/// A new C-contiguous ndarray of `descr` elements shaped `shape`: over `data` with `flags`,
+/// or, when `data` is null, over memory numpy allocates (writable).
+///
+/// # Safety
+/// A non-null `data` must point to `shape`'s element count of `descr` elements, aligned for
+/// the dtype, valid for as long as the array (and its views) live, and writable if
+/// `flags` says so.
+unsafe fn new_array<'py>(
+    py: Python<'py>,
+    descr: Bound<'py, PyArrayDescr>,
+    shape: &[usize],
+    data: *mut std::ffi::c_void,
+    flags: std::os::raw::c_int,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+    // SAFETY: `data` is null or valid as the caller promises; `NewFromDescr` steals the
+    // descr reference (`into_dtype_ptr` hands one over) and computes C-order strides from
+    // `dims` when `strides` is null; `dims` outlives the call.
+    let ptr = unsafe {
+        PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            data,
+            flags,
+            std::ptr::null_mut(),
+        )
+    };
+    if ptr.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `ptr` is a new, owned reference to an array (checked non-null).
+    Ok(unsafe { Bound::from_owned_ptr(py, ptr) })
 }

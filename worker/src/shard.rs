@@ -264,24 +264,16 @@ impl EnvShard {
     fn emit_in(&mut self, i: usize, advanced: Advanced, rows: &mut ShardRows<'_>, r: usize) {
         rows.env_ids[r] = (self.range.start + i) as u32;
         let (transition, truncated) = match advanced {
-            Advanced::Kept => {
+            // No step happened: the current observation, reward 0, no flags. A new episode
+            // counts from 0; a kept env (partial reset) goes on counting.
+            Advanced::Kept | Advanced::Began => {
                 self.observe(i, &mut rows.obs, r);
                 rows.rewards[r] = 0.0;
                 rows.terminated[r] = 0;
                 rows.truncated[r] = 0;
                 rows.episode_return[r] = 0.0;
                 rows.episode_length[r] = 0;
-                rows.elapsed_steps[r] = self.running_length[i];
-                return;
-            }
-            Advanced::Began => {
-                self.observe(i, &mut rows.obs, r);
-                rows.rewards[r] = 0.0;
-                rows.terminated[r] = 0;
-                rows.truncated[r] = 0;
-                rows.episode_return[r] = 0.0;
-                rows.episode_length[r] = 0;
-                rows.elapsed_steps[r] = 0;
+                rows.elapsed_steps[r] = if advanced == Advanced::Kept { self.running_length[i] } else { 0 };
                 return;
             }
             Advanced::Stepped { transition, truncated } => (transition, truncated),
