@@ -146,6 +146,25 @@ fn encode_bound(v: f64) -> serde_json::Value {
     }
 }
 
+/// The inverse of [`encode_bound`].
+fn decode_bound(x: &serde_json::Value) -> Result<f64, String> {
+    match x.as_str() {
+        Some("inf") => Ok(f64::INFINITY),
+        Some("-inf") => Ok(f64::NEG_INFINITY),
+        Some("nan") => Ok(f64::NAN),
+        _ => x.as_f64().ok_or_else(|| format!("bad Box bound {x} (a number, \"inf\", \"-inf\" or \"nan\")")),
+    }
+}
+
+/// A Box's bounds as JSON: a list of one value when every element has the same bound
+/// (bit for bit), so that image spaces stay small; else one value per element.
+fn encode_bounds(b: &[f64]) -> Vec<serde_json::Value> {
+    match b.first() {
+        Some(first) if b.iter().all(|x| x.to_bits() == first.to_bits()) => vec![encode_bound(*first)],
+        _ => b.iter().map(|&v| encode_bound(v)).collect(),
+    }
+}
+
 impl Space {
     /// A `Box` space with the same bounds for every element.
     pub fn boxed(dtype: DType, shape: &[usize], low: f64, high: f64) -> Space {
@@ -220,13 +239,14 @@ impl Space {
         }
     }
 
-    /// Canonical JSON form (non-finite bounds spelled as strings).
+    /// Canonical JSON form (non-finite bounds spelled as strings; a Box's uniform bounds
+    /// as a list of one value, so two spaces that mean the same have the same JSON).
     pub fn to_json(&self) -> serde_json::Value {
         match self {
             Space::Box { dtype, shape, low, high } => serde_json::json!({
                 "type": "Box", "dtype": dtype, "shape": shape,
-                "low": low.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
-                "high": high.iter().map(|&v| encode_bound(v)).collect::<Vec<_>>(),
+                "low": encode_bounds(low),
+                "high": encode_bounds(high),
             }),
             other => serde_json::to_value(other).expect("plain space serializes"),
         }
@@ -239,18 +259,16 @@ impl Space {
                 serde_json::from_value(v["dtype"].clone()).map_err(|e| format!("Box dtype: {e}"))?;
             let shape: Vec<usize> =
                 serde_json::from_value(v["shape"].clone()).map_err(|e| format!("Box shape: {e}"))?;
+            // A bound is one value for every element (a number, or a list of one) or a list
+            // with a value per element.
             let bounds = |key: &str| -> Result<Vec<f64>, String> {
-                v[key]
-                    .as_array()
-                    .ok_or_else(|| format!("Box {key} must be a list"))?
-                    .iter()
-                    .map(|x| match x.as_str() {
-                        Some("inf") => Ok(f64::INFINITY),
-                        Some("-inf") => Ok(f64::NEG_INFINITY),
-                        Some("nan") => Ok(f64::NAN),
-                        _ => x.as_f64().ok_or_else(|| format!("bad Box bound {x}")),
-                    })
-                    .collect()
+                match &v[key] {
+                    serde_json::Value::Array(list) => list.iter().map(decode_bound).collect(),
+                    x @ (serde_json::Value::Number(_) | serde_json::Value::String(_)) => {
+                        Ok(vec![decode_bound(x)?])
+                    }
+                    x => Err(format!("Box {key} must be a number or a list of numbers, got {x}")),
+                }
             };
             Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
         } else {
@@ -418,6 +436,30 @@ mod tests {
         let back = EnvSpec::from_json(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
         assert_eq!(back.to_json().to_string(), spec.to_json().to_string());
+    }
+
+    #[test]
+    fn uniform_bounds_travel_as_one_value_and_scalars_are_accepted() {
+        let full = Space::Box {
+            dtype: DType::U8,
+            shape: vec![96, 96, 3],
+            low: vec![0.0; 27648],
+            high: vec![255.0; 27648],
+        };
+        let json = full.to_json();
+        assert_eq!(json["low"], serde_json::json!([0.0]));
+        assert_eq!(json["high"], serde_json::json!([255.0]));
+        let back = Space::from_json(&json).unwrap();
+        assert_eq!(back.to_json(), json);
+        assert_eq!(back.box_bounds(27647), Some((0.0, 255.0)));
+        let scalar =
+            serde_json::json!({"type": "Box", "dtype": "f32", "shape": [2, 2], "low": "-inf", "high": 1.5});
+        let space = Space::from_json(&scalar).unwrap();
+        assert_eq!(space.box_bounds(3), Some((f64::NEG_INFINITY, 1.5)));
+        assert_eq!(space.to_json()["low"], serde_json::json!(["-inf"]));
+        let bad =
+            serde_json::json!({"type": "Box", "dtype": "f32", "shape": [2], "low": {"x": 1}, "high": 1});
+        assert!(Space::from_json(&bad).unwrap_err().contains("must be a number or a list"));
     }
 
     #[test]

@@ -25,24 +25,24 @@ def _bound(v: Any) -> float:
     return float(v)
 
 
+def _bounds(b: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A Box bound of the spec (one value for every element: a number or a list of one;
+    or one value per element) as a float64 array of ``shape``."""
+    values = np.array([_bound(v) for v in (b if isinstance(b, list) else [b])], dtype=np.float64)
+    return np.full(shape, values[0]) if values.size == 1 else values.reshape(shape)
+
+
 def space_from_json(s: dict) -> spaces.Space:
     """One space of the spec."""
     kind = s["type"]
     if kind == "Box":
         dtype = DTYPES[s["dtype"]]
         shape = tuple(s["shape"])
-        low = np.array([_bound(v) for v in s["low"]], dtype=np.float64)
-        high = np.array([_bound(v) for v in s["high"]], dtype=np.float64)
+        low, high = _bounds(s["low"], shape), _bounds(s["high"], shape)
         if np.issubdtype(dtype, np.integer):
             info = np.iinfo(dtype)
             low = np.clip(np.nan_to_num(low, neginf=info.min), info.min, info.max)
             high = np.clip(np.nan_to_num(high, posinf=info.max), info.min, info.max)
-        if low.size == 1:
-            low = np.full(shape, low[0])
-            high = np.full(shape, high[0])
-        else:
-            low = low.reshape(shape)
-            high = high.reshape(shape)
         return spaces.Box(low=low.astype(dtype), high=high.astype(dtype), shape=shape, dtype=dtype)
     if kind == "Discrete":
         return spaces.Discrete(int(s["n"]), start=int(s.get("start", 0)))

@@ -76,6 +76,14 @@ def _space_json(space, what: str) -> dict:
             return "-inf"
         return v
 
+    def bounds(b) -> list:
+        # One value when every element has the same bound (images: the whole frame shares
+        # 0..255), so the spec report stays small; else one value per element.
+        flat = np.asarray(b, dtype=np.float64).reshape(-1)
+        if flat.size > 0 and np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=True):
+            flat = flat[:1]
+        return [bound(v) for v in flat]
+
     if isinstance(space, spaces.Box):
         name = _DTYPE_NAMES.get(np.dtype(space.dtype).name)
         if name is None:
@@ -84,8 +92,8 @@ def _space_json(space, what: str) -> dict:
             "type": "Box",
             "dtype": name,
             "shape": list(space.shape),
-            "low": [bound(v) for v in np.asarray(space.low, dtype=np.float64).reshape(-1)],
-            "high": [bound(v) for v in np.asarray(space.high, dtype=np.float64).reshape(-1)],
+            "low": bounds(space.low),
+            "high": bounds(space.high),
         }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
