@@ -223,7 +223,24 @@ def main() -> int:
     if address and token and len(sys.argv) > 2:
         index = int(sys.argv[2])
         threading.Thread(target=_serve_calls, args=(address, token, index), daemon=True, name="shmenv-calls").start()
-    return run_worker(sys.argv)
+    code = run_worker(sys.argv)
+    close_envs()
+    return code
+
+
+def close_envs() -> None:
+    """Calls ``close()`` on every env this worker built, as Gymnasium's vector envs do at
+    ``close()``: envs flush files, stop simulators, free native resources. Runs after the
+    host loop ended (the pool closed, or the worker failed); the trainer waits for it up to
+    its shutdown grace (1 s), then kills the worker. A failing ``close()`` is printed and
+    the other envs are still closed."""
+    envs = importlib.import_module("shmenv.worker")._ENVS
+    while envs:
+        env = envs.pop(0)
+        try:
+            env.close()
+        except BaseException:  # noqa: BLE001 - reported on stderr (the trainer's), the others still close
+            print(f"shmenv worker: close() of an env failed:\n{traceback.format_exc()}", file=sys.stderr)
 
 
 if __name__ == "__main__":

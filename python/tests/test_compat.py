@@ -74,3 +74,39 @@ def test_large_box_with_varying_bounds_is_refused_naming_the_space(no_leaks):
     assert "observation \"obs\"" in message and "[96,96,3]" in message, message
     assert "uniform bounds" in message and "65536" in message, message
 
+
+# --- 2. closing -------------------------------------------------------------------------
+
+
+def test_close_closes_every_hosted_env(tmp_path, no_leaks):
+    envs = shmenv.make_vec("shmenv_fixtures.closing:ClosingEnv", 5, num_workers=2, config={"directory": str(tmp_path)})
+    pids = envs.worker_pids
+    envs.reset(seed=0)
+    for _ in range(3):
+        envs.step(np.zeros(5, dtype=np.int64))
+    envs.close()
+    closed = sorted(p.name for p in tmp_path.iterdir())
+    assert len(closed) == 5, closed
+    assert {int(name.split("-")[1]) for name in closed} == set(pids)
+    assert all((tmp_path / name).read_text() == "3" for name in closed)
+
+
+def test_a_failing_close_does_not_stop_the_others(tmp_path, no_leaks):
+    config = {"directory": str(tmp_path), "fail_close": True}
+    with shmenv.make_vec("shmenv_fixtures.closing:ClosingEnv", 4, num_workers=2, config=config) as envs:
+        envs.reset(seed=0)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert sum(n.startswith("failed-") for n in names) == 2, names  # the first env of each worker
+    assert sum(n.startswith("closed-") for n in names) == 2, names
+
+
+def test_a_close_that_hangs_is_cut_short_and_the_worker_killed(tmp_path, no_leaks):
+    import time
+
+    config = {"directory": str(tmp_path), "close_delay": 30.0}
+    envs = shmenv.make_vec("shmenv_fixtures.closing:ClosingEnv", 2, num_workers=2, config=config)
+    envs.reset(seed=0)
+    start = time.monotonic()
+    envs.close()
+    assert time.monotonic() - start < 5.0
+    assert list(tmp_path.iterdir()) == []
