@@ -418,6 +418,29 @@ impl fmt::Display for EnvSpec {
     }
 }
 
+/// Why a spec (canonical JSON) of `len` bytes does not fit a worker's report area of
+/// `capacity` bytes, naming its largest space:
+/// only a Box whose bounds vary from element to element can be that large (uniform bounds
+/// travel as one value).
+pub fn too_big_message(spec: &serde_json::Value, len: usize, capacity: usize) -> String {
+    let mut spaces: Vec<(String, &serde_json::Value)> = vec![("action space".into(), &spec["action"])];
+    if let Some(obs) = spec["observations"].as_array() {
+        spaces.extend(obs.iter().map(|o| (format!("observation {}", o["name"]), &o["space"])));
+    }
+    let size = |v: &serde_json::Value| v.to_string().len();
+    let (what, space) = spaces.into_iter().max_by_key(|(_, v)| size(v)).expect("the action space is listed");
+    format!(
+        "the env's spec is {len} bytes of JSON, more than the {} bytes a worker's report holds: its {what} \
+         (Box {} of shape {}) has bounds that differ from element to element, {} bytes of them; give it \
+         uniform bounds (one low and one high for every element, e.g. Box(0, 255, shape, np.uint8)), \
+         or a smaller shape",
+        capacity,
+        space["dtype"],
+        space["shape"],
+        size(space),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,15 +13,19 @@ shared memory: no pickling, no pipes, no copies.
 
 from __future__ import annotations
 
+from shmenv import errors as _errors_module
 from shmenv._shmenv import builtin_env_ids
-from shmenv.errors import *  # noqa: F403 - the exception classes are part of the API
 from shmenv.errors import __all__ as _errors
+
+# The exception classes are part of the API; ClosedError loads on first use (its base class
+# is Gymnasium's, see shmenv.errors).
+globals().update({name: getattr(_errors_module, name) for name in _errors if name != "ClosedError"})
 
 __version__ = "0.1.0"
 
 # The vector env imports gymnasium (a few hundred ms); worker processes, which import this
 # package too, never need it, so it loads on first use.
-_LAZY = {"make_vec": "shmenv.vector", "ShmVectorEnv": "shmenv.vector"}
+_LAZY = {"make_vec": "shmenv.vector", "ShmVectorEnv": "shmenv.vector", "ClosedError": "shmenv.errors"}
 
 
 def __getattr__(name: str):

@@ -3,6 +3,8 @@ what to do. Details are attributes (``env_id``, ``worker``, ``pid``, ``exit`` ..
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class Error(Exception):
     """Base class of every shmenv error."""
@@ -29,6 +31,11 @@ class InvalidArgumentError(BuildError, ValueError):
     """A pool parameter is out of range (num_envs, num_workers, batch_size ...)."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type where Gymnasium's vector envs raise ``TypeError``
+    (a ``reset_mask`` that is not bool)."""
+
+
 class StepError(Error):
     """A call on a running pool failed."""
 
@@ -36,6 +43,11 @@ class StepError(Error):
 class ActionError(StepError, ValueError):
     """Actions were refused before any worker saw them (which env, what was expected);
     the pool is unchanged."""
+
+
+class ActionTypeError(ActionError, TypeError):
+    """Actions that are not a batch (one number for a pool of envs), where Gymnasium's
+    vector envs raise ``TypeError``."""
 
 
 class WorkerDiedError(StepError):
@@ -69,8 +81,24 @@ class WorkerTimeoutError(StepError, TimeoutError):
     env_ids: list
 
 
-class ClosedError(StepError):
-    """The pool was closed (by ``close()`` or by an earlier failure)."""
+def _closed_error() -> type:
+    # Built on first use: its Gymnasium base class imports gymnasium (~60 ms), which worker
+    # processes (they import this package) never need.
+    from gymnasium.error import ClosedEnvironmentError
+
+    class ClosedError(StepError, ClosedEnvironmentError):
+        """The pool was closed (by ``close()`` or by an earlier failure). Also a
+        ``gymnasium.error.ClosedEnvironmentError``, as ``AsyncVectorEnv`` raises."""
+
+    ClosedError.__module__, ClosedError.__qualname__ = __name__, "ClosedError"
+    return ClosedError
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ClosedError":
+        cls = globals().setdefault("ClosedError", _closed_error())
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class UsageError(StepError, RuntimeError):
@@ -84,8 +112,10 @@ __all__ = [
     "UnknownEnvError",
     "ConfigError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "StepError",
     "ActionError",
+    "ActionTypeError",
     "WorkerDiedError",
     "WorkerError",
     "WorkerTimeoutError",

@@ -15,8 +15,16 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.errors import ActionError, ClosedError, InvalidArgumentError, UsageError
+from shmenv.errors import (
+    ActionError,
+    ActionTypeError,
+    ClosedError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    UsageError,
+)
 from shmenv.resolve import resolve
+from shmenv.seeding import per_env_seeds, reset_commands
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
 __all__ = ["make_vec", "ShmVectorEnv", "python_worker_command"]
@@ -131,21 +139,55 @@ class ShmVectorEnv(VectorEnv):
         self._action_dtype = dtype_of(spec["action"])
         self._action_shape = tuple(self.single_action_space.shape or ())
         self._restart = max_restarts is not None
+        self._has_reset = False
+        self._env_seeds: list[int | None] = [None] * num_envs
 
     # --- Gymnasium API ---------------------------------------------------------------
 
-    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
-        """Resets every env; ``seed`` seeds env ``i`` with ``seed + i``. With
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
+        """Resets every env, as Gymnasium's vector envs do: ``seed`` None (each env
+        continues its random stream; the first reset uses the pool's seed), an int (env
+        ``i`` gets ``seed + i``) or a list of one int or None per env. With
         ``options={"reset_mask": mask}`` (sync mode; a bool array, one per env) resets only
         the masked envs; the others keep their episode and their row holds their current
         observation, as with ``SyncVectorEnv``. In async mode returns the first
-        ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest."""
+        ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
+        and a seed list must be consecutive (``[s, s + 1, ...]``)."""
+        if self.closed:
+            raise ClosedError("the pool is closed (close() was called); build a new one")
         mask = None
         if options and "reset_mask" in options:
             mask = self._reset_mask(options["reset_mask"])
-        res = self._pool.reset(self._base_seed(seed), mask)
+        seeds = per_env_seeds(seed, self.num_envs)
+        commands = reset_commands(seeds, mask, first=not self._has_reset)
+        if self.is_async and len(commands) > 1:
+            raise InvalidArgumentError(
+                f"an async pool seeds env i with seed + i: pass None, one int or a list [s, s + 1, ...]; got {seed!r}"
+            )
+        for env_mask, base in commands:
+            res = self._pool.reset(base, env_mask)
+            self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
         return obs, infos
+
+    def _note_seeds(self, mask: list[bool] | None, base: int | None) -> None:
+        """Tracks each native env's seed after a reset command (``np_random_seed``)."""
+        if base is None and self._has_reset:
+            return  # unseeded: the envs continue their streams, their seed is unchanged
+        base = self._pool.seed if base is None else base
+        for i in range(self.num_envs):
+            if mask is None or mask[i]:
+                self._env_seeds[i] = (base + i) % 2**64
+        self._has_reset = True
+
+    @property
+    def np_random_seed(self) -> tuple[int | None, ...]:
+        """Each env's seed, as Gymnasium's vector envs answer it: Python envs' own
+        ``np_random_seed``; for native envs the seed of their last seeded reset (None
+        before the first reset)."""
+        if self.python_env:
+            return self.get_attr("np_random_seed")
+        return tuple(self._env_seeds)
 
     def step(self, actions, env_ids=None):
         """Steps the envs. Sync pools step every env (row ``i`` = env ``i``). Async pools
@@ -277,24 +319,16 @@ class ShmVectorEnv(VectorEnv):
 
     # --- internals -------------------------------------------------------------------
 
-    def _base_seed(self, seed):
-        if seed is None:
-            return None
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            return _seed_value(int(seed))
-        seeds = list(seed)
-        if len(seeds) == self.num_envs and all(s == seeds[0] + i for i, s in enumerate(seeds)):
-            return _seed_value(int(seeds[0]))
-        raise InvalidArgumentError(
-            "shmenv seeds env i with seed + i: pass one int (or the list [seed, seed+1, ...])"
-        )
-
     def _reset_mask(self, mask) -> list[bool]:
         m = np.asarray(mask)
-        if m.dtype != np.bool_ or m.shape != (self.num_envs,):
+        if m.dtype != np.bool_:  # the exception types are AsyncVectorEnv's
+            raise InvalidArgumentTypeError(
+                f"reset_mask must be a bool array of shape ({self.num_envs},), one per env; got dtype {m.dtype}"
+            )
+        if m.shape != (self.num_envs,) or not m.any():
             raise InvalidArgumentError(
-                f"reset_mask must be a bool array of shape ({self.num_envs},), one per env; got "
-                f"dtype {m.dtype} shape {m.shape}"
+                f"reset_mask must be a bool array of shape ({self.num_envs},) with at least one True (the envs "
+                f"to reset); got shape {m.shape} with {int(m.sum())} True"
             )
         if self.is_async:
             raise UsageError(
@@ -306,6 +340,11 @@ class ShmVectorEnv(VectorEnv):
     def _actions(self, actions, count: int) -> np.ndarray:
         a = np.asarray(actions)
         want = (count, *self._action_shape)
+        if a.ndim == 0:
+            raise ActionTypeError(
+                f"actions must be a batch, one per env: an array of shape {want} for {count} env(s) of "
+                f"{self.single_action_space}; got the single value {actions!r}"
+            )
         if a.shape != want:
             raise ActionError(
                 f"actions have shape {a.shape}; {count} env(s) of {self.single_action_space} need an array "
@@ -377,12 +416,6 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
     if num_workers is None:
         return max(1, min(len(os.sched_getaffinity(0)), num_envs))
     return _count("num_workers", num_workers)
-
-
-def _seed_value(seed: int) -> int:
-    if not 0 <= seed < 2**64:
-        raise InvalidArgumentError(f"seed must be an int in 0..2**64, got {seed}")
-    return seed
 
 
 def _env_ids(env_ids, num_envs: int) -> np.ndarray:

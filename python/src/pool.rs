@@ -188,6 +188,12 @@ impl PyPool {
         Ok(self.pool()?.restarted_envs().to_vec())
     }
 
+    /// The base seed of the first reset (the `seed` given, or the one drawn from the clock).
+    #[getter]
+    fn seed(&self) -> PyResult<u64> {
+        Ok(self.pool()?.seed())
+    }
+
     /// Restarts so far, per worker.
     #[getter]
     fn restarts(&self) -> PyResult<Vec<u32>> {

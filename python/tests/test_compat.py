@@ -110,3 +110,86 @@ def test_a_close_that_hangs_is_cut_short_and_the_worker_killed(tmp_path, no_leak
     envs.close()
     assert time.monotonic() - start < 5.0
     assert list(tmp_path.iterdir()) == []
+
+
+# --- 3. errors and seeds as Gymnasium ---------------------------------------------------
+
+
+def image_pair(n: int):
+    """A shmenv pool of the small image env and its SyncVectorEnv twin."""
+    from shmenv_fixtures.images import ImageEnv
+
+    envs = shmenv.make_vec("shmenv_fixtures.images:ImageEnv", n, num_workers=2)
+    return envs, gym.vector.SyncVectorEnv([ImageEnv for _ in range(n)])
+
+
+def assert_resets_alike(envs, ref, **kwargs) -> None:
+    obs, _ = envs.reset(**kwargs)
+    r_obs, _ = ref.reset(**kwargs)
+    np.testing.assert_array_equal(obs, r_obs, err_msg=str(kwargs))
+    actions = np.arange(envs.num_envs) % 2
+    np.testing.assert_array_equal(envs.step(actions)[0], ref.step(actions)[0], err_msg=str(kwargs))
+    assert envs.np_random_seed == ref.np_random_seed, kwargs
+
+
+def test_closed_error_is_gymnasiums_closed_environment_error(no_leaks):
+    envs = shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0)
+    envs.reset()
+    envs.close()
+    for call in (lambda: envs.step(np.zeros(2, np.int64)), lambda: envs.reset(), lambda: envs.get_attr("spec")):
+        with pytest.raises(gym.error.ClosedEnvironmentError) as e:
+            call()
+        assert isinstance(e.value, shmenv.ClosedError) and "closed" in str(e.value)
+
+
+def test_reset_without_seed_continues_each_envs_stream(no_leaks):
+    envs, ref = image_pair(3)
+    with envs:
+        assert_resets_alike(envs, ref, seed=3)
+        for _ in range(2):
+            assert_resets_alike(envs, ref)  # seed=None: every env continues its own stream
+    ref.close()
+
+
+def test_any_list_of_seeds_seeds_each_env_as_sync_does(no_leaks):
+    envs, ref = image_pair(4)
+    with envs:
+        assert_resets_alike(envs, ref, seed=[1, 0, 7, 7])  # the first reset, not consecutive
+        assert_resets_alike(envs, ref, seed=[9, None, 2**64 - 1, 5])
+        mask = np.array([True, False, True, True])
+        assert_resets_alike(envs, ref, seed=[4, 100, None, 3], options={"reset_mask": mask})
+        assert_resets_alike(envs, ref, seed=11)
+    ref.close()
+
+
+def test_native_envs_report_their_seeds(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 3, num_workers=1, seed=10) as envs:
+        assert envs.np_random_seed == (None, None, None)
+        envs.reset()
+        assert envs.np_random_seed == (10, 11, 12)
+        envs.reset(seed=[4, 1, 8])
+        assert envs.np_random_seed == (4, 1, 8)
+        envs.reset()
+        assert envs.np_random_seed == (4, 1, 8)
+        envs.reset(seed=5, options={"reset_mask": np.array([False, True, False])})
+        assert envs.np_random_seed == (4, 6, 8)
+
+
+def test_misuse_raises_the_exception_types_of_async_vector_env(no_leaks):
+    with shmenv.make_vec("CartPole-v1", 3, num_workers=1, seed=0) as envs:
+        with pytest.raises(ValueError, match="length must match num_envs=3"):
+            envs.reset(seed=[1, 2])
+        envs.reset()
+        with pytest.raises(TypeError, match="dtype int64"):
+            envs.reset(options={"reset_mask": np.array([1, 0, 1])})
+        with pytest.raises(ValueError, match=r"shape \(3,\)"):
+            envs.reset(options={"reset_mask": np.array([True, False])})
+        with pytest.raises(ValueError, match="at least one True"):
+            envs.reset(options={"reset_mask": np.zeros(3, bool)})
+        with pytest.raises(TypeError, match="single value 0"):
+            envs.step(0)
+        envs.step(np.zeros(3, np.int64))  # none of the above changed the pool
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, batch_size=2) as envs:
+        with pytest.raises(ValueError, match=r"async pool seeds env i with seed \+ i"):
+            envs.reset(seed=[1, 0, 2, 3])
+        envs.reset(seed=[5, 6, 7, 8])

@@ -173,7 +173,9 @@ impl Worker {
         let mut json = serde_json::to_vec(report).expect("report serializes");
         if json.len() > protocol::REPORT_CAPACITY {
             let message = match report {
-                WorkerReport::Spec(spec) => spec_too_big(spec, json.len()),
+                WorkerReport::Spec(spec) => {
+                    shmenv_engine::spec::too_big_message(spec, json.len(), protocol::REPORT_CAPACITY)
+                }
                 _ => format!("report of {} bytes does not fit the region", json.len()),
             };
             json = serde_json::to_vec(&WorkerReport::Failed { message }).expect("report serializes");
@@ -715,26 +717,4 @@ mod tests {
         let e = attach_checks(region_with(Header::new(2, 1, bad.len() as u32), bad), 0, 1).err().unwrap();
         assert!(matches!(e, AttachError::BadParams(_)));
     }
-}
-
-/// Why a spec of `len` bytes of JSON does not fit the report area, naming its largest space:
-/// only a Box whose bounds vary from element to element can be that large (uniform bounds
-/// travel as one value).
-fn spec_too_big(spec: &serde_json::Value, len: usize) -> String {
-    let mut spaces: Vec<(String, &serde_json::Value)> = vec![("action space".into(), &spec["action"])];
-    if let Some(obs) = spec["observations"].as_array() {
-        spaces.extend(obs.iter().map(|o| (format!("observation {}", o["name"]), &o["space"])));
-    }
-    let size = |v: &serde_json::Value| v.to_string().len();
-    let (what, space) = spaces.into_iter().max_by_key(|(_, v)| size(v)).expect("the action space is listed");
-    format!(
-        "the env's spec is {len} bytes of JSON, more than the {} bytes a worker's report holds: its {what} \
-         (Box {} of shape {}) has bounds that differ from element to element, {} bytes of them; give it \
-         uniform bounds (one low and one high for every element, e.g. Box(0, 255, shape, np.uint8)), \
-         or a smaller shape",
-        protocol::REPORT_CAPACITY,
-        space["dtype"],
-        space["shape"],
-        size(space),
-    )
 }
