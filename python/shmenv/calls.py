@@ -93,6 +93,26 @@ class CallChannel:
             raise err
         return results
 
+    def share_fd(self, op: str, fd: int, data: bytes) -> None:
+        """Sends every worker request `op` followed by `fd` with `data` (``SCM_RIGHTS``),
+        and waits until each has taken it."""
+        self._connect_all()
+        for w in range(self.num_workers):
+            try:
+                send_message(self._conns[w], (op, [], "", [], (), {}))
+                socket.send_fds(self._conns[w], [data], [fd])
+            except OSError as e:
+                raise WorkerDiedError(f"worker {w} is gone ({e}); the pool cannot take calls") from None
+        for w in range(self.num_workers):
+            try:
+                answer = recv_message(self._conns[w])
+            except (EOFError, OSError) as e:
+                raise WorkerDiedError(f"worker {w} closed its call channel ({e})") from None
+            if answer:
+                err = WorkerError(f"worker {w} could not take {op}:\n{answer[0][1]}")
+                err.env_id, err.worker, err.traceback = None, w, answer[0][1]
+                raise err
+
     def close(self) -> None:
         for c in self._conns.values():
             c.close()

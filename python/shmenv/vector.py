@@ -23,6 +23,7 @@ from shmenv.errors import (
     InvalidArgumentTypeError,
     UsageError,
 )
+from shmenv.infos import InfoFlags
 from shmenv.resolve import resolve
 from shmenv.seeding import per_env_seeds, reset_commands
 from shmenv.spaces import dtype_of, observation_space, space_from_json
@@ -75,6 +76,7 @@ class ShmVectorEnv(VectorEnv):
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
+        self._infos: InfoFlags | None = None
         mode = _autoreset_mode(autoreset_mode)
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
         num_envs = _count("num_envs", num_envs)
@@ -134,6 +136,7 @@ class ShmVectorEnv(VectorEnv):
             if "render_fps" in env_metadata:
                 self.metadata["render_fps"] = env_metadata["render_fps"]
         self.autoreset_mode = mode
+        self._infos = self._start_infos()
         self.copy = bool(copy)
         self.episode_stats_key = episode_stats_key
         self._action_dtype = dtype_of(spec["action"])
@@ -164,7 +167,9 @@ class ShmVectorEnv(VectorEnv):
             raise InvalidArgumentError(
                 f"an async pool seeds env i with seed + i: pass None, one int or a list [s, s + 1, ...]; got {seed!r}"
             )
-        for env_mask, base in commands:
+        for k, (env_mask, base) in enumerate(commands):
+            if k > 0 and self._infos is not None:
+                self._merge_infos(res, {})  # an earlier command's infos are stale
             res = self._pool.reset(base, env_mask)
             self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
@@ -210,6 +215,8 @@ class ShmVectorEnv(VectorEnv):
         self._pool.close()
         if self._calls is not None:
             self._calls.close()
+        if self._infos is not None:
+            self._infos.close()
 
     # --- calls into the envs (a side channel, not the step path) ---------------------
 
@@ -386,7 +393,38 @@ class ShmVectorEnv(VectorEnv):
                 infos["_final_obs"] = done
                 infos["final_info"] = {}
                 infos["_final_info"] = done
+        if self._infos is not None:
+            self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
+
+    def _start_infos(self) -> InfoFlags | None:
+        """Python envs: the flag area through which workers say an env returned infos."""
+        if self._calls is None:
+            return None
+        flags = InfoFlags(self._shards)
+        try:
+            self._calls.share_fd("map_infos", flags.fd, str(flags.stride).encode())
+        except BaseException:
+            flags.close()
+            raise
+        flags.close_fd()
+        return flags
+
+    def _merge_infos(self, res, infos: dict[str, Any]) -> None:
+        """Adds the infos hosted envs returned for this batch's rows (only when a worker
+        flagged some: one ``find`` otherwise)."""
+        rows = self._infos.flagged(res.env_id)
+        if rows is None or rows.size == 0:
+            return
+        slots = self._calls.request(self._shards, res.env_id[rows].tolist(), "infos", "")
+        done = np.logical_or(res.terminated, res.truncated)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        extra: dict[str, Any] = {}
+        self._infos.merge(extra, rows, slots, done, res.elapsed_step, same_step)
+        if "final_info" in extra:
+            infos["final_info"] = extra.pop("final_info")
+        for key, value in extra.items():
+            infos.setdefault(key, value)  # shmenv's own keys (env_id, ...) win
 
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")

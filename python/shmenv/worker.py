@@ -187,6 +187,8 @@ def _serve_calls(address: str, token: str, index: int) -> None:
     # Run as `python -m shmenv.worker`, this file is `__main__`; the envs were registered
     # in the `shmenv.worker` module the host imported.
     envs = importlib.import_module("shmenv.worker")._ENVS
+    from shmenv import infos
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect("\0" + address)
@@ -196,8 +198,18 @@ def _serve_calls(address: str, token: str, index: int) -> None:
                 op, local, name, values, args, kwargs = recv_message(sock)
             except EOFError:
                 return
+            if op == "map_infos":  # the fd follows with the stride (SCM_RIGHTS)
+                try:
+                    infos.map_flags(sock, index)
+                    send_message(sock, [])
+                except Exception:  # noqa: BLE001 - reported to the trainer with the traceback
+                    send_message(sock, [(False, traceback.format_exc())])
+                continue
             results = []
             for k, i in enumerate(local):
+                if op == "infos":
+                    results.append((True, infos.take(i)))
+                    continue
                 try:
                     results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))
                 except BaseException:  # noqa: BLE001 - reported to the trainer with the traceback

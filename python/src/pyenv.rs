@@ -73,7 +73,12 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             serde_json::from_str(&spec_json).map_err(|e| ConfigError(format!("bad spec JSON: {e}")))?;
         let spec = EnvSpec::from_json(&value).map_err(ConfigError)?;
         let names: Vec<String> = spec.observations.iter().map(|o| o.name.clone()).collect();
+        // `make_env` appended the env to the worker's list: its index there is its local id.
+        let local = module.getattr("_ENVS").and_then(|l| l.len()).map_err(fail)? - 1;
+        let note_info = py.import("shmenv.infos").and_then(|m| m.getattr("note_info")).map_err(fail)?;
         Ok(Box::new(PyEnv {
+            local,
+            note_info: note_info.unbind(),
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
             as_array: py.import("numpy").and_then(|np| np.getattr("asarray")).map_err(fail)?.unbind(),
@@ -87,6 +92,10 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
 
 /// A Python env and its last observation.
 struct PyEnv {
+    /// Its index among this worker's envs (`shmenv.worker._ENVS`).
+    local: usize,
+    /// `shmenv.infos.note_info`, called only when the env returns a non-empty info dict.
+    note_info: Py<PyAny>,
     step: Py<PyAny>,
     reset: Py<PyAny>,
     /// `numpy.asarray`, for observations that are not already arrays of the right dtype.
@@ -182,6 +191,15 @@ impl PyEnv {
         }
     }
 
+    /// Hands a non-empty `info` of a `reset` or `step` ("kind") to `shmenv.infos`, which
+    /// keeps it for the trainer and flags the env; an empty one costs a length check.
+    fn keep_info(&self, py: Python<'_>, kind: &str, info: &Bound<'_, PyAny>) -> PyResult<()> {
+        if info.is_truthy()? {
+            self.note_info.call1(py, (self.local, kind, info))?;
+        }
+        Ok(())
+    }
+
     /// Copies the observation `obs` (an array, or a dict of arrays) into `rows`.
     fn store_obs(&mut self, py: Python<'_>, obs: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.dict_obs {
@@ -229,8 +247,9 @@ impl Env for PyEnv {
             let result = (|| -> PyResult<()> {
                 kwargs.set_item("seed", seed)?;
                 let out = self.reset.call(py, (), Some(&kwargs))?;
-                let obs = out.bind(py).cast::<PyTuple>()?.get_item(0)?;
-                self.store_obs(py, &obs)
+                let out = out.bind(py).cast::<PyTuple>()?;
+                self.store_obs(py, &out.get_item(0)?)?;
+                self.keep_info(py, "reset", &out.get_item(1)?)
             })();
             if let Err(e) = result {
                 raise(py, "reset()", e)
@@ -251,6 +270,7 @@ impl Env for PyEnv {
                     )));
                 }
                 self.store_obs(py, &t.get_item(0)?)?;
+                self.keep_info(py, "step", &t.get_item(4)?)?;
                 Ok(Transition {
                     reward: t.get_item(1)?.extract::<f64>()? as f32,
                     terminated: t.get_item(2)?.is_truthy()?,

@@ -193,3 +193,75 @@ def test_misuse_raises_the_exception_types_of_async_vector_env(no_leaks):
         with pytest.raises(ValueError, match=r"async pool seeds env i with seed \+ i"):
             envs.reset(seed=[1, 0, 2, 3])
         envs.reset(seed=[5, 6, 7, 8])
+
+
+# --- 4. sub-env infos -------------------------------------------------------------------
+
+SHMENV_KEYS = {"env_id", "elapsed_step", "episode_stats", "_episode_stats", "final_obs", "_final_obs"}
+
+
+def assert_infos_equal(got: dict, want: dict, where: str) -> None:
+    """Gymnasium vector infos (arrays, masks, nested dicts) equal, dtypes included."""
+    assert set(got) == set(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
+    for key, value in want.items():
+        if isinstance(value, dict):
+            assert_infos_equal(got[key], value, f"{where}.{key}")
+        else:
+            assert got[key].dtype == value.dtype, f"{where}.{key}: dtype {got[key].dtype} != {value.dtype}"
+            if value.dtype == object:
+                assert got[key].tolist() == value.tolist(), f"{where}.{key}"
+            else:
+                np.testing.assert_array_equal(got[key], value, err_msg=f"{where}.{key}")
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_sub_env_infos_reach_the_trainer_as_sync_vector_env_gives_them(mode, no_leaks):
+    from shmenv_fixtures.infos import InfoEnv
+
+    n, mode_enum = 4, gym.vector.AutoresetMode(mode.title().replace("_", ""))
+    ref = gym.vector.SyncVectorEnv([InfoEnv for _ in range(n)], autoreset_mode=mode_enum)
+    with shmenv.make_vec("shmenv_fixtures.infos:InfoEnv", n, num_workers=2, autoreset_mode=mode) as envs:
+        _, infos = envs.reset(seed=4)
+        _, r_infos = ref.reset(seed=4)
+        assert_infos_equal({k: v for k, v in infos.items() if k not in SHMENV_KEYS}, r_infos, "reset")
+        rng = np.random.default_rng(0)
+        for t in range(23):
+            actions = rng.integers(0, 3, size=n)
+            *_, infos = envs.step(actions)
+            *_, r_infos = ref.step(actions)
+            r_infos = {k: v for k, v in r_infos.items() if k not in SHMENV_KEYS}
+            assert_infos_equal({k: v for k, v in infos.items() if k not in SHMENV_KEYS}, r_infos, f"step {t}")
+    ref.close()
+
+
+def test_infos_in_async_batches_follow_their_rows(no_leaks):
+    n, b = 6, 3
+    with shmenv.make_vec("shmenv_fixtures.infos:InfoEnv", n, num_workers=2, batch_size=b, seed=0) as envs:
+        _, infos = envs.reset()
+        steps = np.zeros(n, dtype=int)
+        for _ in range(40):
+            ids = infos["env_id"]
+            assert infos.get("_start", np.zeros(b, bool)).tolist() == (infos["elapsed_step"] == 0).tolist()
+            has_step_info = infos["elapsed_step"] > 0
+            assert infos.get("_lives", np.zeros(b, bool)).tolist() == has_step_info.tolist()
+            if "t" in infos:
+                np.testing.assert_array_equal(infos["t"][has_step_info], infos["elapsed_step"][has_step_info])
+            steps[ids] += 1
+            *_, infos = envs.step(np.zeros(b, dtype=np.int64), ids)
+        assert steps.min() > 0
+
+
+def test_envs_without_infos_cost_no_calls(no_leaks):
+    with shmenv.make_vec("shmenv_fixtures.infos:InfoEnv", 4, num_workers=2, config={"quiet": True}) as envs:
+        calls = []
+        request = envs._calls.request
+        envs._calls.request = lambda *a, **k: calls.append(a) or request(*a, **k)
+        _, infos = envs.reset(seed=0)
+        for _ in range(30):
+            *_, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert set(infos) <= SHMENV_KEYS
+        assert calls == []
+    with shmenv.make_vec("shmenv_fixtures.infos:InfoEnv", 4, num_workers=2, config={"rarely": True}) as envs:
+        envs.reset(seed=0)
+        seen = sum("lives" in envs.step(np.zeros(4, dtype=np.int64))[4] for _ in range(30))
+        assert 3 <= seen <= 16, seen
