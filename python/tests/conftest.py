@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pytest
 
 # The pitfall fixtures are a package of their own (tests/fixtures/shmenv_fixtures); workers
@@ -46,6 +47,19 @@ def wait_gone(pids, timeout: float = 5.0) -> list[int]:
         time.sleep(0.02)
         left = [p for p in left if alive(p)]
     return left
+
+
+def step_alike(envs, ref, actions, where: str):
+    """Steps a shmenv pool and its reference vector env with the same actions, checks that
+    observations, rewards (as float32) and flags are equal, and returns ``(obs, infos,
+    ref_infos, terminated | truncated)``."""
+    obs, rew, term, trunc, infos = envs.step(actions)
+    r_obs, r_rew, r_term, r_trunc, r_infos = ref.step(actions)
+    np.testing.assert_array_equal(obs, r_obs, err_msg=where)
+    np.testing.assert_array_equal(rew, r_rew.astype(np.float32), err_msg=where)
+    np.testing.assert_array_equal(term, r_term, err_msg=where)
+    np.testing.assert_array_equal(trunc, r_trunc, err_msg=where)
+    return obs, infos, r_infos, term | trunc
 
 
 def open_fds() -> int:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import shmenv
+from conftest import step_alike
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,13 +29,8 @@ def assert_steps_like_sync(entry_point: str, env_cls, n: int, steps: int, seed: 
         rng = np.random.default_rng(seed)
         for t in range(steps):
             actions = rng.integers(0, envs.single_action_space.n, size=n)
-            obs, rew, term, trunc, _ = envs.step(actions)
-            r_obs, r_rew, r_term, r_trunc, _ = ref.step(actions)
-            np.testing.assert_array_equal(obs, r_obs, err_msg=f"step {t}")
-            np.testing.assert_array_equal(rew, r_rew.astype(np.float32))
-            np.testing.assert_array_equal(term, r_term)
-            np.testing.assert_array_equal(trunc, r_trunc)
-            ends += int(np.sum(term | trunc))
+            *_, done = step_alike(envs, ref, actions, f"step {t}")
+            ends += int(np.sum(done))
     ref.close()
     return ends
 
