@@ -457,6 +457,12 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
 
 
 def _env_ids(env_ids, num_envs: int) -> np.ndarray:
+    """``env_ids`` as the extension takes them: a contiguous int64 or int32 array (which it
+    range-checks itself, so ``info["env_id"]`` from ``recv`` passes straight through);
+    anything else is converted and checked here."""
+    if type(env_ids) is np.ndarray and env_ids.dtype in _ID_DTYPES and env_ids.ndim == 1:
+        if env_ids.flags.c_contiguous:
+            return env_ids
     ids = np.asarray(env_ids)
     if ids.ndim == 0:
         ids = ids.reshape(1)
@@ -466,6 +472,9 @@ def _env_ids(env_ids, num_envs: int) -> np.ndarray:
     if np.any(bad):
         raise InvalidArgumentError(f"env id {ids[bad][0]} is out of range: env ids are 0..{num_envs - 1}")
     return np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+
+
+_ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:

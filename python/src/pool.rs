@@ -245,16 +245,7 @@ impl PyPool {
     fn send(&mut self, actions: &Bound<'_, PyAny>, env_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = actions.py();
         let pool = self.pool.as_mut().ok_or_else(closed)?;
-        let ids = env_ids.cast::<PyArrayDyn<i64>>().map_err(|_| {
-            PyTypeError::new_err("env_ids must be a numpy int64 array (shmenv's VectorEnv converts for you)")
-        })?;
-        let ids = ids.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let ids: Vec<usize> = ids
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("env_ids must be C-contiguous"))?
-            .iter()
-            .map(|&e| usize::try_from(e).unwrap_or(usize::MAX))
-            .collect();
+        let ids = env_id_list(env_ids, pool.num_envs())?;
         let dtype = pool.spec().action.dtype();
         with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| step_error(py, e, None))
     }
@@ -414,6 +405,41 @@ fn obs_arrays<'py>(
         });
     }
     Ok(Some(PyTuple::new(py, out)?.unbind()))
+}
+
+/// Env ids from a C-contiguous numpy array of int64 or int32 (EnvPool's `env_id` dtype,
+/// as `recv` returns them), each checked to be in `0..num_envs`.
+fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>> {
+    fn convert<T: numpy::Element + Copy + Into<i64>>(
+        array: &Bound<'_, PyArrayDyn<T>>,
+        num_envs: usize,
+    ) -> PyResult<Vec<usize>> {
+        let ro = array.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let slice = ro.as_slice().map_err(|_| PyValueError::new_err("env_ids must be C-contiguous"))?;
+        slice
+            .iter()
+            .map(|&e| {
+                let e: i64 = e.into();
+                usize::try_from(e).ok().filter(|&u| u < num_envs).ok_or_else(|| {
+                    invalid_argument(format!("env id {e} is out of range: env ids are 0..{}", num_envs - 1))
+                })
+            })
+            .collect()
+    }
+    if let Ok(a) = array.cast::<PyArrayDyn<i64>>() {
+        convert(a, num_envs)
+    } else if let Ok(a) = array.cast::<PyArrayDyn<i32>>() {
+        convert(a, num_envs)
+    } else {
+        Err(PyTypeError::new_err(
+            "env_ids must be a numpy int64 or int32 array (shmenv's VectorEnv converts for you)",
+        ))
+    }
+}
+
+/// A `shmenv.InvalidArgumentError` with `message`.
+fn invalid_argument(message: String) -> PyErr {
+    Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
 }
 
 /// Actions borrowed from a numpy array, in the action space's dtype.
