@@ -284,6 +284,18 @@ pub enum StepError {
         /// Rows per batch.
         batch_size: usize,
     },
+    /// The pool was built by another process, of which this one is a fork: it belongs to
+    /// that process (its workers serve that process's pool); here it is inert.
+    #[error(
+        "this pool belongs to process {owner} and this is process {current}, a fork of it: a pool cannot be \
+         used across fork() (its workers and shared memory serve the parent); build a new pool in this process"
+    )]
+    ForeignProcess {
+        /// The pid of the process that built the pool.
+        owner: u32,
+        /// This process's pid.
+        current: u32,
+    },
     /// An earlier failure closed the pool.
     #[error("the pool was closed by an earlier error ({reason}); build a new pool")]
     Closed {

@@ -138,6 +138,8 @@ pub struct Supervisor {
     /// Wakes the supervisor thread for a respawn request.
     poke: OwnedFd,
     thread: Option<JoinHandle<()>>,
+    /// The process that started the workers (after a fork, the child's copy is inert).
+    owner: crate::fork::Owner,
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -206,7 +208,14 @@ impl Supervisor {
             supervise(children, outputs, &thread_shared, stop_fd, poke_fd, &spawner);
         })?;
         match rx.recv() {
-            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, poke, thread: Some(thread) }),
+            Ok(Ok(pids)) => Ok(Supervisor {
+                shared,
+                pids,
+                stop,
+                poke,
+                thread: Some(thread),
+                owner: crate::fork::Owner::current(),
+            }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -279,7 +288,15 @@ impl Supervisor {
 
     /// Asks the supervisor to finish: workers that have not exited within
     /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
+    ///
+    /// In a forked child (see [`crate::fork`]) it does nothing: the thread and the workers
+    /// are the parent's, and the stop eventfd is shared with it.
     pub fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            // The thread does not exist here: neither join nor detach its handle.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         signal(&self.stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -363,9 +380,8 @@ fn spawn_worker(
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", command.program.display()))
-    })?;
+    // The caller names the program (`BuildError::Spawn`).
+    let child = cmd.spawn()?;
     Ok((child, read_end))
 }
 

@@ -21,6 +21,8 @@ pub mod batch;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]
+pub mod fork;
+#[cfg(not(loom))]
 pub mod launch;
 #[cfg(not(loom))]
 pub mod pool;

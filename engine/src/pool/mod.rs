@@ -277,6 +277,8 @@ pub struct Pool {
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// Async mode only.
     ring: Option<RingState>,
+    /// The process that built the pool; in a forked child the pool is inert.
+    owner: crate::fork::Owner,
 }
 
 /// Trainer spans kept for [`Pool::write_trace`].
@@ -560,6 +562,7 @@ impl Pool {
             startup_timeout: b.startup_timeout,
             trace,
             ring,
+            owner: crate::fork::Owner::current(),
         })
     }
 
@@ -1143,6 +1146,9 @@ impl Pool {
     }
 
     fn check_open(&self) -> Result<(), StepError> {
+        if !self.owner.is_current() {
+            return Err(self.foreign());
+        }
         match &self.closed {
             Some(reason) => Err(StepError::Closed { reason: reason.clone() }),
             None => Ok(()),
@@ -1183,6 +1189,11 @@ impl Pool {
             }
         };
         self.fail(err)
+    }
+
+    /// The error of any call in a process forked from the pool's owner.
+    fn foreign(&self) -> StepError {
+        StepError::ForeignProcess { owner: self.owner.pid(), current: crate::fork::current_pid() }
     }
 
     /// Records `err` as the reason the pool is closed, and returns it.
@@ -1359,12 +1370,23 @@ impl Pool {
     /// Closes the pool: asks workers to exit, waits up to a second, kills stragglers and
     /// reaps them (dropping the pool does the same). Returns how each worker ended:
     /// `WorkerExit::Code(0)` for a clean exit.
+    ///
+    /// In a process forked from the one that built the pool, closing (or dropping) it
+    /// touches nothing of the parent's pool and returns no exits.
     pub fn close(mut self) -> Vec<Option<WorkerExit>> {
+        if !self.owner.is_current() {
+            return vec![None; self.params.num_workers];
+        }
         self.shutdown();
         self.supervisor.exits()
     }
 
     fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            // A forked child's copy: the workers, the region's words and the supervisor
+            // thread are the parent's (see `crate::fork`). The supervisor does the same.
+            return;
+        }
         // Release: a worker that sees Close (in its command loop or while waiting for a
         // block) exits without touching the region again.
         self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Release);
