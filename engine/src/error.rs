@@ -74,6 +74,24 @@ pub enum BuildError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The region would not fit in the memory this process may use (checked before it is
+    /// created and pre-faulted; see `docs/security.md`).
+    #[error(
+        "the shared-memory region would need {} ({region} bytes) for {num_envs} envs, more than this process \
+         may use: {}. Use fewer envs, smaller observations or a smaller ring_depth, or raise the memory limit",
+        crate::pool::human_bytes(*region),
+        memory_figures(*mem_available, cgroup.as_ref())
+    )]
+    NotEnoughMemory {
+        /// Bytes the region needs.
+        region: u64,
+        /// Envs in the pool.
+        num_envs: usize,
+        /// `MemAvailable` of `/proc/meminfo`, bytes.
+        mem_available: Option<u64>,
+        /// The tightest cgroup v2 memory limit on this process.
+        cgroup: Option<crate::pool::CgroupLimit>,
+    },
     /// A worker process ended during start-up.
     #[error(
         "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. Check that \
@@ -328,6 +346,26 @@ pub enum ViewError {
     /// Final observations exist only with `AutoReset::SameStep`.
     #[error("final observations are only kept with AutoReset::SameStep")]
     NoFinalObs,
+}
+
+/// "MemAvailable is 1.2 GiB; cgroup /sys/fs/cgroup/x allows 2.0 GiB (memory.max) with 1.5
+/// GiB in use".
+fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::pool::CgroupLimit>) -> String {
+    let human = crate::pool::human_bytes;
+    let mut parts = vec![match mem_available {
+        Some(a) => format!("MemAvailable is {}", human(a)),
+        None => "MemAvailable is unknown".to_string(),
+    }];
+    parts.push(match cgroup {
+        Some(c) => format!(
+            "cgroup {} allows {} (memory.max) with {} in use",
+            c.path.display(),
+            human(c.max),
+            human(c.current)
+        ),
+        None => "no cgroup v2 memory limit".to_string(),
+    });
+    parts.join("; ")
 }
 
 /// A list of env ids, shortened when long.

@@ -27,6 +27,8 @@ pub mod launch;
 #[cfg(not(loom))]
 pub mod pool;
 #[cfg(not(loom))]
+mod process_group;
+#[cfg(not(loom))]
 pub mod program;
 pub mod protocol;
 pub mod recovery;
