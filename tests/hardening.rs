@@ -218,7 +218,8 @@ fn the_worker_count_is_bounded() {
     let message = err.to_string();
     assert!(matches!(err, BuildError::InvalidArgument(_)), "{message}");
     assert!(
-        message.contains("5000") && message.contains(&format!("between 1 and {MAX_WORKERS}")),
+        message.contains("5000")
+            && message.contains(&format!("between 1 and {MAX_WORKERS} (the most workers per pool)")),
         "{message}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -25,12 +25,15 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
     let num_workers = b.num_workers.unwrap_or(cores.min(b.num_envs));
-    let most = b.num_envs.min(MAX_WORKERS);
-    if num_workers == 0 || num_workers > most {
+    let most = if b.num_envs <= MAX_WORKERS {
+        format!("num_envs ({})", b.num_envs)
+    } else {
+        format!("{MAX_WORKERS} (the most workers per pool)")
+    };
+    if num_workers == 0 || num_workers > b.num_envs.min(MAX_WORKERS) {
         return invalid(format!(
-            "num_workers must be between 1 and {most} (num_envs = {}, and at most {MAX_WORKERS} workers per \
-             pool), got {num_workers}; this machine has {cores} cores, more workers than cores add no speed",
-            b.num_envs
+            "num_workers must be between 1 and {most}, got {num_workers}; this machine has {cores} cores, \
+             and workers beyond the cores add no speed"
         ));
     }
     let batch_size = b.batch_size.unwrap_or(b.num_envs);
