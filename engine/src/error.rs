@@ -272,6 +272,13 @@ pub enum StepError {
         /// What it said.
         message: String,
     },
+    /// A word of the shared region breaks the protocol (no worker can be blamed: a bug, or
+    /// another process writing the region, see `docs/security.md`). The pool is closed.
+    #[error("protocol error in the shared region: {what}; the pool is closed, build a new one")]
+    Protocol {
+        /// What was found where.
+        what: String,
+    },
     /// The call does not exist in this pool's mode.
     #[error("{call}() is not available: {hint}")]
     WrongMode {

@@ -72,6 +72,10 @@ class ShmVectorEnv(VectorEnv):
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
         batch = num_envs if batch_size is None else _count("batch_size", batch_size)
+        seed = None if seed is None else _seed_value(_integer("seed", seed))
+        max_restarts = _optional_int("max_restarts", max_restarts, 0)
+        max_episode_steps = _optional_int("max_episode_steps", max_episode_steps, 1)
+        step_timeout = _optional_seconds("step_timeout", step_timeout)
         zero_copy_async = batch < num_envs and not copy
         if ring_depth is None:
             ring_depth = 3 if zero_copy_async else 2
@@ -380,9 +384,42 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
 
 
 def _seed_value(seed: int) -> int:
+    """A seed in 0..2**64. Env ``i`` is seeded ``(seed + i) % 2**64``: near the top of the
+    range the seeds wrap around to 0, 1, ... (distinct as long as there are fewer than 2**64
+    envs)."""
     if not 0 <= seed < 2**64:
-        raise InvalidArgumentError(f"seed must be an int in 0..2**64, got {seed}")
+        raise InvalidArgumentError(f"seed must be an int in 0..2**64 (0 to {2**64 - 1}), got {seed}")
     return seed
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _optional_int(name: str, value: Any, low: int) -> "int | None":
+    """None, or an int in low..2**32 (the engine's range), refused clearly otherwise."""
+    if value is None:
+        return None
+    value = _integer(name, value)
+    if not low <= value < 2**32:
+        raise InvalidArgumentError(f"{name} must be an int from {low} to {2**32 - 1} (or None), got {value}")
+    return value
+
+
+def _optional_seconds(name: str, value: Any) -> "float | None":
+    """None, or a finite number of seconds above 0 (at most a year)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
+    value = float(value)
+    if not 0 < value <= 365 * 86400:
+        raise InvalidArgumentError(
+            f"{name} must be more than 0 and at most {365 * 86400} seconds (or None: no limit), got {value}"
+        )
+    return value
 
 
 def _env_ids(env_ids, num_envs: int) -> np.ndarray:

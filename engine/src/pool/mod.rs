@@ -972,17 +972,19 @@ impl Pool {
         // not write the block again before the trainer releases it (its gate).
         let ids: &[u32] = unsafe { self.region.slice(block.env_ids.offset, b) };
         let ring = self.ring.as_mut().expect("async mode");
-        for &id in ids {
+        for (row, &id) in ids.iter().enumerate() {
             match ring.pending.get_mut(id as usize) {
                 Some(p @ true) => {
                     *p = false;
                     ring.order.received(id as usize);
                 }
                 _ => {
-                    let message = format!("a result row names env {id}, which had no action in flight");
-                    let err =
-                        StepError::WorkerFailed { worker: 0, env_ids: 0..self.params.num_envs, message };
-                    return Err(self.fail(err));
+                    let what = format!(
+                        "row {row} of batch {} names env {id}, which has no action in flight (the pool has envs \
+                         0..{})",
+                        ring.next_batch, self.params.num_envs
+                    );
+                    return Err(self.fail(StepError::Protocol { what }));
                 }
             }
         }
