@@ -12,12 +12,12 @@
 use std::io::Write;
 use std::panic::PanicHookInfo;
 
-/// Installs [`print`] as the process's panic hook. The worker host does this first thing.
+/// Installs [`print()`] as the process's panic hook. The worker host does this first thing.
 pub fn install() {
     std::panic::set_hook(Box::new(print));
 }
 
-/// Writes "shmenv worker: panicked at <file:line>: <message>" to stderr. The message is
+/// Writes `shmenv worker (pid P): panicked at FILE:LINE: MESSAGE` to stderr. The message is
 /// also reported to the trainer (`EnvPanicked`); this line is for the worker's log.
 pub fn print(info: &PanicHookInfo<'_>) {
     let line = format!("shmenv worker (pid {}): {info}\n", std::process::id());
