@@ -142,7 +142,7 @@ fn a_worker_refuses_a_region_with_a_wrong_header() {
     assert_eq!(out.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let expected = format!(
-        "region layout version {}, this worker speaks {}",
+        "region layout version {}, this build of shmenv reads version {}",
         shmenv::engine::protocol::LAYOUT_VERSION + 1,
         shmenv::engine::protocol::LAYOUT_VERSION
     );

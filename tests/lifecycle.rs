@@ -205,6 +205,33 @@ fn many_pools_leave_nothing_behind() {
     }
 }
 
+/// An env that starts a helper process (which inherits the region's fd): closing or
+/// dropping the pool ends the helper too, and so does a worker's death.
+fn helper_processes_end_with_their_pool() {
+    for close in [true, false] {
+        let mut pool = builder("Burn-v0")
+            .config(serde_json::json!({ "fault": "spawn_helper", "fault_step": 1 }))
+            .num_envs(2)
+            .num_workers(1)
+            .build()
+            .unwrap();
+        pool.reset().unwrap();
+        pool.step(&[0i64; 2]).unwrap();
+        let helpers = common::watchdog::grandchildren(pool.worker_pids()[0]);
+        assert_eq!(helpers.len(), 2, "one helper per env");
+        if close {
+            pool.close();
+        } else {
+            drop(pool);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while helpers.iter().any(|&p| common::watchdog::alive(p)) {
+            assert!(Instant::now() < deadline, "helpers {helpers:?} outlived the pool");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 #[test]
 fn killed_workers_are_reported_and_nothing_leaks() {
     let _w = Watchdog::new("lifecycle", Duration::from_secs(300));
@@ -221,6 +248,7 @@ fn killed_workers_are_reported_and_nothing_leaks() {
     interrupt_check_ends_a_wait();
     hung_env_times_out();
     thousand_pools_leave_nothing_behind();
+    helper_processes_end_with_their_pool();
     many_pools_leave_nothing_behind();
 
     assert_eq!(child_pids(), Vec::<u32>::new(), "child processes left behind");

@@ -474,12 +474,13 @@ fn async_mode_notices_a_stopped_worker_while_the_others_keep_the_batches_full() 
         pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).filter(keep).collect();
     let (started, mut stopped_at) = (Instant::now(), None);
     while pool.restarts() != [1, 0] {
-        if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) && !ids.contains(&0) {
+        pool.send(&vec![0i64; ids.len()], &ids).unwrap();
+        if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
+            // Env 0 is in flight now (just sent, or not yet back).
             // SAFETY: plain syscall on a pid of our own worker.
             unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
             stopped_at = Some(Instant::now());
         }
-        pool.send(&vec![0i64; ids.len()], &ids).unwrap();
         let batch = pool.recv().unwrap();
         ids = batch.env_ids().iter().map(|&e| e as usize).filter(keep).collect();
         assert!(started.elapsed() < Duration::from_secs(30), "the stopped worker was never replaced");

@@ -139,3 +139,50 @@ fn workers_restart_after_the_binary_is_deleted() {
     let restarts: u32 = done.split(" restarts").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
     assert!(restarts >= 3, "{done}");
 }
+
+/// Pool settings the pool refuses, through the CLI: a typed error naming the value and the
+/// range, exit code 1, no panic, no process left, at once.
+#[test]
+fn pool_settings_out_of_range_are_refused_by_the_pool() {
+    let _w = Watchdog::new("cli pool settings", Duration::from_secs(120));
+    let room_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find(|l| l.starts_with("MemAvailable:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
+        .map_or(64, |kib| kib >> 20);
+    let envs = (room_gib + 2).to_string();
+    let cases: [(&[&str], &[&str]); 2] = [
+        (
+            &["bench", "--workers", "5000", "--num-envs", "5000", "--seconds", "1"],
+            &["num_workers must be between 1 and 1024", "got 5000"],
+        ),
+        (
+            &[
+                "bench",
+                "--env",
+                "Burn-v0",
+                "--num-envs",
+                &envs,
+                "--workers",
+                "1",
+                "--seconds",
+                "1",
+                "--config",
+            ],
+            &["would need", "MemAvailable is", "raise the memory limit"],
+        ),
+    ];
+    for (args, words) in cases {
+        let mut args = args.to_vec();
+        if args.last() == Some(&"--config") {
+            args.push(r#"{"obs_shape": [512, 1024, 1024], "obs_dtype": "u8"}"#);
+        }
+        let out = shmenv(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        for w in words {
+            assert!(stderr.contains(w), "{args:?}: {w:?} missing: {stderr}");
+        }
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

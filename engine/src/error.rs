@@ -74,6 +74,24 @@ pub enum BuildError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The region would not fit in the memory this process may use (checked before it is
+    /// created and pre-faulted; see `docs/security.md`).
+    #[error(
+        "the shared-memory region would need {} ({region} bytes) for {num_envs} envs, more than this process \
+         may use: {}. Use fewer envs, smaller observations or a smaller ring_depth, or raise the memory limit",
+        crate::pool::human_bytes(*region),
+        memory_figures(*mem_available, cgroup.as_ref())
+    )]
+    NotEnoughMemory {
+        /// Bytes the region needs.
+        region: u64,
+        /// Envs in the pool.
+        num_envs: usize,
+        /// `MemAvailable` of `/proc/meminfo`, bytes.
+        mem_available: Option<u64>,
+        /// The tightest cgroup v2 memory limit on this process.
+        cgroup: Option<crate::pool::CgroupLimit>,
+    },
     /// A worker process ended during start-up.
     #[error(
         "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. Check that \
@@ -254,6 +272,13 @@ pub enum StepError {
         /// What it said.
         message: String,
     },
+    /// A word of the shared region breaks the protocol (no worker can be blamed: a bug, or
+    /// another process writing the region, see `docs/security.md`). The pool is closed.
+    #[error("protocol error in the shared region: {what}; the pool is closed, build a new one")]
+    Protocol {
+        /// What was found where.
+        what: String,
+    },
     /// The call does not exist in this pool's mode.
     #[error("{call}() is not available: {hint}")]
     WrongMode {
@@ -283,6 +308,18 @@ pub enum StepError {
         in_flight: usize,
         /// Rows per batch.
         batch_size: usize,
+    },
+    /// The pool was built by another process, of which this one is a fork: it belongs to
+    /// that process (its workers serve that process's pool); here it is inert.
+    #[error(
+        "this pool belongs to process {owner} and this is process {current}, a fork of it: a pool cannot be \
+         used across fork() (its workers and shared memory serve the parent); build a new pool in this process"
+    )]
+    ForeignProcess {
+        /// The pid of the process that built the pool.
+        owner: u32,
+        /// This process's pid.
+        current: u32,
     },
     /// An earlier failure closed the pool.
     #[error("the pool was closed by an earlier error ({reason}); build a new pool")]
@@ -316,6 +353,26 @@ pub enum ViewError {
     /// Final observations exist only with `AutoReset::SameStep`.
     #[error("final observations are only kept with AutoReset::SameStep")]
     NoFinalObs,
+}
+
+/// "MemAvailable is 1.2 GiB; cgroup /sys/fs/cgroup/x allows 2.0 GiB (memory.max) with 1.5
+/// GiB in use".
+fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::pool::CgroupLimit>) -> String {
+    let human = crate::pool::human_bytes;
+    let mut parts = vec![match mem_available {
+        Some(a) => format!("MemAvailable is {}", human(a)),
+        None => "MemAvailable is unknown".to_string(),
+    }];
+    parts.push(match cgroup {
+        Some(c) => format!(
+            "cgroup {} allows {} (memory.max) with {} in use",
+            c.path.display(),
+            human(c.max),
+            human(c.current)
+        ),
+        None => "no cgroup v2 memory limit".to_string(),
+    });
+    parts.join("; ")
 }
 
 /// A list of env ids, shortened when long.

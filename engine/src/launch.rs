@@ -37,7 +37,7 @@ pub enum WorkerExit {
 }
 
 impl WorkerExit {
-    fn from_status(s: ExitStatus) -> WorkerExit {
+    pub(crate) fn from_status(s: ExitStatus) -> WorkerExit {
         match (s.code(), s.signal()) {
             (Some(c), _) => WorkerExit::Code(c),
             (None, Some(sig)) => WorkerExit::Signal(sig),
@@ -138,6 +138,8 @@ pub struct Supervisor {
     /// Wakes the supervisor thread for a respawn request.
     poke: OwnedFd,
     thread: Option<JoinHandle<()>>,
+    /// The process that started the workers (after a fork, the child's copy is inert).
+    owner: crate::fork::Owner,
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -164,7 +166,9 @@ fn drain(fd: RawFd) {
 
 impl Supervisor {
     /// Starts `num_workers` copies of `program`, each handed `region_fd`, from a new
-    /// supervisor thread. Returns once every worker was spawned (or one spawn failed).
+    /// supervisor thread. Returns once every worker was spawned (or one spawn failed, or
+    /// `deadline` passed before all were: an error of kind `TimedOut`, the workers started
+    /// so far killed and reaped).
     /// `label` (the env id) names the workers for `ps`: a native worker program's `argv[0]`
     /// becomes `shmenv-worker[<index>] <label>`.
     pub fn start(
@@ -172,6 +176,7 @@ impl Supervisor {
         label: &str,
         region_fd: RawFd,
         cpus: Vec<Option<usize>>,
+        deadline: Instant,
     ) -> io::Result<Supervisor> {
         let num_workers = cpus.len();
         let stop = eventfd()?;
@@ -190,13 +195,20 @@ impl Supervisor {
             let mut children = Vec::with_capacity(num_workers);
             let mut outputs = Vec::with_capacity(num_workers);
             for w in 0..num_workers {
+                if Instant::now() >= deadline {
+                    crate::process_group::kill_and_reap(&mut children);
+                    let message =
+                        format!("only {w} of {num_workers} workers were spawned before the deadline");
+                    let _ = tx.send(Err(io::Error::new(io::ErrorKind::TimedOut, message)));
+                    return;
+                }
                 match spawner.spawn(w) {
                     Ok((child, output)) => {
                         children.push(child);
                         outputs.push(Some(output));
                     }
                     Err(e) => {
-                        kill_and_reap(&mut children);
+                        crate::process_group::kill_and_reap(&mut children);
                         let _ = tx.send(Err(e));
                         return;
                     }
@@ -206,7 +218,14 @@ impl Supervisor {
             supervise(children, outputs, &thread_shared, stop_fd, poke_fd, &spawner);
         })?;
         match rx.recv() {
-            Ok(Ok(pids)) => Ok(Supervisor { shared, pids, stop, poke, thread: Some(thread) }),
+            Ok(Ok(pids)) => Ok(Supervisor {
+                shared,
+                pids,
+                stop,
+                poke,
+                thread: Some(thread),
+                owner: crate::fork::Owner::current(),
+            }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -279,7 +298,15 @@ impl Supervisor {
 
     /// Asks the supervisor to finish: workers that have not exited within
     /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
+    ///
+    /// In a forked child (see [`crate::fork`]) it does nothing: the thread and the workers
+    /// are the parent's, and the stop eventfd is shared with it.
     pub fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            // The thread does not exist here: neither join nor detach its handle.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         signal(&self.stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -321,12 +348,18 @@ fn spawn_worker(
         }
     });
     let mut cmd = Command::new(&command.program);
+    // A process group of its own: ended with everything it started (`crate::process_group`).
+    cmd.process_group(0);
     if command.args.is_empty() {
         // A native worker program: name it for `ps`. (An interpreter, such as Python, may
         // need its real argv[0] to find itself, so it keeps it.)
         cmd.arg0(format!("shmenv-worker[{index}] {label}"));
     }
-    cmd.args(&command.args)
+    // No backtraces in workers (unless the command asks for them): with RUST_BACKTRACE set,
+    // std's allocation-error handler takes the backtrace lock, which a panic in progress
+    // may hold, and an env out of memory would hang instead of dying.
+    cmd.env("RUST_BACKTRACE", "0")
+        .args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
         .arg(WORKER_FLAG)
         .arg(index.to_string())
@@ -363,9 +396,8 @@ fn spawn_worker(
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot start worker program {}: {e}", command.program.display()))
-    })?;
+    // The caller names the program (`BuildError::Spawn`).
+    let child = cmd.spawn()?;
     Ok((child, read_end))
 }
 
@@ -483,7 +515,9 @@ fn supervise(
             }
         }
         for (w, child) in children.iter_mut().enumerate() {
-            if alive[w] {
+            if alive[w] && crate::process_group::unreaped(child.id()) == Some(true) {
+                // What it started goes with it, before its pid (the group id) is released.
+                crate::process_group::kill_group(child.id());
                 if let Ok(Some(status)) = child.try_wait() {
                     alive[w] = false;
                     // Its last words first, so the error that reports the exit has them.
@@ -501,7 +535,7 @@ fn supervise(
             break;
         }
         if stop_at.is_some_and(|t| Instant::now() >= t) {
-            let ended = kill_and_reap(&mut children);
+            let ended = crate::process_group::kill_and_reap(&mut children);
             let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
             for (w, e) in ended.into_iter().enumerate() {
                 if alive[w] {
@@ -511,19 +545,6 @@ fn supervise(
             break;
         }
     }
-}
-
-/// Kills the children still running and reaps all; returns how each ended.
-fn kill_and_reap(children: &mut [Child]) -> Vec<Option<WorkerExit>> {
-    children
-        .iter_mut()
-        .map(|c| {
-            if let Ok(None) = c.try_wait() {
-                let _ = c.kill();
-            }
-            c.wait().ok().map(WorkerExit::from_status)
-        })
-        .collect()
 }
 
 /// Which cores the worker processes run on. The trainer is never pinned.

@@ -21,9 +21,13 @@ pub mod batch;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]
+pub mod fork;
+#[cfg(not(loom))]
 pub mod launch;
 #[cfg(not(loom))]
 pub mod pool;
+#[cfg(not(loom))]
+mod process_group;
 #[cfg(not(loom))]
 pub mod program;
 pub mod protocol;

@@ -260,8 +260,15 @@ impl Header {
         if self.magic != MAGIC {
             return Err(HeaderError::BadMagic { found: self.magic });
         }
-        if self.version != LAYOUT_VERSION || self.header_size as usize != std::mem::size_of::<Header>() {
+        if self.version != LAYOUT_VERSION {
             return Err(HeaderError::VersionMismatch { found: self.version, expected: LAYOUT_VERSION });
+        }
+        if self.header_size as usize != std::mem::size_of::<Header>() {
+            return Err(HeaderError::Corrupt(format!(
+                "header size {}, expected {} for layout version {LAYOUT_VERSION}",
+                self.header_size,
+                std::mem::size_of::<Header>()
+            )));
         }
         if self.num_workers == 0 || self.num_envs < self.num_workers {
             return Err(HeaderError::Corrupt(format!(
@@ -287,15 +294,15 @@ impl Header {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HeaderError {
     /// Not a shmenv region.
-    #[error("not a shmenv region (magic {found:#018x}); the fd passed to the worker is wrong")]
+    #[error("not a shmenv region (magic {found:#018x}): this fd or memfd is not a shmenv pool's region")]
     BadMagic {
         /// What was there instead.
         found: u64,
     },
     /// Written by a different version of shmenv.
     #[error(
-        "region layout version {found}, this worker speaks {expected}: rebuild the worker \
-         program against the same shmenv version as the trainer"
+        "region layout version {found}, this build of shmenv reads version {expected}: rebuild the \
+         worker program (or the shmenv command reading the region) against the trainer's shmenv version"
     )]
     VersionMismatch {
         /// Version in the region.

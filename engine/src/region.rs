@@ -91,13 +91,18 @@ impl Region {
         self.file.set_len(len as u64)?;
         add_seals(&self.file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
         self.map = map_file(&self.file, len)?;
-        if self.map.advise(Advice::PopulateWrite).is_err() {
-            // Kernels before 5.14: touch each page instead.
-            for off in (0..len).step_by(4096) {
-                // SAFETY: `off < len`, inside the mapping; a volatile read of a byte that no
-                // other process writes yet (workers wait until the region is Ready).
-                unsafe { std::ptr::read_volatile(self.map.as_ptr().add(off)) };
-            }
+        match self.map.advise(Advice::PopulateWrite) {
+            Ok(()) => return Ok(()),
+            // Kernels before 5.14 do not know the advice: touch each page instead.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            // Out of memory (ENOMEM), or the pages could not be allocated (EFAULT, EIO):
+            // an error for the caller, not a SIGBUS or an OOM kill later.
+            Err(e) => return Err(io::Error::new(e.kind(), format!("pre-faulting {len} bytes failed: {e}"))),
+        }
+        for off in (0..len).step_by(4096) {
+            // SAFETY: `off < len`, inside the mapping; a volatile read of a byte that no
+            // other process writes yet (workers wait until the region is Ready).
+            unsafe { std::ptr::read_volatile(self.map.as_ptr().add(off)) };
         }
         Ok(())
     }

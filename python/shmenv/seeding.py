@@ -23,7 +23,7 @@ def per_env_seeds(seed: Any, num_envs: int) -> list[int | None]:
     if seed is None:
         return [None] * num_envs
     if _is_int(seed):
-        base = _seed_value(int(seed), "seed")
+        base = seed_value(int(seed), "seed")
         return [(base + i) % SEED_RANGE for i in range(num_envs)]  # wrapping, as the engine does
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
         raise InvalidArgumentError(
@@ -38,7 +38,7 @@ def per_env_seeds(seed: Any, num_envs: int) -> list[int | None]:
     for i, s in enumerate(seeds):
         if s is not None and not _is_int(s):
             raise InvalidArgumentError(f"seed[{i}] must be an int in 0..2**64 or None, got {s!r}")
-        out.append(None if s is None else _seed_value(int(s), f"seed[{i}]"))
+        out.append(None if s is None else seed_value(int(s), f"seed[{i}]"))
     return out
 
 
@@ -68,7 +68,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _seed_value(seed: int, what: str) -> int:
+def seed_value(seed: int, what: str) -> int:
+    """A seed in 0..2**64. Env ``i`` of a pool seeded ``s`` gets ``(s + i) % 2**64``: near the
+    top of the range the seeds wrap around to 0, 1, ... (distinct as long as there are fewer
+    than 2**64 envs)."""
     if not 0 <= seed < SEED_RANGE:
-        raise InvalidArgumentError(f"{what} must be an int in 0..2**64, got {seed}")
+        raise InvalidArgumentError(f"{what} must be an int in 0..2**64 (0 to {SEED_RANGE - 1}), got {seed}")
     return seed

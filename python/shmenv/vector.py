@@ -25,7 +25,7 @@ from shmenv.errors import (
 )
 from shmenv.infos import InfoFlags
 from shmenv.resolve import resolve
-from shmenv.seeding import per_env_seeds, reset_commands
+from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
 __all__ = ["make_vec", "ShmVectorEnv", "python_worker_command"]
@@ -82,6 +82,10 @@ class ShmVectorEnv(VectorEnv):
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
         batch = num_envs if batch_size is None else _count("batch_size", batch_size)
+        seed = None if seed is None else seed_value(_integer("seed", seed), "seed")
+        max_restarts = _optional_int("max_restarts", max_restarts, 0)
+        max_episode_steps = _optional_int("max_episode_steps", max_episode_steps, 1)
+        step_timeout = _optional_seconds("step_timeout", step_timeout)
         zero_copy_async = batch < num_envs and not copy
         if ring_depth is None:
             ring_depth = 3 if zero_copy_async else 2
@@ -454,6 +458,36 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
     if num_workers is None:
         return max(1, min(len(os.sched_getaffinity(0)), num_envs))
     return _count("num_workers", num_workers)
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _optional_int(name: str, value: Any, low: int) -> "int | None":
+    """None, or an int in low..2**32 (the engine's range), refused clearly otherwise."""
+    if value is None:
+        return None
+    value = _integer(name, value)
+    if not low <= value < 2**32:
+        raise InvalidArgumentError(f"{name} must be an int from {low} to {2**32 - 1} (or None), got {value}")
+    return value
+
+
+def _optional_seconds(name: str, value: Any) -> "float | None":
+    """None, or a finite number of seconds above 0 (at most a year)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
+    value = float(value)
+    if not 0 < value <= 365 * 86400:
+        raise InvalidArgumentError(
+            f"{name} must be more than 0 and at most {365 * 86400} seconds (or None: no limit), got {value}"
+        )
+    return value
 
 
 def _env_ids(env_ids, num_envs: int) -> np.ndarray:

@@ -97,6 +97,12 @@ pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyE
             vec![("workers", obj(py, workers)), ("env_ids", obj(py, env_ids))],
         ),
         StepError::Closed { .. } => raise(py, "ClosedError", message, vec![]),
+        StepError::Protocol { .. } => raise(
+            py,
+            "WorkerError",
+            message,
+            vec![("env_id", py.None()), ("worker", py.None()), ("traceback", py.None())],
+        ),
         _ => raise(py, "UsageError", message, vec![]),
     }
 }

@@ -222,58 +222,80 @@ impl PyPool {
     /// first reset with the pool's seed), or with `mask` (sync mode, one bool per env) only
     /// the envs it selects. Returns [`Results`] like `step`; in async mode the first batch.
     #[pyo3(signature = (seed=None, mask=None))]
-    fn reset(&mut self, py: Python<'_>, seed: Option<u64>, mask: Option<Vec<bool>>) -> PyResult<Results> {
-        let pool = self.pool.as_mut().ok_or_else(closed)?;
+    fn reset(slf: &Bound<'_, Self>, seed: Option<u64>, mask: Option<Vec<bool>>) -> PyResult<Results> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| match (mask, seed) {
             (Some(mask), seed) => pool.reset_envs(&mask, seed),
             (None, Some(s)) => pool.reset_with_seed(s),
             (None, None) => pool.reset(),
         });
-        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
+        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
     }
 
     /// Sync mode: steps every env. `actions` is a C-contiguous numpy array of the action
     /// space's dtype holding `num_envs` actions. Returns [`Results`] (row `i` is env `i`).
-    fn step(&mut self, py: Python<'_>, actions: &Bound<'_, PyAny>) -> PyResult<Results> {
-        let pool = self.pool.as_mut().ok_or_else(closed)?;
+    fn step(slf: &Bound<'_, Self>, actions: &Bound<'_, PyAny>) -> PyResult<Results> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
         let dtype = pool.spec().action.dtype();
         let result = with_actions(dtype, actions, |a| py.detach(|| a.step(pool)))?;
-        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
+        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
     }
 
     /// Async mode: hands one action per env in `env_ids` (an int64 array) to those envs.
-    fn send(&mut self, actions: &Bound<'_, PyAny>, env_ids: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = actions.py();
-        let pool = self.pool.as_mut().ok_or_else(closed)?;
+    fn send(slf: &Bound<'_, Self>, actions: &Bound<'_, PyAny>, env_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
         let ids = env_id_list(env_ids, pool.num_envs())?;
         let dtype = pool.spec().action.dtype();
         with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| step_error(py, e, None))
     }
 
     /// Async mode: starts a reset of every env; `recv()` returns the results.
-    fn async_reset(&mut self, py: Python<'_>) -> PyResult<()> {
-        let pool = self.pool.as_mut().ok_or_else(closed)?;
+    fn async_reset(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
         pool.async_reset().map_err(|e| step_error(py, e, None))
     }
 
     /// Async mode: waits for the next `batch_size` results; returns them like `step`, with
     /// `env_ids` saying which env each row is.
-    fn recv(&mut self, py: Python<'_>) -> PyResult<Results> {
-        let pool = self.pool.as_mut().ok_or_else(closed)?;
+    fn recv(slf: &Bound<'_, Self>) -> PyResult<Results> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| pool.recv());
-        Self::wrap(py, &self.lease, &mut self.blocks, self.copy, &self.interrupted, result)
+        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
     }
 
     /// Stops the workers and reaps them; returns how each ended ("exit code 0", ...).
     /// Arrays already returned stay readable. Calling it again does nothing.
-    fn close(&mut self, py: Python<'_>) -> Vec<Option<String>> {
-        match self.pool.take() {
+    fn close(slf: &Bound<'_, Self>) -> PyResult<Vec<Option<String>>> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        Ok(match this.pool.take() {
             Some(pool) => {
-                self.worker_pids = pool.worker_pids().to_vec();
+                this.worker_pids = pool.worker_pids().to_vec();
                 py.detach(|| pool.close()).into_iter().map(|e| e.map(|e| e.to_string())).collect()
             }
             None => Vec::new(),
-        }
+        })
+    }
+}
+
+impl PyPool {
+    /// The pool for one call, or a `UsageError` while another thread is inside a call.
+    fn exclusive<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRefMut<'py, Self>> {
+        slf.try_borrow_mut().map_err(|_| {
+            let message = "this pool is in a call from another thread: a pool is used from one thread at a \
+                           time; give each thread its own pool, or guard this one with a lock"
+                .to_string();
+            crate::errors::raise(slf.py(), "UsageError", message, vec![])
+        })
     }
 }
 

@@ -225,13 +225,13 @@ const PYTHON_EXCEPTION: &str = "Python exception";
 
 /// Installs a panic hook that prints nothing for [`raise`]'s panics (the trainer reports
 /// them; Rust's "thread panicked at pyenv.rs" line and backtrace would only be noise on
-/// the worker's stderr) and defers to the default hook for every other panic.
+/// the worker's stderr) and prints every other panic with the worker's own hook (message
+/// and location, no backtrace: see `shmenv_worker::panic_hook`).
 pub(crate) fn quiet_python_exceptions() {
-    let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let ours = info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with(PYTHON_EXCEPTION));
         if !ours {
-            default(info);
+            shmenv_worker::panic_hook::print(info);
         }
     }));
 }

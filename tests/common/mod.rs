@@ -305,3 +305,23 @@ impl AsyncDriver {
         }
     }
 }
+
+/// Forks; the child runs `f` on its copy of `pool` and exits 0 if it returned true (1 if it
+/// returned false or panicked). Returns the child's exit status as `waitpid` reports it.
+pub fn fork_and(pool: &mut Option<Pool>, f: impl FnOnce(Pool) -> bool) -> i32 {
+    // SAFETY: the child only runs `f` (the pool's own calls, which allocate through glibc's
+    // fork-safe malloc and take no lock the parent's threads may hold) and then `_exit`s
+    // without running the parent's destructors or atexit handlers.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let copy = pool.take().expect("a pool");
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(copy))).unwrap_or(false);
+        // SAFETY: ends the child at once, as a forked child of a threaded process must.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    status
+}

@@ -53,6 +53,7 @@ pub fn run(registry: &Registry) -> ExitCode {
 /// [`run`] for hosts that are not a Rust `main` (such as the Python worker module): `args`
 /// is the whole command line, program name first, as `argv`. Returns the exit code.
 pub fn run_with_args(registry: &Registry, args: &[String]) -> u8 {
+    crate::panic_hook::install();
     run_with_scope(registry, args, &NoScope)
 }
 

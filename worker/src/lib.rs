@@ -12,6 +12,7 @@ pub mod entry;
 pub mod env;
 pub mod envs;
 pub mod host;
+pub mod panic_hook;
 pub mod registry;
 pub mod rng;
 pub mod shard;

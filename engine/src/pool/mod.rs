@@ -19,8 +19,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod memory;
 mod restart;
 mod send_order;
+mod settings;
+
+pub(crate) use memory::human as human_bytes;
+pub use memory::{CgroupLimit, MemoryRoom};
+pub use settings::MAX_WORKERS;
 
 use send_order::SendOrder;
 
@@ -273,10 +279,15 @@ pub struct Pool {
     restarted: Vec<usize>,
     /// How long a (re)started worker may take to build its envs.
     startup_timeout: Duration,
+    /// How long a replacement may take to start: the step timeout (at least twice the
+    /// pool's own start-up time), or the start-up timeout without one.
+    restart_timeout: Duration,
     /// With tracing on: the trainer's recent spans (name, start ns, end ns).
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// Async mode only.
     ring: Option<RingState>,
+    /// The process that built the pool; in a forked child the pool is inert.
+    owner: crate::fork::Owner,
 }
 
 /// Trainer spans kept for [`Pool::write_trace`].
@@ -418,43 +429,11 @@ impl Pool {
     }
 
     fn start(b: PoolBuilder) -> Result<Pool, BuildError> {
-        let invalid = |m: String| Err(BuildError::InvalidArgument(m));
-        if b.num_envs == 0 || b.num_envs > u32::MAX as usize {
-            return invalid(format!("num_envs must be at least 1, got {}", b.num_envs));
-        }
+        // The start-up timeout covers the whole start: spawning, building envs, attaching.
+        let started = Instant::now();
+        let deadline = started + b.startup_timeout;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let num_workers = b.num_workers.unwrap_or(cores.min(b.num_envs));
-        if num_workers == 0 || num_workers > b.num_envs {
-            return invalid(format!(
-                "num_workers must be between 1 and num_envs ({}), got {num_workers}",
-                b.num_envs
-            ));
-        }
-        let batch_size = b.batch_size.unwrap_or(b.num_envs);
-        if batch_size == 0 || batch_size > b.num_envs {
-            return invalid(format!(
-                "batch_size must be between 1 and num_envs ({}), got {batch_size}",
-                b.num_envs
-            ));
-        }
-        if b.ring_depth < 2 || b.ring_depth > 64 {
-            return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
-        }
-        if b.retain_batches >= b.ring_depth {
-            return invalid(format!(
-                "retain_batches ({}) must be less than ring_depth ({}): the workers need a block to fill; \
-                 raise ring_depth to at least {}",
-                b.retain_batches,
-                b.ring_depth,
-                b.retain_batches + 1
-            ));
-        }
-        if b.num_envs > protocol::queue_entry::ENV_MASK as usize {
-            return invalid(format!("at most {} envs per pool", protocol::queue_entry::ENV_MASK));
-        }
-        if !b.config.is_object() {
-            return invalid(format!("config must be a JSON object, got {}", b.config));
-        }
+        let (num_workers, batch_size) = settings::check(&b, cores)?;
         let command = match b.worker_command {
             Some(c) => c,
             None => crate::program::default_worker_program()
@@ -478,11 +457,11 @@ impl Pool {
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
-            return invalid(format!(
+            return Err(BuildError::InvalidArgument(format!(
                 "config is {} bytes of JSON, more than the {} the region holds",
                 params_json.len(),
                 protocol::PARAMS_CAPACITY
-            ));
+            )));
         }
         let region_err = |what| move |source| BuildError::Region { what, source };
         let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
@@ -490,9 +469,19 @@ impl Pool {
         region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor =
-            Supervisor::start(&command, &params.env_id, region.fd(), b.affinity.assign(num_workers))
-                .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        let supervisor = Supervisor::start(
+            &command,
+            &params.env_id,
+            region.fd(),
+            b.affinity.assign(num_workers),
+            deadline,
+        )
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::TimedOut => {
+                BuildError::StartupTimeout { workers: (0..num_workers).collect(), waited: b.startup_timeout }
+            }
+            _ => BuildError::Spawn { program: program.clone(), source },
+        })?;
         let mut startup = Startup {
             supervisor,
             region,
@@ -500,7 +489,7 @@ impl Pool {
             program,
             waiter: Waiter::new(b.wait.policy(num_workers + 1, cores)),
         };
-        let (spec, layout) = match startup.handshake(b.startup_timeout) {
+        let (spec, layout) = match startup.handshake(deadline, b.startup_timeout) {
             Ok(agreed) => agreed,
             Err(e) => {
                 startup.abandon();
@@ -508,6 +497,12 @@ impl Pool {
             }
         };
         let Startup { supervisor, region, params, program, waiter } = startup;
+        // A replacement may take as long as the step timeout, and at least twice what this
+        // start took (a restart builds envs too).
+        let restart_timeout = match b.step_timeout {
+            Some(t) => t.max(started.elapsed() * 2),
+            None => b.startup_timeout,
+        };
         let trace = params.trace.then(std::collections::VecDeque::new);
         let shards: Vec<Range<usize>> = (0..params.num_workers)
             .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
@@ -558,8 +553,10 @@ impl Pool {
             restarts: vec![0; num_workers],
             restarted: Vec::new(),
             startup_timeout: b.startup_timeout,
+            restart_timeout,
             trace,
             ring,
+            owner: crate::fork::Owner::current(),
         })
     }
 
@@ -975,17 +972,19 @@ impl Pool {
         // not write the block again before the trainer releases it (its gate).
         let ids: &[u32] = unsafe { self.region.slice(block.env_ids.offset, b) };
         let ring = self.ring.as_mut().expect("async mode");
-        for &id in ids {
+        for (row, &id) in ids.iter().enumerate() {
             match ring.pending.get_mut(id as usize) {
                 Some(p @ true) => {
                     *p = false;
                     ring.order.received(id as usize);
                 }
                 _ => {
-                    let message = format!("a result row names env {id}, which had no action in flight");
-                    let err =
-                        StepError::WorkerFailed { worker: 0, env_ids: 0..self.params.num_envs, message };
-                    return Err(self.fail(err));
+                    let what = format!(
+                        "row {row} of batch {} names env {id}, which has no action in flight (the pool has envs \
+                         0..{})",
+                        ring.next_batch, self.params.num_envs
+                    );
+                    return Err(self.fail(StepError::Protocol { what }));
                 }
             }
         }
@@ -1143,6 +1142,9 @@ impl Pool {
     }
 
     fn check_open(&self) -> Result<(), StepError> {
+        if !self.owner.is_current() {
+            return Err(self.foreign());
+        }
         match &self.closed {
             Some(reason) => Err(StepError::Closed { reason: reason.clone() }),
             None => Ok(()),
@@ -1185,6 +1187,11 @@ impl Pool {
         self.fail(err)
     }
 
+    /// The error of any call in a process forked from the pool's owner.
+    fn foreign(&self) -> StepError {
+        StepError::ForeignProcess { owner: self.owner.pid(), current: crate::fork::current_pid() }
+    }
+
     /// Records `err` as the reason the pool is closed, and returns it.
     fn fail(&mut self, err: StepError) -> StepError {
         self.closed = Some(err.to_string());
@@ -1211,16 +1218,17 @@ impl Pool {
         self.check_open()?;
         let entered = now_ns();
         self.restarted.clear();
-        // A worker that died while idle (after its last batch): restart it first; it joins
-        // this command with a reset of its envs instead.
-        let mut skip: Vec<usize> = Vec::new();
-        if let Some((worker, exit)) = self.supervisor.exited_worker() {
+        // Workers that died while idle (after the last command): restart them first; they
+        // join this command with a reset of their envs instead.
+        let mut skip = if self.supervisor.any_exited() {
             if !self.may_restart(1) {
+                let (worker, exit) = self.supervisor.first_exit().expect("a worker exited");
                 return Err(self.fail(self.died(worker, exit)));
             }
-            self.restart_worker(worker)?;
-            skip.push(worker);
-        }
+            self.restart_idle_deaths()?
+        } else {
+            Vec::new()
+        };
         let j = self.next_sync_block;
         self.next_sync_block = (j + 1) % protocol::SYNC_BLOCKS;
         self.command_seq = self.command_seq.wrapping_add(1);
@@ -1246,12 +1254,11 @@ impl Pool {
         let waited = now_ns() - waited_from;
         match outcome {
             Ok(()) => {}
-            Err(WaitOutcome::Aborted(Abort::Died(worker, exit)))
-                if self.may_restart(1) && skip.is_empty() =>
-            {
-                self.quiesce(worker, exit)?;
-                self.restart_worker(worker)?;
-                skip.push(worker);
+            Err(WaitOutcome::Aborted(Abort::Died(worker, exit))) if self.may_restart(1) => {
+                for v in self.quiesce(&skip, worker, exit)? {
+                    self.restart_worker(v)?;
+                    skip.push(v);
+                }
             }
             Err(WaitOutcome::Aborted(abort)) => return Err(self.abort(abort)),
             Err(WaitOutcome::TimedOut) => {
@@ -1259,10 +1266,11 @@ impl Pool {
                 let hung: Vec<usize> = (0..self.params.num_workers)
                     .filter(|&w| {
                         let done = protocol::worker_control(w) + worker_block::DONE_SEQ;
-                        control.region.atomic_u32(done).load(Ordering::Relaxed) != self.command_seq
+                        !skip.contains(&w)
+                            && control.region.atomic_u32(done).load(Ordering::Relaxed) != self.command_seq
                     })
                     .collect();
-                if !(skip.is_empty() && self.may_restart(hung.len() as u32)) {
+                if !self.may_restart(hung.len() as u32) {
                     let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
                     return Err(self.abort(Abort::TimedOut { workers: hung, env_ids }));
                 }
@@ -1273,7 +1281,7 @@ impl Pool {
                 for &v in &hung {
                     self.restart_worker(v)?;
                 }
-                skip = hung;
+                skip.extend(hung);
             }
         }
         // A worker that failed still posted; find it.
@@ -1359,12 +1367,23 @@ impl Pool {
     /// Closes the pool: asks workers to exit, waits up to a second, kills stragglers and
     /// reaps them (dropping the pool does the same). Returns how each worker ended:
     /// `WorkerExit::Code(0)` for a clean exit.
+    ///
+    /// In a process forked from the one that built the pool, closing (or dropping) it
+    /// touches nothing of the parent's pool and returns no exits.
     pub fn close(mut self) -> Vec<Option<WorkerExit>> {
+        if !self.owner.is_current() {
+            return vec![None; self.params.num_workers];
+        }
         self.shutdown();
         self.supervisor.exits()
     }
 
     fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            // A forked child's copy: the workers, the region's words and the supervisor
+            // thread are the parent's (see `crate::fork`). The supervisor does the same.
+            return;
+        }
         // Release: a worker that sees Close (in its command loop or while waiting for a
         // block) exits without touching the region again.
         self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Release);
@@ -1399,8 +1418,7 @@ impl Startup {
     }
 
     /// Collects every worker's spec, lays out the data part and hands it over.
-    fn handshake(&mut self, timeout: Duration) -> Result<(EnvSpec, Layout), BuildError> {
-        let deadline = Instant::now() + timeout;
+    fn handshake(&mut self, deadline: Instant, timeout: Duration) -> Result<(EnvSpec, Layout), BuildError> {
         self.wait_all(deadline, timeout)?;
         let mut specs = Vec::with_capacity(self.params.num_workers);
         for worker in 0..self.params.num_workers {
@@ -1425,6 +1443,7 @@ impl Startup {
                 |message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") },
             )?;
         let layout = Layout::compute(&spec, &self.params);
+        memory::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
         self.region
             .grow_and_seal(layout.total_size)
             .map_err(|source| BuildError::Region { what: "grow and seal", source })?;

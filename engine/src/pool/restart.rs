@@ -50,24 +50,37 @@ impl Pool {
     }
 
     /// Restart policy, after `dead` died during a command: waits until every other worker
-    /// finished it (its done-sequence word, stored after its post, says so), then drops
-    /// the command's posts: nobody posts any more, and the dead worker's post, if it got
-    /// that far, would be one too many.
-    pub(super) fn quiesce(&mut self, dead: usize, exit: WorkerExit) -> Result<(), StepError> {
+    /// (but those in `skip`, restarted before the command and not sent it) finished it (its
+    /// done-sequence word, stored after its post, says so), then drops the command's posts:
+    /// nobody posts any more, and a dead worker's post, if it got that far, would be one
+    /// too many. Workers that die meanwhile join the dead while the budget allows. Returns
+    /// the dead workers, to be restarted.
+    pub(super) fn quiesce(
+        &mut self,
+        skip: &[usize],
+        dead: usize,
+        exit: WorkerExit,
+    ) -> Result<Vec<usize>, StepError> {
         let deadline = Instant::now() + self.step_timeout.unwrap_or(self.startup_timeout);
+        let mut dead_set = vec![dead];
         loop {
+            let exits = self.supervisor.exits();
+            for (v, e) in exits.iter().enumerate() {
+                if let (Some(e), false) = (e, skip.contains(&v) || dead_set.contains(&v)) {
+                    if !self.may_restart(dead_set.len() as u32 + 1) {
+                        return Err(self.fail(self.died(v, *e)));
+                    }
+                    dead_set.push(v);
+                }
+            }
             let pending = (0..self.params.num_workers).filter(|&v| {
                 let done = protocol::worker_control(v) + worker_block::DONE_SEQ;
-                v != dead && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
+                !skip.contains(&v)
+                    && !dead_set.contains(&v)
+                    && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
             });
             if pending.count() == 0 {
                 break;
-            }
-            let exits = self.supervisor.exits();
-            if let Some((v, e)) =
-                exits.iter().enumerate().find_map(|(v, e)| e.filter(|_| v != dead).map(|e| (v, e)))
-            {
-                return Err(self.fail(self.died(v, e)));
             }
             if Instant::now() >= deadline {
                 return Err(self.fail(self.died(dead, exit)));
@@ -75,7 +88,24 @@ impl Pool {
             std::thread::yield_now();
         }
         self.drop_trainer_posts();
-        Ok(())
+        Ok(dead_set)
+    }
+
+    /// Restart policy, sync mode, before a command: restarts every worker that died since
+    /// the last one (they join the command with a reset of their envs instead). Returns them.
+    pub(super) fn restart_idle_deaths(&mut self) -> Result<Vec<usize>, StepError> {
+        let exits = self.supervisor.exits();
+        let dead: Vec<(usize, WorkerExit)> =
+            exits.iter().enumerate().filter_map(|(v, e)| e.map(|e| (v, e))).collect();
+        if let Some(&(worker, exit)) = dead.first() {
+            if !self.may_restart(dead.len() as u32) {
+                return Err(self.fail(self.died(worker, exit)));
+            }
+        }
+        for &(v, _) in &dead {
+            self.restart_worker(v)?;
+        }
+        Ok(dead.into_iter().map(|(v, _)| v).collect())
     }
 
     /// Restart policy, once no worker can post any more: forgets the posts of the
@@ -87,8 +117,27 @@ impl Pool {
     }
 
     /// Restart policy: starts worker `w` again and takes it through the start-up handshake
-    /// (its spec must be the pool's).
+    /// (its spec must be the pool's). A replacement that dies during its start is replaced
+    /// again while the budget allows: each attempt counts as a restart.
     pub(super) fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
+        loop {
+            match self.start_replacement(w)? {
+                None => return Ok(()),
+                Some(_) if self.may_restart(1) => {
+                    // Nobody else posts the trainer now (see `start_replacement`); a post
+                    // the dead replacement made before it died is stale.
+                    self.drop_trainer_posts();
+                }
+                Some(exit) => return Err(self.fail(self.died(w, exit))),
+            }
+        }
+    }
+
+    /// One attempt at replacing worker `w`, while no other worker posts the trainer's
+    /// semaphore (sync mode: all have finished the command or are dead; async mode: workers
+    /// post it only during their start). `Ok(Some(exit))`: the replacement died during its
+    /// start.
+    fn start_replacement(&mut self, w: usize) -> Result<Option<WorkerExit>, StepError> {
         let base = protocol::worker_control(w);
         for word in [
             worker_block::SEMAPHORE,
@@ -99,14 +148,16 @@ impl Pool {
         ] {
             self.region.atomic_u32(base + word).store(0, Ordering::Relaxed);
         }
-        let failed = |message: String| StepError::WorkerFailed { worker: w, env_ids: 0..0, message };
         if let Err(e) = self.supervisor.respawn(w) {
-            return Err(self.fail(failed(format!("could not be restarted: {e}"))));
+            let message = format!("could not be restarted ({}): {e}", self.program.display());
+            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
         }
         self.restarts[w] += 1;
-        let deadline = Instant::now() + self.startup_timeout;
+        let deadline = Instant::now() + self.restart_timeout;
         // Its report: one post.
-        self.wait_restart_post(w, deadline)?;
+        if let Some(exit) = self.wait_restart_post(w, deadline)? {
+            return Ok(Some(exit));
+        }
         let spec_ok = match self.control().report(w) {
             Some(WorkerReport::Spec(json)) => EnvSpec::from_json(&json).is_ok_and(|s| s == self.spec),
             _ => false,
@@ -117,38 +168,59 @@ impl Pool {
         }
         // Let it map the data part; it posts once running.
         self.control().worker_semaphore(w).post();
-        self.wait_restart_post(w, deadline)?;
+        if let Some(exit) = self.wait_restart_post(w, deadline)? {
+            return Ok(Some(exit));
+        }
         if self.control().status(w) != Some(WorkerStatus::Running) {
             return Err(self.fail(self.worker_error(w)));
         }
-        Ok(())
+        Ok(None)
     }
 
-    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<(), StepError> {
+    /// Waits for one post of restarted worker `w`; `Ok(Some(exit))` if it died first. A
+    /// replacement that does not answer by `deadline` is killed and the pool fails.
+    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<Option<WorkerExit>, StepError> {
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         // Only this worker's death ends the wait: others may be dead and waiting for their
         // own restart (several hung or dead at once).
         let died = || sup.exited_worker().and_then(|_| sup.exits()[w]);
         match sem.acquire(1, &mut self.waiter, Some(deadline), died) {
-            Ok(()) => Ok(()),
-            Err(WaitOutcome::Aborted(exit)) => Err(self.fail(self.died(w, exit))),
+            Ok(()) => Ok(None),
+            Err(WaitOutcome::Aborted(exit)) => Ok(Some(exit)),
             Err(WaitOutcome::TimedOut) => {
-                let message = format!("did not start again within {:?}", self.startup_timeout);
+                self.kill_worker(w);
+                let message = format!(
+                    "did not start again within {:?} (the step timeout, or twice the pool's own start-up \
+                     time if that is longer; without a step timeout, the start-up timeout)",
+                    self.restart_timeout
+                );
                 Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
             }
         }
     }
 
     /// Restart policy: resets the restarted worker's envs into block `j` with the
-    /// documented seeds, and marks their rows truncated (their episodes were cut short).
+    /// documented seeds, and marks their rows truncated (their episodes were cut short). A
+    /// replacement that dies meanwhile is replaced again while the budget allows.
     pub(super) fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), StepError> {
-        let k = self.restarts.iter().sum::<u32>() as u64;
-        self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
-        self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::ResetSeeded as u32, Ordering::Relaxed);
-        self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
-        self.control().worker_semaphore(w).post();
-        self.wait_restart_post(w, Instant::now() + self.startup_timeout)?;
+        loop {
+            let k = self.restarts.iter().sum::<u32>() as u64;
+            self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
+            self.region
+                .atomic_u32(protocol::COMMAND_WORD)
+                .store(Command::ResetSeeded as u32, Ordering::Relaxed);
+            self.region.atomic_u32(protocol::SYNC_BLOCK).store(j as u32, Ordering::Relaxed);
+            self.control().worker_semaphore(w).post();
+            match self.wait_restart_post(w, Instant::now() + self.restart_timeout)? {
+                None => break,
+                Some(_) if self.may_restart(1) => {
+                    self.drop_trainer_posts();
+                    self.restart_worker(w)?;
+                }
+                Some(exit) => return Err(self.fail(self.died(w, exit))),
+            }
+        }
         if let Some(worker) = self.control().failed_worker() {
             return Err(self.fail(self.worker_error(worker)));
         }

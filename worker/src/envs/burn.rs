@@ -26,6 +26,25 @@ pub struct Burn {
     steps_since_seed: u64,
 }
 
+/// The values of the `fault` key.
+const FAULTS: [&str; 9] =
+    ["none", "panic", "abort", "exit", "hang", "hang_observe", "oom", "oom_in_panic", "spawn_helper"];
+
+/// Bytes no machine can allocate (64 TiB): the allocation fails at once, without first
+/// eating the machine's memory.
+const ABSURD: usize = 1 << 46;
+
+/// Shows as a message that cannot be allocated.
+struct Unallocatable;
+
+impl std::fmt::Display for Unallocatable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = String::new();
+        text.reserve_exact(ABSURD);
+        f.write_str(&text)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Fault {
     kind: &'static str,
@@ -36,8 +55,10 @@ struct Fault {
 impl Burn {
     /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
     /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200), and
-    /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"`, `"hang"`, or
-    /// `"hang_observe"`: hang while writing the observation of that step) at step
+    /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"`, `"hang"`,
+    /// `"hang_observe"`: hang while writing the observation of that step, `"oom"`: an
+    /// allocation no machine can serve, `"oom_in_panic"`: a panic whose message cannot be
+    /// allocated, `"spawn_helper"`: start a `sleep 1000` child process and go on) at step
     /// `fault_step` of an episode, in every env or only the one seeded `fault_seed`.
     pub fn from_config(config: &serde_json::Value) -> Result<Self, ConfigError> {
         let c = Config::new(
@@ -53,15 +74,14 @@ impl Burn {
                 "fault_seed",
             ],
         )?;
-        let fault =
-            match c.choice("fault", "none", &["none", "panic", "abort", "exit", "hang", "hang_observe"])? {
-                "none" => None,
-                kind => Some(Fault {
-                    kind,
-                    step: c.u64("fault_step", 1)?,
-                    seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
-                }),
-            };
+        let fault = match c.choice("fault", "none", &FAULTS)? {
+            "none" => None,
+            kind => Some(Fault {
+                kind,
+                step: c.u64("fault_step", 1)?,
+                seed: config.get("fault_seed").map(|_| c.u64("fault_seed", 0)).transpose()?,
+            }),
+        };
         let episode_len = c.u64("episode_len", 200)?;
         let step_us = c.u64("step_us", 0)?;
         let jitter_us = c.u64("step_us_jitter", 0)?;
@@ -161,6 +181,17 @@ impl Env for Burn {
                 match f.kind {
                     "panic" => panic!("Burn-v0 fault injected at step {} (seed {})", f.step, self.seed),
                     "abort" => std::process::abort(),
+                    "oom" => {
+                        let mut v: Vec<u8> = Vec::new();
+                        v.reserve_exact(ABSURD);
+                        self.sink ^= v.capacity() as u64;
+                    }
+                    "oom_in_panic" => panic!("Burn-v0 fault: {Unallocatable}"),
+                    "spawn_helper" => {
+                        // A helper process the env leaves running (as a simulator server
+                        // would): closing the pool must end it too.
+                        let _ = std::process::Command::new("sleep").arg("1000").spawn();
+                    }
                     // A hung env (a deadlock, an infinite loop): never returns.
                     "hang" => loop {
                         std::thread::sleep(std::time::Duration::from_secs(3600));

@@ -1,0 +1,73 @@
+//! Validation of a [`PoolBuilder`]'s settings, before any process or memory exists.
+
+use super::PoolBuilder;
+use crate::error::BuildError;
+use crate::protocol;
+
+/// The most workers one pool may have.
+///
+/// Each worker is a process of its own, with a 64 KiB report area in the region, a pidfd
+/// and an output pipe in the trainer (two fds: 1024 workers already need `ulimit -n` above
+/// the common default of 1024), and a place in the supervisor's poll set. Workers beyond
+/// the cores add no throughput, only scheduling: measured on 2 cores, starting 2000 workers
+/// took 40 to 200 s and drove the load to ~1000. 1024 leaves room for machines with many
+/// cores and for envs that mostly wait (on I/O or a simulator), and keeps a mistyped count
+/// from taking the machine down.
+pub const MAX_WORKERS: usize = 1024;
+
+/// The most envs one pool may have (the async queue entry's env field).
+const MAX_ENVS: usize = protocol::queue_entry::ENV_MASK as usize;
+
+/// Checks every setting; returns the number of workers and the batch size.
+pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), BuildError> {
+    let invalid = |m: String| Err(BuildError::InvalidArgument(m));
+    if b.num_envs == 0 || b.num_envs > MAX_ENVS {
+        return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
+    }
+    let num_workers = b.num_workers.unwrap_or(cores.min(b.num_envs));
+    let most = if b.num_envs <= MAX_WORKERS {
+        format!("num_envs ({})", b.num_envs)
+    } else {
+        format!("{MAX_WORKERS} (the most workers per pool)")
+    };
+    if num_workers == 0 || num_workers > b.num_envs.min(MAX_WORKERS) {
+        return invalid(format!(
+            "num_workers must be between 1 and {most}, got {num_workers}; this machine has {cores} cores, \
+             and workers beyond the cores add no speed"
+        ));
+    }
+    let batch_size = b.batch_size.unwrap_or(b.num_envs);
+    if batch_size == 0 || batch_size > b.num_envs {
+        return invalid(format!(
+            "batch_size must be between 1 and num_envs ({}), got {batch_size}",
+            b.num_envs
+        ));
+    }
+    if b.ring_depth < 2 || b.ring_depth > 64 {
+        return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
+    }
+    if b.retain_batches >= b.ring_depth {
+        return invalid(format!(
+            "retain_batches ({}) must be less than ring_depth ({}): the workers need a block to fill; \
+             raise ring_depth to at least {}",
+            b.retain_batches,
+            b.ring_depth,
+            b.retain_batches + 1
+        ));
+    }
+    if b.max_episode_steps == Some(0) {
+        return invalid("max_episode_steps must be at least 1 (or unset: the env's default), got 0".into());
+    }
+    if b.step_timeout.is_some_and(|t| t.is_zero()) {
+        return invalid(
+            "step_timeout must be more than 0 (or unset: wait as long as it takes), got 0".into(),
+        );
+    }
+    if b.startup_timeout.is_zero() {
+        return invalid("startup_timeout must be more than 0, got 0".into());
+    }
+    if !b.config.is_object() {
+        return invalid(format!("config must be a JSON object, got {}", b.config));
+    }
+    Ok((num_workers, batch_size))
+}
