@@ -2,8 +2,10 @@
 //! async mode), under the `Fail` policy: every round must end with `WorkerDied` naming the
 //! killed worker, its pid and signal; then 50 rounds under `Restart` in sync mode and 50
 //! in async mode: the pool keeps stepping, every env of the killed worker comes back as a
-//! fresh episode, and every surviving env's stream is exactly a reference pool's. Nothing
-//! may hang; no process or fd may be left.
+//! fresh episode, and every surviving env's stream is exactly a reference pool's. Then kill
+//! storms (replacements killed mid-handshake), forked children that exit, close or step
+//! their copy of a pool, and SIGSTOPped workers in async mode (replaced or reported within
+//! twice the step timeout). Nothing may hang; no process or fd may be left.
 //!
 //! One test function, because counting this process's children and fds is only meaningful
 //! when no other test runs beside it.
@@ -207,6 +209,7 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
     eprintln!("50 random kills under Restart (async): every pool kept going, survivors untouched");
     replacements_killed_mid_handshake(&mut below);
     forked_children_exit_close_and_step(&mut below);
+    stopped_workers_in_async_mode(&mut below);
     assert_eq!(open_fds(), fds, "fds leaked");
 }
 
@@ -329,4 +332,64 @@ fn forked_children_exit_close_and_step(below: &mut impl FnMut(u64) -> u64) {
         assert!(child_pids().is_empty(), "fork round {round}: child processes left behind");
     }
     eprintln!("10 forked children exited, closed or stepped their copy: the parent's pools never noticed");
+}
+
+/// SIGSTOP of a random worker of a random async pool with a 300 ms step timeout, at a
+/// random moment: under `Restart` it is replaced, under `Fail` the call reports a timeout
+/// naming it, within twice the timeout either way.
+fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
+    let timeout = Duration::from_millis(300);
+    for round in 0..8u64 {
+        let restart = round % 2 == 0;
+        let workers = 2 + below(2) as usize;
+        let envs = workers * (1 + below(3) as usize);
+        let batch = 1 + below(envs as u64 - 1) as usize;
+        let policy = if restart { FailurePolicy::Restart { max_restarts: 1 } } else { FailurePolicy::Fail };
+        let mut pool = builder("CartPole-v1")
+            .num_envs(envs)
+            .num_workers(workers)
+            .batch_size(batch)
+            .seed(round)
+            .step_timeout(timeout)
+            .failure_policy(policy)
+            .build()
+            .unwrap();
+        let victim = below(workers as u64) as usize;
+        let pid = pool.worker_pids()[victim];
+        let ctx =
+            format!("stop round {round}: {envs} envs, {workers} workers, batch {batch}, worker {victim}");
+        let stop_after = Duration::from_millis(below(100));
+        let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
+        let (started, mut stopped_at) = (Instant::now(), None);
+        let outcome = loop {
+            if stopped_at.is_none() && started.elapsed() >= stop_after {
+                // SAFETY: kill has no memory preconditions; `pid` is our child.
+                unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+                stopped_at = Some(Instant::now());
+            }
+            if restart && pool.restarts()[victim] == 1 {
+                break Ok(());
+            }
+            let step = pool.send(&vec![0i64; ids.len()], &ids).and_then(|()| {
+                pool.recv().map(|b| b.env_ids().iter().map(|&e| e as usize).collect::<Vec<usize>>())
+            });
+            match step {
+                Ok(next) => ids = next,
+                Err(e) => break Err(e),
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{ctx}: the stopped worker went unnoticed");
+        };
+        let took = stopped_at.expect("stopped").elapsed();
+        match outcome {
+            Ok(()) => assert!(restart, "{ctx}"),
+            Err(StepError::Timeout { workers: hung, .. }) => {
+                assert!(!restart && hung.contains(&victim), "{ctx}: {hung:?}")
+            }
+            Err(e) => panic!("{ctx}: {e}"),
+        }
+        assert!(took < 2 * timeout + Duration::from_millis(200), "{ctx}: noticed after {took:?}");
+        drop(pool);
+        assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
+    }
+    eprintln!("8 stopped workers in async mode: each replaced or reported within twice the step timeout");
 }
