@@ -217,13 +217,13 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
 /// handshake: the pool (budget left) keeps every call succeeding, in both modes.
 fn replacements_killed_mid_handshake(below: &mut impl FnMut(u64) -> u64) {
     for round in 0..10u64 {
-        // Sync pools only for now: in async mode a storm this fast can leave the ring
-        // unrecoverable ("batch q has 0 posts for 2 live and 0 dead rows": more rows of
-        // live workers than commits in a released block), an open bug; async restarts are
-        // covered at kills every 50 ms and above (the async rounds above, `shmenv soak`).
-        let workers = 2 + below(2) as usize;
+        let batch_mode = round % 2 == 0;
+        // Async storms alternate 3 and 2 workers (rounds 1, 5, 9 and 3, 7): with several
+        // workers replaced in one recovery, fill rows go across workers (a storm with 3
+        // failed about a third of the time while their stale env ids outlived them).
+        let workers = if batch_mode { 2 + below(2) as usize } else { 3 - (round as usize / 2) % 2 };
         let envs = workers * 2;
-        let batch = envs;
+        let batch = if batch_mode { envs } else { envs / 2 };
         let mut pool = builder("CartPole-v1")
             .num_envs(envs)
             .num_workers(workers)

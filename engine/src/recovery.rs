@@ -205,6 +205,21 @@ pub struct RecoveryPlan {
     pub fill_rows: Vec<u64>,
 }
 
+impl RecoveryPlan {
+    /// The fill rows in released blocks (`s` is the snapshot planned from): the trainer
+    /// writes [`UNWRITTEN`] into their env ids before handing them out. A dead worker's
+    /// write there is void once its post is taken back, and its env id must not outlive
+    /// it: the row may go to another dead worker's replacement (several are replaced at
+    /// once), and if that one dies before writing it while the named env's worker lives,
+    /// the next plan would count the row as that live worker's, committed, with no post.
+    /// Rows past the released blocks are not touched: their blocks still hold earlier
+    /// batches (the trainer marks them when it releases them).
+    pub fn rows_to_unmark<'a>(&'a self, s: &RingSnapshot) -> impl Iterator<Item = u64> + 'a {
+        let end = s.window_end.saturating_mul(s.batch_size);
+        self.fill_rows.iter().copied().filter(move |&g| g < end)
+    }
+}
+
 /// Plans the recovery: `owner(g)` classifies row `g` of a released block by its env id,
 /// `committed(q)` is the post count of batch `q`'s block. Errors describe an impossible
 /// state (corrupt region).
@@ -296,6 +311,57 @@ mod tests {
         let p = plan(&snapshot(2, 4, 12, vec![Range { start: 9, end: 10 }]), owner, |_| 2).unwrap();
         assert_eq!(p.take_back, vec![]);
         assert_eq!(p.fill_rows, vec![10]);
+    }
+
+    #[test]
+    fn fill_rows_handed_across_dead_workers_do_not_outlive_their_writer() {
+        // Workers A (envs 0, 1) and B (envs 2, 3), batches of 2. Batch 5 (rows 10, 11) was
+        // written and committed by B, batch 6 (rows 12, 13) by A; both die. The pool hands
+        // the fill rows out in worker order, so A's replacement gets rows 10 and 11, which
+        // still name B's envs, and B's gets 12 and 13. A's replacement dies before writing
+        // anything; B's lives and has not written its fills yet (reserved).
+        let worker_of = |id: u32| id / 2;
+        let snap = |reserved| RingSnapshot {
+            batch_size: 2,
+            next_batch: 5,
+            window_end: 7,
+            claimed: 14,
+            in_flight: 4,
+            reserved,
+        };
+        let mut ids = std::collections::HashMap::from([(10u64, 2u32), (11, 3), (12, 0), (13, 1)]);
+        let mut posts = std::collections::HashMap::from([(5u64, 2u32), (6, 2)]);
+        let owner = |ids: &std::collections::HashMap<u64, u32>, live: &[bool]| {
+            let ids = ids.clone();
+            let live = live.to_vec();
+            move |g: u64| match ids[&g] {
+                UNWRITTEN => RowOwner::Dead,
+                id if live[worker_of(id) as usize] => RowOwner::Live,
+                _ => RowOwner::Dead,
+            }
+        };
+        let first = snap(vec![]);
+        let p = plan(&first, owner(&ids, &[false, false]), |q| posts[&q]).unwrap();
+        assert_eq!(p.take_back, vec![(5, 2), (6, 2)]);
+        assert_eq!(p.fill_rows, vec![10, 11, 12, 13]);
+        for (q, n) in &p.take_back {
+            *posts.get_mut(q).unwrap() -= n;
+        }
+        // Without voiding the dead writers' env ids, rows 10 and 11 would now count as B's
+        // (live) rows, committed, in a batch with no posts.
+        let second = snap(vec![12..13, 13..14]);
+        assert!(plan(&second, owner(&ids, &[false, true]), |q| posts[&q]).is_err());
+        let unmark: Vec<u64> = p.rows_to_unmark(&first).collect();
+        assert_eq!(unmark, vec![10, 11, 12, 13]);
+        for g in unmark {
+            ids.insert(g, UNWRITTEN);
+        }
+        let p = plan(&second, owner(&ids, &[false, true]), |q| posts[&q]).unwrap();
+        assert_eq!(p.take_back, vec![]);
+        assert_eq!(p.fill_rows, vec![10, 11]);
+        // Rows past the released blocks are left alone (their blocks hold earlier batches).
+        let p = RecoveryPlan { take_back: vec![], fill_rows: vec![13, 14, 15] };
+        assert_eq!(p.rows_to_unmark(&first).collect::<Vec<_>>(), vec![13]);
     }
 
     #[test]

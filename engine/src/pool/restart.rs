@@ -340,17 +340,18 @@ impl Pool {
             reserved,
         };
         let n = self.params.num_envs;
-        let owner = |g: u64| {
+        // Row `g`'s env id (in block `g / b % depth`).
+        let env_id = |g: u64| {
             let block = &self.layout.blocks[words.block_of(g / b)];
-            let offset = block.env_ids.rows(0..1).start + (g % b) as usize * 4;
-            match self.region.atomic_u32(offset).load(Ordering::Relaxed) {
-                UNWRITTEN => RowOwner::Dead,
-                id if (id as usize) < n => match views[ring.worker_of[id as usize] as usize] {
-                    Some(_) => RowOwner::Live,
-                    None => RowOwner::Dead,
-                },
-                _ => RowOwner::Corrupt,
-            }
+            self.region.atomic_u32(block.env_ids.rows(0..1).start + (g % b) as usize * 4)
+        };
+        let owner = |g: u64| match env_id(g).load(Ordering::Relaxed) {
+            UNWRITTEN => RowOwner::Dead,
+            id if (id as usize) < n => match views[ring.worker_of[id as usize] as usize] {
+                Some(_) => RowOwner::Live,
+                None => RowOwner::Dead,
+            },
+            _ => RowOwner::Corrupt,
         };
         let committed = |q: u64| words.committed(words.block_of(q)).count();
         let plan = recovery::plan(&snapshot, owner, committed);
@@ -367,6 +368,12 @@ impl Pool {
             if !words.committed(words.block_of(q)).try_acquire(posts) {
                 return corrupt(self, format!("batch {q} lost posts while workers were paused"));
             }
+        }
+        // The fill rows are nobody's now: no live worker holds them (the plan skipped the
+        // reserved rows) and the dead are reaped. Their replacement writers read the fill
+        // entries after the queue head's Release store, so this happens before their writes.
+        for g in plan.rows_to_unmark(&snapshot) {
+            env_id(g).store(UNWRITTEN, Ordering::Relaxed);
         }
         Ok((dead, plan))
     }
