@@ -55,6 +55,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shmenv.bench_call import call_overhead
+
 #: Contestant keys for ``--only``, in the order each pass runs them (each shmenv pair is
 #: adjacent, so a copy / no-copy ratio compares neighbours in time).
 KEYS = (
@@ -170,14 +172,6 @@ def shmenv_sync(
     return Contestant(name, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, n))
 
 
-def _recv_env_ids(result: tuple) -> Any:
-    """The env ids of an async batch: ``infos["env_id"]`` (EnvPool's 5-tuple
-    ``(obs, rew, term, trunc, info)``), else the 6th element of the older
-    ``(obs, rew, term, trunc, info, env_ids)``."""
-    info = result[4]
-    return info["env_id"] if "env_id" in info else result[5]
-
-
 def shmenv_async(
     env_id: str, n: int, workers: int, batch: int, config: dict | None, python: bool, copy: bool = True
 ) -> Contestant:
@@ -191,8 +185,7 @@ def shmenv_async(
     acts = _cycle(_actions(envs.single_action_space, batch))
 
     def step() -> int:
-        ids = _recv_env_ids(envs.recv())
-        envs.send(acts(), ids)
+        envs.send(acts(), envs.recv()[4]["env_id"])
         return batch
 
     name = f"shmenv async{_copy_label(copy)} (batch {batch}, {workers} workers, {_kind(env_id, python)})"
@@ -274,98 +267,7 @@ def _settle(timeout: float = 10.0) -> None:
     time.sleep(0.3)
 
 
-#: Burn-v0 config keys that make each step burn CPU time: :func:`call_overhead` drops them.
-_ENV_WORK_KEYS = ("step_us", "step_us_jitter")
-
-
-def call_overhead(env_id: str, config: dict | None, rounds: int = 7, round_seconds: float = 0.05) -> dict[str, Any]:
-    """Microseconds per `step()` call of a 1-env, 1-worker shmenv pool of native env
-    `env_id`, with ``copy=True`` and ``copy=False``: the engine round trip plus the Python
-    layer, not the env's work (Burn-v0's ``step_us``/``step_us_jitter`` are dropped from
-    `config`; its observation shape stays, so an image env's copy shows).
-
-    How, and why (an earlier version printed ~58-61 us where a direct loop takes ~2 us):
-
-    - The trainer process is pinned, for the measurement only, to cores other than the
-      worker's. A 1-worker pool pins its worker to the first core and counts 2 processes on
-      2 cores, so the ``auto`` wait strategy spins (up to 50 us) before yielding. When the
-      scheduler puts the unpinned trainer on the worker's core (likely when anything else
-      runs on the other core, e.g. a build or the previous contestant's exiting
-      processes), the spinning trainer holds the core the worker needs and every call
-      costs the whole 50 us spin: measured here 58 us on the worker's core, 2.2 us on the
-      other, 1.8-2 us unpinned on an idle machine. The earlier figure was that.
-    - The env's own work is left out (the earlier version kept the user's ``step_us``:
-      Burn-v0 with 50 us steps printed ~130 us).
-    - Both pools are warmed up (first calls fault pages in, the wait policy's running
-      average settles), rounds alternate between them with a short warm-up each (the idle
-      pool's worker went to sleep meanwhile), each round is a fixed number of calls sized
-      to `round_seconds`, the garbage collector is off while timing (as in ``timeit``),
-      and the figure is the median round.
-    """
-    import shmenv
-
-    cfg = {k: v for k, v in (config or {}).items() if k not in _ENV_WORK_KEYS} if env_id == "Burn-v0" else config
-    allowed = os.sched_getaffinity(0)
-    gc_was_enabled = gc.isenabled()
-    pools: dict[bool, Any] = {}
-    times: dict[bool, list[float]] = {True: [], False: []}
-    try:
-        for copy in (True, False):
-            pools[copy] = shmenv.make_vec(env_id, 1, num_workers=1, seed=0, config=cfg, copy=copy)
-        worker_cores = {c for envs in pools.values() for pid in envs.worker_pids for c in os.sched_getaffinity(pid)}
-        trainer_cores = allowed - worker_cores
-        if trainer_cores:
-            os.sched_setaffinity(0, trainer_cores)
-        calls_of: dict[bool, tuple[Callable[..., Any], np.ndarray]] = {}
-        for copy, envs in pools.items():
-            envs.reset()
-            act = np.asarray([envs.single_action_space.sample()])
-            calls_of[copy] = (envs.step, act)
-            for _ in range(2000):
-                envs.step(act)
-        gc.collect()
-        gc.disable()
-        # Calls per round: enough for `round_seconds` at the speed of a calibration run.
-        step, act = calls_of[True]
-        start = time.perf_counter()
-        for _ in range(1000):
-            step(act)
-        per_call = (time.perf_counter() - start) / 1000
-        calls = max(1000, int(round_seconds / max(per_call, 1e-7)))
-        warm = max(200, calls // 10)
-        for r in range(rounds):
-            for copy in (True, False) if r % 2 == 0 else (False, True):
-                step, act = calls_of[copy]
-                for _ in range(warm):
-                    step(act)
-                start = time.perf_counter()
-                for _ in range(calls):
-                    step(act)
-                times[copy].append((time.perf_counter() - start) / calls * 1e6)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-        os.sched_setaffinity(0, allowed)
-        for envs in pools.values():
-            envs.close()
-
-    def summary(us: list[float]) -> dict[str, Any]:
-        return {"median_us": statistics.median(us), "min_us": min(us), "max_us": max(us), "rounds_us": us}
-
-    return {
-        "env": env_id,
-        "config": cfg,
-        "calls_per_round": calls,
-        "worker_cores": sorted(worker_cores),
-        "trainer_cores": sorted(trainer_cores) if trainer_cores else sorted(allowed),
-        "trainer_pinned": bool(trainer_cores),
-        "copy": summary(times[True]),
-        "nocopy": summary(times[False]),
-        "copy_adds_us": statistics.median(times[True]) - statistics.median(times[False]),
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m shmenv.bench",
         description=__doc__.split("\n\n")[0],
@@ -402,33 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(KEYS), help="comma-separated contestants: " + ", ".join(KEYS))
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--png", default=None, help="save a bar chart (needs matplotlib)")
-    args = p.parse_args(argv)
-    n, w = args.num_envs, args.workers
-    batch = args.batch_size or max(1, n // 2)
-    wanted = [k for k in args.only.split(",") if k]
-    unknown = [k for k in wanted if k not in KEYS]
-    if unknown:
-        p.error(f"unknown contestant(s) {', '.join(unknown)} in --only: use {', '.join(KEYS)}")
+    return p
 
-    env, cfg, py = args.env, args.config, args.python
-    makers: dict[str, Callable[[], Contestant]] = {
-        "shmenv": lambda: shmenv_sync(env, n, w, cfg, py, copy=True),
-        "shmenv-nocopy": lambda: shmenv_sync(env, n, w, cfg, py, copy=False),
-        "shmenv-async": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=True),
-        "shmenv-async-nocopy": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=False),
-        "sync": lambda: gymnasium_vec(env, n, "sync", cfg),
-        "async": lambda: gymnasium_vec(env, n, "async", cfg),
-        "envpool": lambda: envpool_vec(env, n, w, None, args.envpool_env),
-        "envpool-async": lambda: envpool_vec(env, n, w, batch, args.envpool_env),
-    }
-    steps_per_call = {k: (batch if "async" in k else n) for k in KEYS}
-    skipped: dict[str, str] = {}
-    not_applicable: dict[str, str] = {}
-    for key in ("shmenv-async", "shmenv-async-nocopy", "envpool-async"):
-        if batch >= n and key in wanted:
-            not_applicable[key] = f"batch size {batch} >= {n} envs: no async mode"
-    load_before = os.getloadavg()
 
+def _run_passes(
+    makers: dict[str, Callable[[], Contestant]],
+    wanted: list[str],
+    args: argparse.Namespace,
+    skipped: dict[str, str],
+    not_applicable: dict[str, str],
+) -> tuple[dict[str, Contestant], dict[str, list[float]]]:
+    """Runs every wanted contestant once per pass, one at a time; returns the figures (not
+    the engines) and each contestant's median per pass. Contestants that cannot run are
+    recorded in `skipped` or `not_applicable`."""
     found: dict[str, Contestant] = {}
     pass_medians: dict[str, list[float]] = {}
     for _ in range(args.passes):
@@ -461,6 +349,39 @@ def main(argv: list[str] | None = None) -> int:
             pass_medians.setdefault(key, []).append(statistics.median(c.rates))
             del c
             _settle()
+    return found, pass_medians
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    n, w = args.num_envs, args.workers
+    batch = args.batch_size or max(1, n // 2)
+    wanted = [k for k in args.only.split(",") if k]
+    unknown = [k for k in wanted if k not in KEYS]
+    if unknown:
+        p.error(f"unknown contestant(s) {', '.join(unknown)} in --only: use {', '.join(KEYS)}")
+
+    env, cfg, py = args.env, args.config, args.python
+    makers: dict[str, Callable[[], Contestant]] = {
+        "shmenv": lambda: shmenv_sync(env, n, w, cfg, py, copy=True),
+        "shmenv-nocopy": lambda: shmenv_sync(env, n, w, cfg, py, copy=False),
+        "shmenv-async": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=True),
+        "shmenv-async-nocopy": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=False),
+        "sync": lambda: gymnasium_vec(env, n, "sync", cfg),
+        "async": lambda: gymnasium_vec(env, n, "async", cfg),
+        "envpool": lambda: envpool_vec(env, n, w, None, args.envpool_env),
+        "envpool-async": lambda: envpool_vec(env, n, w, batch, args.envpool_env),
+    }
+    steps_per_call = {k: (batch if "async" in k else n) for k in KEYS}
+    skipped: dict[str, str] = {}
+    not_applicable: dict[str, str] = {}
+    for key in ("shmenv-async", "shmenv-async-nocopy", "envpool-async"):
+        if batch >= n and key in wanted:
+            not_applicable[key] = f"batch size {batch} >= {n} envs: no async mode"
+    load_before = os.getloadavg()
+
+    found, pass_medians = _run_passes(makers, wanted, args, skipped, not_applicable)
     contestants = list(found.values())
 
     native = _is_native(env, py)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from shmenv import bench
@@ -17,15 +16,6 @@ TINY = ["--passes", "1", "--rounds", "1", "--round-seconds", "0.02", "--overhead
 def run_json(capsys, *args: str) -> dict:
     assert bench.main([*args, *TINY]) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def test_recv_env_ids_reads_both_conventions():
-    ids = np.array([3, 1], dtype=np.int64)
-    obs, rew, flags = np.zeros((2, 4)), np.zeros(2), np.zeros(2, dtype=bool)
-    # EnvPool's 5-tuple: the ids are in info["env_id"].
-    assert bench._recv_env_ids((obs, rew, flags, flags, {"env_id": ids})) is ids
-    # The older 6-tuple with the ids last (and no info["env_id"]).
-    assert bench._recv_env_ids((obs, rew, flags, flags, {}, ids)) is ids
 
 
 def test_unknown_contestant_is_refused(capsys):
