@@ -1,6 +1,5 @@
 """``python -m shmenv.bench`` in miniature: contestant selection, copy / no-copy pairs, the
-image workload's baselines reported as not applicable, the 1-env call cost, and the async
-contestant reading env ids from either ``recv()`` convention."""
+image workload's baselines reported as not applicable, and the 1-env call cost."""
 
 from __future__ import annotations
 
