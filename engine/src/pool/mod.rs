@@ -2,236 +2,40 @@
 
 use crate::action;
 use crate::batch::Batch;
-use crate::error::{BuildError, StepError, ViewError};
+use crate::error::{BuildError, StepError};
 use crate::launch::{CpuAffinity, Supervisor, WorkerCommand, WorkerExit};
-use crate::protocol::{
-    self, worker_block, AutoReset, Command, Header, Layout, PoolParams, RegionState, WorkerReport,
-    WorkerStatus,
-};
+use crate::protocol::{self, worker_block, AutoReset, Command, Header, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{now_ns, PoolStats, StatsReport, StatsSnapshot};
-use crate::sync::{Semaphore, WaitOutcome, WaitStrategy, Waiter};
+use crate::sync::{WaitOutcome, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod batch_data;
+mod builder;
+mod control;
 mod memory;
 mod restart;
+mod ring_state;
 mod send_order;
 mod settings;
+mod startup;
 
+pub(crate) use batch_data::BatchData;
+pub use builder::{FailurePolicy, PoolBuilder};
+use control::{trainer_semaphore, Control};
 pub(crate) use memory::human as human_bytes;
 pub use memory::{CgroupLimit, MemoryRoom};
+use ring_state::RingState;
 pub use settings::MAX_WORKERS;
+use startup::Startup;
 
 use send_order::SendOrder;
-
-/// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
-#[derive(Clone, Debug)]
-pub struct PoolBuilder {
-    env_id: String,
-    config: serde_json::Value,
-    num_envs: usize,
-    num_workers: Option<usize>,
-    seed: Option<u64>,
-    autoreset: AutoReset,
-    max_episode_steps: Option<u32>,
-    worker_command: Option<WorkerCommand>,
-    wait: WaitStrategy,
-    affinity: CpuAffinity,
-    startup_timeout: Duration,
-    batch_size: Option<usize>,
-    ring_depth: usize,
-    retain_batches: usize,
-    fair_scheduling: bool,
-    stats: bool,
-    trace: bool,
-    step_timeout: Option<Duration>,
-    failure_policy: FailurePolicy,
-}
-
-/// What a pool does when a worker process dies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// The pending call returns [`StepError::WorkerDied`] and the pool closes (default).
-    #[default]
-    Fail,
-    /// The dead worker is started again (same program, index and core), its envs are
-    /// rebuilt and reseeded, and the call returns normally. Sync mode: the rows of those
-    /// envs in the same batch hold the first observation of a new episode, marked
-    /// truncated, and [`Batch::restarted_envs`] names them. Async mode: each of its envs
-    /// comes back once as such a row, in whichever batch it lands (envs with an action in
-    /// flight at once, the others in answer to their next `send`, whose action is ignored),
-    /// named by `restarted_envs` of that batch; rows the dead worker held in the ring are
-    /// refilled, so no batch is lost or duplicated. The other envs never notice. At most
-    /// `max_restarts` restarts over the pool's life; the next death fails as under `Fail`.
-    /// With a [`PoolBuilder::step_timeout`], workers that do not answer in time are killed
-    /// and restarted the same way. The reseeding rule: at the pool's `k`-th restart (1, 2,
-    /// ...), env `i` is seeded `seed + i + k * 2^32` (wrapping).
-    Restart {
-        /// Restarts allowed over the pool's life.
-        max_restarts: u32,
-    },
-}
-
-impl PoolBuilder {
-    /// The env's config, a JSON object (`{}` by default). Unknown or ill-typed keys are
-    /// refused by the env with a message naming the key.
-    pub fn config(mut self, config: serde_json::Value) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Number of envs (default 1).
-    pub fn num_envs(mut self, n: usize) -> Self {
-        self.num_envs = n;
-        self
-    }
-
-    /// Number of worker processes (default: available cores, at most `num_envs`). Each
-    /// hosts a contiguous shard of envs.
-    pub fn num_workers(mut self, w: usize) -> Self {
-        self.num_workers = Some(w);
-        self
-    }
-
-    /// Base seed: env `i` is seeded with `seed + i` (wrapping) at the first `reset`, as
-    /// Gymnasium's vector envs do. Default: drawn from the clock and pid.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// What envs do when an episode ends (default [`AutoReset::NextStep`]).
-    pub fn autoreset(mut self, mode: AutoReset) -> Self {
-        self.autoreset = mode;
-        self
-    }
-
-    /// Truncate episodes after `k` steps (overrides the env's own limit).
-    pub fn max_episode_steps(mut self, k: u32) -> Self {
-        self.max_episode_steps = Some(k);
-        self
-    }
-
-    /// The worker program to exec. Default: this same program when its `main` calls
-    /// `shmenv::worker::serve_if_worker` first, else `shmenv-worker` (see
-    /// [`crate::program`] for the order). A program of your own hosts your own envs.
-    pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
-        self.worker_command = Some(WorkerCommand::new(path));
-        self
-    }
-
-    /// The full command that starts a worker: a program with arguments and environment
-    /// of its own (for example a Python interpreter running `-m shmenv.worker`). Replaces
-    /// [`PoolBuilder::worker_program`].
-    pub fn worker_command(mut self, command: WorkerCommand) -> Self {
-        self.worker_command = Some(command);
-        self
-    }
-
-    /// How the trainer and workers wait for each other (default [`WaitStrategy::Auto`]).
-    pub fn wait(mut self, strategy: WaitStrategy) -> Self {
-        self.wait = strategy;
-        self
-    }
-
-    /// Which cores the workers run on (default [`CpuAffinity::Auto`]: a core each when
-    /// there are enough).
-    pub fn cpu_affinity(mut self, affinity: CpuAffinity) -> Self {
-        self.affinity = affinity;
-        self
-    }
-
-    /// Results per batch. `num_envs` (the default) is sync mode: `reset`/`step` return
-    /// every env, row `i` = env `i`. Fewer is async mode: `send` actions to some envs,
-    /// `recv` the first `batch_size` results, whichever envs finished first.
-    pub fn batch_size(mut self, b: usize) -> Self {
-        self.batch_size = Some(b);
-        self
-    }
-
-    /// Async mode: number of batch blocks in the ring (default 2, at least 2). Workers fill
-    /// the next blocks while the trainer reads one; more blocks absorb more jitter.
-    pub fn ring_depth(mut self, d: usize) -> Self {
-        self.ring_depth = d;
-        self
-    }
-
-    /// Async mode: how many received batches stay untouched after the call that received
-    /// them (default 0). With 0 a batch is given back to the workers at the next call on
-    /// the pool, which is all a [`Batch`] borrow can see. Bindings that hand out views the
-    /// borrow checker cannot follow (Python's zero-copy arrays) set 1: a batch then stays
-    /// intact until the second `recv` after it begins, so the previous batch is still
-    /// valid next to the current one. Needs `ring_depth >= retain_batches + 1` (checked;
-    /// `+ 2` lets workers fill a block while the trainer holds its batches).
-    pub fn retain_batches(mut self, k: usize) -> Self {
-        self.retain_batches = k;
-        self
-    }
-
-    /// Async mode: whether every env gets its fair share of steps (default on). Envs are
-    /// bound to workers; a worker that gets less CPU would otherwise have its envs stepped
-    /// less often, since the envs that finish first are the ones sent again. With it, an
-    /// action waits in the trainer while its worker is more than 2 steps per env ahead of
-    /// the slowest busy worker, so every env's step count stays within a few steps of the
-    /// others' (see `docs/architecture.md`). Off, every action goes out as it is sent:
-    /// a few percent more throughput for the cheapest envs, and no guarantee.
-    pub fn fair_scheduling(mut self, on: bool) -> Self {
-        self.fair_scheduling = on;
-        self
-    }
-
-    /// Whether workers record live stats in the region (default on; see
-    /// [`Pool::stats`]). Off saves two clock reads per batch and one per 16 env steps.
-    pub fn stats(mut self, on: bool) -> Self {
-        self.stats = on;
-        self
-    }
-
-    /// Records trace spans (trainer calls and waits; each worker's waits, env work and
-    /// publishing per batch) for [`Pool::write_trace`] (default off). Workers keep their
-    /// last 4096 spans each in the region; the trainer its last 16384.
-    pub fn trace(mut self, on: bool) -> Self {
-        self.trace = on;
-        self
-    }
-
-    /// Hang detection: `step`/`reset`/`recv` give up after waiting this long for the
-    /// workers, and `recv` also when a worker has been inside one env's code for longer
-    /// (its other envs' results would otherwise never come while the other workers fill the
-    /// batches), with [`StepError::Timeout`] naming the envs that did not answer; the pool
-    /// closes and its workers are stopped (default: wait as long as it takes). Under
-    /// [`FailurePolicy::Restart`] those workers are killed and restarted instead.
-    pub fn step_timeout(mut self, timeout: Duration) -> Self {
-        self.step_timeout = Some(timeout);
-        self
-    }
-
-    /// What happens when a worker dies (default [`FailurePolicy::Fail`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure_policy = policy;
-        self
-    }
-
-    /// How long workers may take to build their envs (default 60 s).
-    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
-        self.startup_timeout = timeout;
-        self
-    }
-
-    /// Creates the region, starts the workers and waits until they all serve.
-    pub fn build(self) -> Result<Pool, BuildError> {
-        if crate::program::is_unserved_worker() {
-            return Err(BuildError::NotServingWorkers);
-        }
-        Pool::start(self)
-    }
-}
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///
@@ -324,81 +128,6 @@ impl MappingLease {
     /// The mapped addresses, `start..end`.
     pub fn address_range(&self) -> Range<usize> {
         self.0.base_addr()..self.0.base_addr() + self.0.len()
-    }
-}
-
-/// The trainer's side of the async ring.
-#[derive(Debug)]
-struct RingState {
-    batch_size: usize,
-    /// Number of the next batch `recv` returns.
-    next_batch: u64,
-    /// Received batches kept from the workers after the call that received them (see
-    /// [`PoolBuilder::retain_batches`]).
-    retain: u64,
-    /// Fair scheduling: which sent actions go to their workers now.
-    order: SendOrder,
-    /// Actions sent whose results were not received yet.
-    in_flight: usize,
-    /// Per env: an action (or reset) is in flight.
-    pending: Vec<bool>,
-    /// Per env: the worker hosting it.
-    worker_of: Vec<u32>,
-    /// Per worker: entries pushed into its queue so far (wrapping).
-    queue_heads: Vec<u32>,
-    /// Per worker: its envs (its queue's slots).
-    shards: Vec<Range<usize>>,
-    /// Per worker: scratch flag, "pushed to in this call".
-    touched: Vec<bool>,
-    /// Batches whose block was given back to the workers (all before this one).
-    released: u64,
-    /// Restart policy: envs of restarted workers whose next row is a fresh episode, to be
-    /// marked truncated and listed in `restarted_envs` when received.
-    restart_marked: Vec<bool>,
-    /// How many `restart_marked` are set.
-    marked: usize,
-    /// Restart policy, per worker: fill entries pushed to it (queue index, row).
-    fills: Vec<Vec<(u32, u64)>>,
-}
-
-impl RingState {
-    /// Puts `env` on its worker's queue as `kind` (with `fill_row` for a `FILL` entry); the
-    /// entry is published by the next [`RingState::publish_queues`].
-    fn enqueue(
-        &mut self,
-        region: &Region,
-        layout: &protocol::RingLayout,
-        env: usize,
-        kind: u32,
-        fill_row: u64,
-    ) {
-        let w = self.worker_of[env] as usize;
-        let shard = &self.shards[w];
-        let head = self.queue_heads[w];
-        let slot = shard.start + head as usize % shard.len();
-        region.write_pod(layout.queue.offset + slot * 4, &(env as u32 | kind));
-        if kind == protocol::queue_entry::FILL {
-            region.write_pod(layout.fill_rows.offset + slot * 8, &fill_row);
-            if fill_row != protocol::queue_entry::FILL_CLAIM {
-                self.fills[w].push((head, fill_row));
-            }
-        }
-        self.queue_heads[w] = head.wrapping_add(1);
-        self.touched[w] = true;
-    }
-
-    /// Publishes each queue written to since the last call: the head store (Release) and
-    /// one post per worker publish the entries and the action rows written before.
-    fn publish_queues(&mut self, region: &Region, num_workers: usize) {
-        let control = Control { region, num_workers };
-        for w in 0..num_workers {
-            if !std::mem::take(&mut self.touched[w]) {
-                continue;
-            }
-            let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
-            region.atomic_u32(head_word).store(self.queue_heads[w], Ordering::Release);
-            control.worker_semaphore(w).post();
-        }
     }
 }
 
@@ -1402,243 +1131,6 @@ impl Drop for Pool {
     }
 }
 
-/// A pool whose workers have not yet agreed on a spec. Dropping it (after `abandon`)
-/// stops and reaps the workers: `supervisor` is declared first so it goes first.
-struct Startup {
-    supervisor: Supervisor,
-    region: Region,
-    params: PoolParams,
-    program: PathBuf,
-    waiter: Waiter,
-}
-
-impl Startup {
-    fn control(&self) -> Control<'_> {
-        Control { region: &self.region, num_workers: self.params.num_workers }
-    }
-
-    /// Collects every worker's spec, lays out the data part and hands it over.
-    fn handshake(&mut self, deadline: Instant, timeout: Duration) -> Result<(EnvSpec, Layout), BuildError> {
-        self.wait_all(deadline, timeout)?;
-        let mut specs = Vec::with_capacity(self.params.num_workers);
-        for worker in 0..self.params.num_workers {
-            match self.control().report(worker) {
-                Some(WorkerReport::Spec(spec)) => specs.push(spec),
-                Some(other) => return Err(build_error(worker, other)),
-                None => {
-                    let message = "its report is unreadable (corrupt region?)".into();
-                    return Err(BuildError::WorkerFailed { worker, message });
-                }
-            }
-        }
-        if let Some(other) = specs.iter().position(|s| *s != specs[0]) {
-            return Err(BuildError::SpecMismatch {
-                worker: other,
-                first: specs[0].to_string(),
-                other: specs[other].to_string(),
-            });
-        }
-        let spec =
-            EnvSpec::from_json(&specs[0]).and_then(|s| protocol::check_spaces(&s).map(|()| s)).map_err(
-                |message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") },
-            )?;
-        let layout = Layout::compute(&spec, &self.params);
-        memory::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
-        self.region
-            .grow_and_seal(layout.total_size)
-            .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
-        let mut header: Header = self.region.read_pod(0);
-        header.total_size = layout.total_size as u64;
-        header.layout_hash = layout.hash;
-        self.region.write_pod(0, &header);
-        if let Some(ring) = &layout.ring {
-            if self.params.restart {
-                layout.blocks.iter().for_each(|block| mark_unwritten(&self.region, block));
-            }
-            RegionRing { region: &self.region, layout: ring }.open_all();
-        }
-        // The stats clock starts before any worker can start waiting for commands.
-        PoolStats::new(&self.region, self.params.num_workers).start(self.params.stats);
-        // Release: publishes the header and the grown region before workers read them.
-        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Ready as u32, Ordering::Release);
-        self.control().post_all();
-        self.wait_all(deadline, timeout)?;
-        for worker in 0..self.params.num_workers {
-            let status = self.control().status(worker);
-            if status != Some(WorkerStatus::Running) {
-                let report = self.control().report(worker).unwrap_or(WorkerReport::Failed {
-                    message: format!("unexpected status {status:?} after start-up"),
-                });
-                return Err(build_error(worker, report));
-            }
-        }
-        Ok((spec, layout))
-    }
-
-    /// Waits until every worker has posted once (reported, or attached).
-    fn wait_all(&mut self, deadline: Instant, timeout: Duration) -> Result<(), BuildError> {
-        let n = self.params.num_workers;
-        let sem = trainer_semaphore(&self.region);
-        let sup = &self.supervisor;
-        match sem.acquire(n as u32, &mut self.waiter, Some(deadline), || sup.exited_worker()) {
-            Ok(()) => Ok(()),
-            Err(WaitOutcome::Aborted((worker, exit))) => Err(BuildError::WorkerDied {
-                worker,
-                pid: self.supervisor.pids()[worker],
-                exit,
-                program: self.program.clone(),
-            }),
-            Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
-                workers: (0..n)
-                    .filter(|&w| {
-                        !matches!(
-                            self.control().status(w),
-                            Some(WorkerStatus::Reported | WorkerStatus::Running)
-                        )
-                    })
-                    .collect(),
-                waited: timeout,
-            }),
-        }
-    }
-
-    /// Tells every worker that the pool will not start; they exit.
-    fn abandon(&self) {
-        self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Abandoned as u32, Ordering::Release);
-        self.control().post_all();
-    }
-}
-
-fn build_error(worker: usize, report: WorkerReport) -> BuildError {
-    match report {
-        WorkerReport::UnknownEnv { id, registered, .. } => {
-            let closest = closest_match(&id, &registered);
-            BuildError::UnknownEnv { id, registered, closest }
-        }
-        WorkerReport::BadConfig { id, message } => BuildError::BadConfig { id, message },
-        WorkerReport::EnvPanicked { env_id, message } => {
-            BuildError::WorkerFailed { worker, message: format!("env {env_id} panicked: {message}") }
-        }
-        WorkerReport::Failed { message } => BuildError::WorkerFailed { worker, message },
-        WorkerReport::Spec(_) => {
-            BuildError::WorkerFailed { worker, message: "reported a spec instead of running".into() }
-        }
-    }
-}
-
-/// The control words of a region: semaphores, statuses and reports.
-struct Control<'a> {
-    region: &'a Region,
-    num_workers: usize,
-}
-
-impl Control<'_> {
-    fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
-        self.region.semaphore(protocol::worker_control(w) + worker_block::SEMAPHORE)
-    }
-
-    /// Posts every worker's semaphore (a Release publishing everything written before).
-    fn post_all(&self) {
-        for w in 0..self.num_workers {
-            self.worker_semaphore(w).post();
-        }
-    }
-
-    /// The first worker whose status is no longer `Running` (it failed and reported why).
-    /// Async mode: the workers that have been running env code for longer than `limit`
-    /// (their `BUSY_SINCE` words).
-    fn overdue(&self, limit: Duration) -> Vec<usize> {
-        let now = now_ns();
-        let limit = limit.as_nanos().min(u64::MAX as u128) as u64;
-        (0..self.num_workers)
-            .filter(|&w| {
-                let word =
-                    protocol::worker_stats_offset(self.num_workers, w) + protocol::stats::worker::BUSY_SINCE;
-                let since = self.region.atomic_u64(word).load(Ordering::Relaxed);
-                since != 0 && now.saturating_sub(since) > limit
-            })
-            .collect()
-    }
-
-    fn failed_worker(&self) -> Option<usize> {
-        (0..self.num_workers).find(|&w| self.status(w) != Some(WorkerStatus::Running))
-    }
-
-    fn status(&self, w: usize) -> Option<WorkerStatus> {
-        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
-        WorkerStatus::from_word(word.load(Ordering::Acquire))
-    }
-
-    /// Worker `w`'s report; `None` if its length or JSON is invalid (the bytes are untrusted).
-    fn report(&self, w: usize) -> Option<WorkerReport> {
-        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
-        let len = len_word.load(Ordering::Acquire) as usize;
-        if len > protocol::REPORT_CAPACITY {
-            return None;
-        }
-        let bytes = self.region.read_bytes(protocol::report_offset(self.num_workers, w), len);
-        serde_json::from_slice(&bytes).ok()
-    }
-}
-
-/// Borrowed views of one batch (the fields of [`Batch`]).
-#[derive(Debug)]
-pub(crate) struct BatchData<'a> {
-    pub(crate) spec: &'a EnvSpec,
-    region: &'a Region,
-    block: &'a protocol::ResultBlock,
-    rows: Range<usize>,
-    pub(crate) env_ids: &'a [u32],
-    pub(crate) rewards: &'a [f32],
-    pub(crate) terminated: &'a [u8],
-    pub(crate) truncated: &'a [u8],
-    pub(crate) episode_return: &'a [f64],
-    pub(crate) episode_length: &'a [u32],
-    pub(crate) elapsed_steps: &'a [u32],
-    pub(crate) restarted: &'a [usize],
-}
-
-impl<'a> BatchData<'a> {
-    pub(crate) fn obs<T: Element>(
-        &self,
-        name: &str,
-        final_obs: bool,
-    ) -> Result<crate::ArrayView<'a, T>, ViewError> {
-        let k = self.spec.obs_index(name).ok_or_else(|| ViewError::UnknownName {
-            name: name.into(),
-            available: self.spec.observations.iter().map(|o| o.name.clone()).collect(),
-        })?;
-        let slot = if final_obs {
-            self.block.final_obs.get(k).ok_or(ViewError::NoFinalObs)?
-        } else {
-            &self.block.obs[k]
-        };
-        let space = &self.spec.observations[k].space;
-        if space.dtype() != T::DTYPE {
-            return Err(ViewError::WrongDtype {
-                name: name.into(),
-                actual: space.dtype(),
-                requested: T::DTYPE,
-            });
-        }
-        let rows = slot.rows(self.rows.clone());
-        let mut shape = vec![self.rows.len()];
-        shape.extend(space.shape());
-        // SAFETY: same argument as in `Pool::batch_view`: the views borrow the pool, and no
-        // worker writes result rows between its completion post and the next command.
-        let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };
-        Ok(crate::ArrayView::new(data, shape))
-    }
-
-    /// Observation array `k` (spec order) as bytes; `None` if there is no such array.
-    pub(crate) fn obs_bytes(&self, k: usize, final_obs: bool) -> Option<&'a [u8]> {
-        let slot = if final_obs { self.block.final_obs.get(k)? } else { self.block.obs.get(k)? };
-        let rows = slot.rows(self.rows.clone());
-        // SAFETY: as in `obs`.
-        Some(unsafe { self.region.slice::<u8>(rows.start, rows.len()) })
-    }
-}
-
 /// Restart policy: writes [`recovery::UNWRITTEN`] into every env id of a block the trainer
 /// owns (received and not released, or before start-up), so rows nobody writes stand out.
 fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
@@ -1646,10 +1138,6 @@ fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
     // is not yet released (or no worker has the data part yet), so no worker writes it.
     let ids = unsafe { region.slice_mut::<u32>(block.env_ids.offset, block.rows) };
     ids.fill(crate::recovery::UNWRITTEN);
-}
-
-fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
-    r.semaphore(protocol::TRAINER_SEMAPHORE)
 }
 
 fn default_seed() -> u64 {

@@ -1,0 +1,213 @@
+//! `PoolBuilder`: what a pool is asked to be, checked when it is built; `FailurePolicy`.
+
+use crate::error::BuildError;
+use crate::launch::{CpuAffinity, WorkerCommand};
+use crate::protocol::AutoReset;
+use crate::sync::WaitStrategy;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Pool;
+
+/// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
+#[derive(Clone, Debug)]
+pub struct PoolBuilder {
+    pub(super) env_id: String,
+    pub(super) config: serde_json::Value,
+    pub(super) num_envs: usize,
+    pub(super) num_workers: Option<usize>,
+    pub(super) seed: Option<u64>,
+    pub(super) autoreset: AutoReset,
+    pub(super) max_episode_steps: Option<u32>,
+    pub(super) worker_command: Option<WorkerCommand>,
+    pub(super) wait: WaitStrategy,
+    pub(super) affinity: CpuAffinity,
+    pub(super) startup_timeout: Duration,
+    pub(super) batch_size: Option<usize>,
+    pub(super) ring_depth: usize,
+    pub(super) retain_batches: usize,
+    pub(super) fair_scheduling: bool,
+    pub(super) stats: bool,
+    pub(super) trace: bool,
+    pub(super) step_timeout: Option<Duration>,
+    pub(super) failure_policy: FailurePolicy,
+}
+
+/// What a pool does when a worker process dies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The pending call returns [`StepError::WorkerDied`](crate::StepError::WorkerDied) and the pool closes (default).
+    #[default]
+    Fail,
+    /// The dead worker is started again (same program, index and core), its envs are
+    /// rebuilt and reseeded, and the call returns normally. Sync mode: the rows of those
+    /// envs in the same batch hold the first observation of a new episode, marked
+    /// truncated, and [`Batch::restarted_envs`](crate::Batch::restarted_envs) names them. Async mode: each of its envs
+    /// comes back once as such a row, in whichever batch it lands (envs with an action in
+    /// flight at once, the others in answer to their next `send`, whose action is ignored),
+    /// named by `restarted_envs` of that batch; rows the dead worker held in the ring are
+    /// refilled, so no batch is lost or duplicated. The other envs never notice. At most
+    /// `max_restarts` restarts over the pool's life; the next death fails as under `Fail`.
+    /// With a [`PoolBuilder::step_timeout`], workers that do not answer in time are killed
+    /// and restarted the same way. The reseeding rule: at the pool's `k`-th restart (1, 2,
+    /// ...), env `i` is seeded `seed + i + k * 2^32` (wrapping).
+    Restart {
+        /// Restarts allowed over the pool's life.
+        max_restarts: u32,
+    },
+}
+
+impl PoolBuilder {
+    /// The env's config, a JSON object (`{}` by default). Unknown or ill-typed keys are
+    /// refused by the env with a message naming the key.
+    pub fn config(mut self, config: serde_json::Value) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Number of envs (default 1).
+    pub fn num_envs(mut self, n: usize) -> Self {
+        self.num_envs = n;
+        self
+    }
+
+    /// Number of worker processes (default: available cores, at most `num_envs`). Each
+    /// hosts a contiguous shard of envs.
+    pub fn num_workers(mut self, w: usize) -> Self {
+        self.num_workers = Some(w);
+        self
+    }
+
+    /// Base seed: env `i` is seeded with `seed + i` (wrapping) at the first `reset`, as
+    /// Gymnasium's vector envs do. Default: drawn from the clock and pid.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// What envs do when an episode ends (default [`AutoReset::NextStep`]).
+    pub fn autoreset(mut self, mode: AutoReset) -> Self {
+        self.autoreset = mode;
+        self
+    }
+
+    /// Truncate episodes after `k` steps (overrides the env's own limit).
+    pub fn max_episode_steps(mut self, k: u32) -> Self {
+        self.max_episode_steps = Some(k);
+        self
+    }
+
+    /// The worker program to exec. Default: this same program when its `main` calls
+    /// `shmenv::worker::serve_if_worker` first, else `shmenv-worker` (see
+    /// [`crate::program`] for the order). A program of your own hosts your own envs.
+    pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.worker_command = Some(WorkerCommand::new(path));
+        self
+    }
+
+    /// The full command that starts a worker: a program with arguments and environment
+    /// of its own (for example a Python interpreter running `-m shmenv.worker`). Replaces
+    /// [`PoolBuilder::worker_program`].
+    pub fn worker_command(mut self, command: WorkerCommand) -> Self {
+        self.worker_command = Some(command);
+        self
+    }
+
+    /// How the trainer and workers wait for each other (default [`WaitStrategy::Auto`]).
+    pub fn wait(mut self, strategy: WaitStrategy) -> Self {
+        self.wait = strategy;
+        self
+    }
+
+    /// Which cores the workers run on (default [`CpuAffinity::Auto`]: a core each when
+    /// there are enough).
+    pub fn cpu_affinity(mut self, affinity: CpuAffinity) -> Self {
+        self.affinity = affinity;
+        self
+    }
+
+    /// Results per batch. `num_envs` (the default) is sync mode: `reset`/`step` return
+    /// every env, row `i` = env `i`. Fewer is async mode: `send` actions to some envs,
+    /// `recv` the first `batch_size` results, whichever envs finished first.
+    pub fn batch_size(mut self, b: usize) -> Self {
+        self.batch_size = Some(b);
+        self
+    }
+
+    /// Async mode: number of batch blocks in the ring (default 2, at least 2). Workers fill
+    /// the next blocks while the trainer reads one; more blocks absorb more jitter.
+    pub fn ring_depth(mut self, d: usize) -> Self {
+        self.ring_depth = d;
+        self
+    }
+
+    /// Async mode: how many received batches stay untouched after the call that received
+    /// them (default 0). With 0 a batch is given back to the workers at the next call on
+    /// the pool, which is all a [`Batch`](crate::Batch) borrow can see. Bindings that hand out views the
+    /// borrow checker cannot follow (Python's zero-copy arrays) set 1: a batch then stays
+    /// intact until the second `recv` after it begins, so the previous batch is still
+    /// valid next to the current one. Needs `ring_depth >= retain_batches + 1` (checked;
+    /// `+ 2` lets workers fill a block while the trainer holds its batches).
+    pub fn retain_batches(mut self, k: usize) -> Self {
+        self.retain_batches = k;
+        self
+    }
+
+    /// Async mode: whether every env gets its fair share of steps (default on). Envs are
+    /// bound to workers; a worker that gets less CPU would otherwise have its envs stepped
+    /// less often, since the envs that finish first are the ones sent again. With it, an
+    /// action waits in the trainer while its worker is more than 2 steps per env ahead of
+    /// the slowest busy worker, so every env's step count stays within a few steps of the
+    /// others' (see `docs/architecture.md`). Off, every action goes out as it is sent:
+    /// a few percent more throughput for the cheapest envs, and no guarantee.
+    pub fn fair_scheduling(mut self, on: bool) -> Self {
+        self.fair_scheduling = on;
+        self
+    }
+
+    /// Whether workers record live stats in the region (default on; see
+    /// [`Pool::stats`]). Off saves two clock reads per batch and one per 16 env steps.
+    pub fn stats(mut self, on: bool) -> Self {
+        self.stats = on;
+        self
+    }
+
+    /// Records trace spans (trainer calls and waits; each worker's waits, env work and
+    /// publishing per batch) for [`Pool::write_trace`] (default off). Workers keep their
+    /// last 4096 spans each in the region; the trainer its last 16384.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
+    /// Hang detection: `step`/`reset`/`recv` give up after waiting this long for the
+    /// workers, and `recv` also when a worker has been inside one env's code for longer
+    /// (its other envs' results would otherwise never come while the other workers fill the
+    /// batches), with [`StepError::Timeout`](crate::StepError::Timeout) naming the envs that did not answer; the pool
+    /// closes and its workers are stopped (default: wait as long as it takes). Under
+    /// [`FailurePolicy::Restart`] those workers are killed and restarted instead.
+    pub fn step_timeout(mut self, timeout: Duration) -> Self {
+        self.step_timeout = Some(timeout);
+        self
+    }
+
+    /// What happens when a worker dies (default [`FailurePolicy::Fail`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = policy;
+        self
+    }
+
+    /// How long workers may take to build their envs (default 60 s).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Creates the region, starts the workers and waits until they all serve.
+    pub fn build(self) -> Result<Pool, BuildError> {
+        if crate::program::is_unserved_worker() {
+            return Err(BuildError::NotServingWorkers);
+        }
+        Pool::start(self)
+    }
+}

@@ -1,0 +1,68 @@
+//! The control words of a region as the trainer reads them: semaphores, statuses,
+//! reports, busy clocks.
+
+use crate::protocol::{self, worker_block, WorkerReport, WorkerStatus};
+use crate::region::Region;
+use crate::stats::now_ns;
+use crate::sync::Semaphore;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The control words of a region: semaphores, statuses and reports.
+pub(super) struct Control<'a> {
+    pub(super) region: &'a Region,
+    pub(super) num_workers: usize,
+}
+
+impl Control<'_> {
+    pub(super) fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
+        self.region.semaphore(protocol::worker_control(w) + worker_block::SEMAPHORE)
+    }
+
+    /// Posts every worker's semaphore (a Release publishing everything written before).
+    pub(super) fn post_all(&self) {
+        for w in 0..self.num_workers {
+            self.worker_semaphore(w).post();
+        }
+    }
+
+    /// The first worker whose status is no longer `Running` (it failed and reported why).
+    /// Async mode: the workers that have been running env code for longer than `limit`
+    /// (their `BUSY_SINCE` words).
+    pub(super) fn overdue(&self, limit: Duration) -> Vec<usize> {
+        let now = now_ns();
+        let limit = limit.as_nanos().min(u64::MAX as u128) as u64;
+        (0..self.num_workers)
+            .filter(|&w| {
+                let word =
+                    protocol::worker_stats_offset(self.num_workers, w) + protocol::stats::worker::BUSY_SINCE;
+                let since = self.region.atomic_u64(word).load(Ordering::Relaxed);
+                since != 0 && now.saturating_sub(since) > limit
+            })
+            .collect()
+    }
+
+    pub(super) fn failed_worker(&self) -> Option<usize> {
+        (0..self.num_workers).find(|&w| self.status(w) != Some(WorkerStatus::Running))
+    }
+
+    pub(super) fn status(&self, w: usize) -> Option<WorkerStatus> {
+        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
+        WorkerStatus::from_word(word.load(Ordering::Acquire))
+    }
+
+    /// Worker `w`'s report; `None` if its length or JSON is invalid (the bytes are untrusted).
+    pub(super) fn report(&self, w: usize) -> Option<WorkerReport> {
+        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
+        let len = len_word.load(Ordering::Acquire) as usize;
+        if len > protocol::REPORT_CAPACITY {
+            return None;
+        }
+        let bytes = self.region.read_bytes(protocol::report_offset(self.num_workers, w), len);
+        serde_json::from_slice(&bytes).ok()
+    }
+}
+
+pub(super) fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
+    r.semaphore(protocol::TRAINER_SEMAPHORE)
+}
