@@ -179,3 +179,28 @@ def test_a_function_of_main_is_sent_by_value(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "truncated [True, True] factory make_env" in out.stdout, out.stdout
+
+
+def test_a_restarted_worker_rebuilds_its_envs_with_their_own_factories(no_leaks):
+    import signal
+
+    from conftest import wait_gone
+
+    fns = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=10 + i) for i in range(4)]
+    with shmenv.from_fns(fns, num_workers=2, seed=0, max_restarts=1) as envs:
+        envs.reset()
+        envs.step(np.zeros(4, dtype=np.int64))
+        victim = envs.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        assert not wait_gone([victim])
+        _, _, _, _, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert infos["restarted_envs"] == [2, 3]
+        assert envs.restarts == [0, 1]
+        # The restarted envs begin fresh episodes: each truncates at its own factory's limit.
+        first = {}
+        for t in range(1, 20):
+            _, _, _, trunc, _ = envs.step(np.full(4, t % 2, dtype=np.int64))
+            for i in (2, 3):
+                if trunc[i]:
+                    first.setdefault(i, t)
+        assert first == {2: 12, 3: 13}
