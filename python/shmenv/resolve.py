@@ -6,8 +6,13 @@ as clear errors:
 - a Gymnasium id, including ids registered only in this process, or a
   ``gymnasium.envs.registration.EnvSpec`` -> the full spec as JSON (workers need no
   registration, they rebuild the env from the spec's entry point);
-- an entry point ``"package.module:attr"`` (or the class/function itself) -> imported and
-  called in each worker with ``config`` as keyword arguments;
+- an entry point ``"package.module:attr"`` (or an importable class/function itself) ->
+  imported and called in each worker with ``config`` as keyword arguments;
+- any other zero-argument callable (a lambda, a closure, ``functools.partial``, a function
+  of ``__main__``) -> an env *factory*, pickled with cloudpickle and sent to the workers in
+  the JSON config (base64); each worker unpickles it and calls it once per env. One that
+  cannot be pickled is refused here, naming the pickling error;
+- ``EnvFns`` (``shmenv.from_fns``): one factory per env;
 - an env *instance* -> rebuilt from its ``spec`` when it has one, refused otherwise;
 - anything defined in ``__main__`` -> refused: workers cannot import the trainer's script;
 - kwargs that are not JSON -> refused, naming the key.
@@ -64,14 +69,97 @@ def _entry_point_of(obj: Any) -> str:
     if module is None or qualname is None or "<locals>" in qualname:
         raise InvalidArgumentError(
             f"{obj!r} cannot be imported by the workers (it has no module-level name): define it at the "
-            "top level of a module and pass 'package.module:Name'"
+            "top level of a module and pass 'package.module:Name', or pass make_vec a factory (a "
+            "zero-argument callable that returns the env, sent to the workers with cloudpickle)"
         )
     if module == "__main__":
         raise InvalidArgumentError(
             f"{qualname} is defined in __main__ (the script you ran); worker processes cannot import it. "
-            f"Move it to a module (e.g. my_envs.py next to your script) and pass 'my_envs:{qualname}'"
+            f"Move it to a module (e.g. my_envs.py next to your script) and pass 'my_envs:{qualname}', or pass "
+            f"a factory (lambda: {qualname}(...)), pickled with cloudpickle"
         )
     return f"{module}:{qualname}"
+
+
+def _importable(obj: Any) -> str | None:
+    """``"module:qualname"`` when the workers can import `obj` under that name, else None."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__":
+        return None
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return None
+    import sys
+
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module}:{qualname}" if found is obj else None
+
+
+class EnvFns:
+    """One env factory per env (``shmenv.from_fns``): env ``i`` is built by ``fns[i]``."""
+
+    def __init__(self, fns: list):
+        self.fns = list(fns)
+
+
+# The params area of the region holds 64 KiB of JSON; leave room for the other params.
+_MAX_FACTORY_JSON = 60 * 1024
+
+
+def _factory_name(fn: Any) -> str:
+    import functools
+
+    if isinstance(fn, functools.partial):
+        return f"partial({_factory_name(fn.func)}, ...)"
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _from_factories(fns: list, config: dict | None) -> Resolved:
+    import base64
+
+    import cloudpickle
+
+    if config:
+        raise InvalidArgumentError(
+            "config is for entry points and Gymnasium ids; an env factory is called with no arguments: bind "
+            "them in the factory (a closure, or functools.partial(make_env, **kwargs))"
+        )
+    payloads: list[str] = []
+    which: list[int] = []
+    by_id: dict[int, int] = {}
+    for i, fn in enumerate(fns):
+        if id(fn) not in by_id:
+            try:
+                data = cloudpickle.dumps(fn)
+            except Exception as e:  # noqa: BLE001 - anything pickling raises is the user's to see
+                where = "" if len(fns) == 1 else f" (env {i})"
+                raise InvalidArgumentError(
+                    f"the env factory {_factory_name(fn)}{where} cannot be pickled to reach the workers: "
+                    f"{type(e).__name__}: {e}. Each worker builds its envs in its own process, so the factory "
+                    "and everything it captures must pickle with cloudpickle: create that object inside the "
+                    "factory instead of capturing it, or pass an entry point 'package.module:Class' with "
+                    "config={...} (plain JSON values) and create it in the env's constructor"
+                ) from e
+            text = base64.b64encode(data).decode("ascii")
+            if text not in payloads:
+                payloads.append(text)
+            by_id[id(fn)] = payloads.index(text)
+        which.append(by_id[id(fn)])
+    config = {"kind": "factory", "factories": payloads}
+    if len(payloads) > 1:
+        config["env_factory"] = which
+    size = len(json.dumps(config))
+    if size > _MAX_FACTORY_JSON:
+        raise InvalidArgumentError(
+            f"the pickled env factories are {size} bytes, more than the {_MAX_FACTORY_JSON} the pool's config "
+            "holds: the factories capture too much (large arrays, datasets?). Load that data inside the factory "
+            "(from a file) or pass an entry point 'package.module:Class' with a small JSON config"
+        )
+    names = dict.fromkeys(_factory_name(fn) for fn in fns)
+    label = "factory " + ", ".join(names) if len(names) <= 3 else f"{len(names)} factories"
+    return Resolved("", config, True, label)
 
 
 def _from_spec(spec, config: dict | None) -> Resolved:
@@ -153,12 +241,19 @@ def resolve(env: Any, config: dict | None) -> Resolved:
             )
             err.env_id, err.registered, err.closest = env, native + gym_ids, guess
             raise err
-    elif callable(env):
+    elif isinstance(env, EnvFns):
+        out = _from_factories(env.fns, config)
+    elif isinstance(env, type):
+        # A class: imported by name in the workers (a class of __main__ or a local one is
+        # refused, naming the fix; `lambda: MyEnv()` would send it by value).
         out = _from_entry_point(_entry_point_of(env), config)
+    elif callable(env):
+        entry = _importable(env)
+        out = _from_entry_point(entry, config) if entry is not None else _from_factories([env], config)
     else:
         raise InvalidArgumentError(
-            f"make_vec cannot run {env!r}: pass a native or Gymnasium env id, a gymnasium EnvSpec, or an entry "
-            "point 'package.module:Class'"
+            f"make_vec cannot run {env!r}: pass a native or Gymnasium env id, a gymnasium EnvSpec, an entry "
+            "point 'package.module:Class', or a zero-argument callable that returns an env"
         )
     out.engine_id = python_id
     return out

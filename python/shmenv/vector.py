@@ -28,7 +28,7 @@ from shmenv.resolve import resolve
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 from shmenv.spaces import dtype_of, observation_space, space_from_json
 
-__all__ = ["make_vec", "ShmVectorEnv", "python_worker_command"]
+__all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
 
 def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
@@ -81,6 +81,12 @@ class ShmVectorEnv(VectorEnv):
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
+        if resolved.config.get("kind") == "factory" and resolved.python:
+            which = resolved.config.get("env_factory")
+            if which is not None and len(which) != num_envs:
+                raise InvalidArgumentError(f"{len(which)} env factories for num_envs={num_envs}")
+            # Workers pick env i's factory by their shard (the engine's split of the envs).
+            resolved.config.update(num_envs=num_envs, num_workers=num_workers)
         batch = num_envs if batch_size is None else _count("batch_size", batch_size)
         seed = None if seed is None else seed_value(_integer("seed", seed), "seed")
         max_restarts = _optional_int("max_restarts", max_restarts, 0)
@@ -553,6 +559,10 @@ def make_vec(
       ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"``
       (or the class itself), or an env instance that has a ``spec``. Python envs are built
       in the workers from JSON: ``config`` holds their constructor's keyword arguments.
+      Or a zero-argument callable that returns an env (a lambda, a closure,
+      ``functools.partial``, a function of ``__main__``), as ``AsyncVectorEnv`` takes: it is
+      pickled with cloudpickle, and each worker calls its copy once per env (importable
+      module-level functions go by name instead, called with ``config``).
     - ``num_workers``: worker processes (default: one per core, at most ``num_envs``), or
       ``envs_per_worker`` instead (1 gives each env its own process, for libraries that
       allow one instance per process); both may be given when they agree.
@@ -594,3 +604,31 @@ def make_vec(
         episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
         fair_scheduling=fair_scheduling,
     )
+
+
+def from_fns(env_fns: Sequence[Any], **kwargs: Any) -> ShmVectorEnv:
+    """``AsyncVectorEnv(env_fns)``'s shape: one zero-argument callable per env, each
+    returning an env; every :func:`make_vec` keyword but ``num_envs`` (``len(env_fns)``).
+    The callables are pickled with cloudpickle and env ``i``'s worker calls ``env_fns[i]``
+    (one factory sent once when they are all the same object). All envs must have the same
+    spaces."""
+    from shmenv.resolve import EnvFns
+
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+        raise InvalidArgumentTypeError(
+            f"from_fns takes a list of callables (one per env), got {type(env_fns).__name__}"
+        )
+    fns = list(env_fns)
+    if not fns:
+        raise InvalidArgumentError("from_fns needs at least one env factory")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise InvalidArgumentTypeError(
+                f"env_fns[{i}] is a {type(fn).__name__}, not a callable: pass what builds the env, e.g. "
+                "lambda: gym.make('CartPole-v1')"
+            )
+    if "num_envs" in kwargs:
+        raise InvalidArgumentTypeError("from_fns takes no num_envs: it runs one env per callable")
+    if all(fn is fns[0] for fn in fns):
+        return make_vec(fns[0], len(fns), **kwargs)
+    return make_vec(EnvFns(fns), len(fns), **kwargs)

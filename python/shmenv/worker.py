@@ -22,6 +22,10 @@ from typing import Any
 
 # This worker's Python envs, in shard order (local index = position).
 _ENVS: list[Any] = []
+# The spec JSON and spaces of this worker's first env, which every later one must match.
+_FIRST_SPEC: tuple[str, str, str] | None = None
+# The global index of this worker's first env, when the config says (factories).
+_SHARD_START: int | None = None
 
 _DTYPE_NAMES = {
     "float32": "f32",
@@ -58,9 +62,50 @@ def make_env(config_json: str):
         env = gym.make(spec, disable_env_checker=True, **kwargs)
     elif kind == "entry_point":
         env = load_entry_point(config["entry_point"])(**kwargs)
+    elif kind == "factory":
+        env = _from_factory(config)
     else:
         raise ValueError(f"unknown Python env kind {kind!r} in the pool config")
     _ENVS.append(env)
+    return env
+
+
+def _worker_index() -> int:
+    """This worker's index, from its command line (``--shmenv-worker <index> <fd> <pid>``)."""
+    try:
+        return int(sys.argv[sys.argv.index("--shmenv-worker") + 1])
+    except (ValueError, IndexError):
+        raise RuntimeError(f"no worker index in the command line {sys.argv!r}") from None
+
+
+def _env_index(config: dict) -> int:
+    """The global index of the env being built: the shard's first env (the engine's
+    ``protocol::shard``: ``w * num_envs // num_workers``) plus the envs built so far."""
+    global _SHARD_START
+    num_envs, num_workers = int(config["num_envs"]), int(config["num_workers"])
+    w = _worker_index()
+    start, end = w * num_envs // num_workers, (w + 1) * num_envs // num_workers
+    _SHARD_START = start
+    index = start + len(_ENVS)
+    if not start <= index < end:
+        raise RuntimeError(f"worker {w} builds envs {start}..{end - 1} but was asked for env {index}")
+    return index
+
+
+def _from_factory(config: dict):
+    """Unpickles the env's factory (cloudpickle payload, base64) and calls it: a fresh copy
+    per env, as each env of ``AsyncVectorEnv`` gets its own."""
+    import base64
+    import pickle
+
+    payloads = config["factories"]
+    which = config.get("env_factory")
+    index = _env_index(config) if "num_envs" in config else None
+    k = 0 if which is None else which[index]
+    fn = pickle.loads(base64.b64decode(payloads[k]))
+    env = fn()
+    if not (hasattr(env, "reset") and hasattr(env, "step")):
+        raise TypeError(f"the env factory {fn!r} returned {env!r}, not an env (it has no reset/step)")
     return env
 
 
@@ -112,7 +157,29 @@ def _space_json(space, what: str) -> dict:
 
 
 def spec_json(env) -> str:
-    """The env's spaces as the engine's spec JSON."""
+    """The env's spaces as the engine's spec JSON. Every env of a worker must have the
+    spaces of its first env (the engine checks workers against each other)."""
+    global _FIRST_SPEC
+    out = _spec_json(env)
+    spaces = (repr(env.observation_space), repr(env.action_space))
+    if _FIRST_SPEC is None or len(_ENVS) <= 1:
+        _FIRST_SPEC = (out, *spaces)
+    elif out != _FIRST_SPEC[0]:
+        local = len(_ENVS) - 1
+        this, first = (
+            (f"env {_SHARD_START + local}", f"env {_SHARD_START}")
+            if _SHARD_START is not None
+            else (f"this worker's env {local}", "its first env")
+        )
+        raise ValueError(
+            f"the envs of a pool must have the same spaces: {this} has observation space {spaces[0]} and action "
+            f"space {spaces[1]}, but {first} (built by the same worker) has observation space {_FIRST_SPEC[1]} "
+            f"and action space {_FIRST_SPEC[2]}"
+        )
+    return out
+
+
+def _spec_json(env) -> str:
     from gymnasium import spaces
 
     obs = env.observation_space
