@@ -22,6 +22,7 @@ from shmenv.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     UsageError,
+    WorkerError,
 )
 from shmenv.infos import InfoFlags
 from shmenv.resolve import resolve
@@ -73,12 +74,14 @@ class ShmVectorEnv(VectorEnv):
         step_timeout: float | None = None,
         max_restarts: int | None = None,
         fair_scheduling: bool = True,
+        render_mode: str | None = None,
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
         self._infos: InfoFlags | None = None
         mode = _autoreset_mode(autoreset_mode)
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
+        _pass_render_mode(resolved, render_mode)
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
         if resolved.config.get("kind") == "factory" and resolved.python:
@@ -142,9 +145,19 @@ class ShmVectorEnv(VectorEnv):
         self.render_mode = None
         self.metadata = {"autoreset_mode": mode, "render_modes": []}
         if self.python_env:
-            env_metadata = self.env_call("get", "metadata", [0])[0] or {}
+            # As Gymnasium's vector envs: render_mode and metadata are env 0's.
+            env_metadata, env_render_mode = self._env0_render_info()
+            self.metadata["render_modes"] = list(env_metadata.get("render_modes") or [])
             if "render_fps" in env_metadata:
                 self.metadata["render_fps"] = env_metadata["render_fps"]
+            if render_mode is not None and env_render_mode != render_mode:
+                self.close()
+                raise InvalidArgumentError(
+                    f"{self.env_id} was built with render_mode={render_mode!r} but its render_mode is "
+                    f"{env_render_mode!r}: the env ignores the render_mode keyword (its metadata['render_modes'] "
+                    f"is {self.metadata['render_modes']!r})"
+                )
+            self.render_mode = env_render_mode
         self.autoreset_mode = mode
         self._infos = self._start_infos()
         self.copy = bool(copy)
@@ -274,12 +287,42 @@ class ShmVectorEnv(VectorEnv):
             "action_space": self.single_action_space,
         }[name]
 
-    def render(self):
-        """shmenv envs do not render yet: raises :class:`shmenv.UsageError` saying so."""
-        raise UsageError(
-            f"{self.env_id}: shmenv does not render (render_mode is None): its envs run in worker "
-            "processes and no frames are sent back; record videos from a gymnasium.make() env of the same id"
-        )
+    def _env0_render_info(self) -> tuple[dict, str | None]:
+        """Env 0's ``metadata`` and ``render_mode`` (through its worker's call channel)."""
+        try:
+            metadata = self.env_call("get", "metadata", [0])[0]
+            try:
+                render_mode = self.env_call("get", "render_mode", [0])[0]
+            except WorkerError:
+                render_mode = None  # an env without the attribute (not a gym.Env) does not render
+        except BaseException:
+            self.close()
+            raise
+        return (metadata if isinstance(metadata, dict) else {}), render_mode
+
+    def render(self) -> tuple:
+        """Every env's ``render()``, in env order, as Gymnasium's vector envs return it: for
+        ``render_mode="rgb_array"`` (or ``"depth_array"``) a tuple of one frame per env, for
+        ``"rgb_array_list"`` a tuple of one list of frames per env. The envs render in their
+        workers (``make_vec(..., render_mode=...)``) and the frames come back pickled over
+        the call side channel (not the shared memory): a few milliseconds per call for
+        CartPole's 600x400 frames, meant for videos and evaluation, not for every training
+        step. Raises :class:`shmenv.UsageError` when ``render_mode`` is None."""
+        if self.closed:
+            raise ClosedError("the pool is closed (close() was called); build a new one")
+        if self.render_mode is None:
+            if not self.python_env:
+                raise UsageError(
+                    f"{self.env_id} is a native shmenv env: native envs do not render (render_mode is None). To "
+                    f"render Gymnasium's own env in Python workers, pass its spec: "
+                    f"shmenv.make_vec(gymnasium.spec({self.env_id!r}), n, render_mode='rgb_array')"
+                )
+            raise UsageError(
+                f"{self.env_id}: render_mode is None, so the envs have no frames to return; build the pool with "
+                f"shmenv.make_vec(..., render_mode='rgb_array') (one of the env's render_modes: "
+                f"{self.metadata.get('render_modes')!r})"
+            )
+        return self.call("render")
 
     # --- async API (EnvPool convention) ----------------------------------------------
 
@@ -441,6 +484,34 @@ NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
 
 
+def _pass_render_mode(resolved, render_mode: str | None) -> None:
+    """Puts ``render_mode`` into the kwargs the workers build each env with, or refuses it
+    (native envs, factories, a config that says otherwise), before any worker starts."""
+    if render_mode is None:
+        return
+    if not isinstance(render_mode, str):
+        raise InvalidArgumentError(f"render_mode must be a str (e.g. 'rgb_array') or None, got {render_mode!r}")
+    if not resolved.python:
+        raise InvalidArgumentError(
+            f"{resolved.label} is a native (Rust) shmenv env: native envs do not render, so render_mode must be "
+            f"None (got {render_mode!r}). To render Gymnasium's own {resolved.label} in Python workers, pass "
+            f"its spec: shmenv.make_vec(gymnasium.spec({resolved.label!r}), n, render_mode={render_mode!r})"
+        )
+    kind = resolved.config.get("kind")
+    if kind not in ("spec", "entry_point"):
+        raise InvalidArgumentError(
+            f"render_mode={render_mode!r} cannot reach an env factory ({resolved.label}): it is called with no "
+            f"arguments, so bind the mode inside it (lambda: gym.make(id, render_mode={render_mode!r})); the "
+            "pool's render_mode is then the env's"
+        )
+    kwargs = resolved.config.setdefault("kwargs", {})
+    if kwargs.get("render_mode", render_mode) != render_mode:
+        raise InvalidArgumentError(
+            f"render_mode={render_mode!r} and config['render_mode']={kwargs['render_mode']!r} disagree: pass one"
+        )
+    kwargs["render_mode"] = render_mode
+
+
 def _count(name: str, value: Any) -> int:
     """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -550,6 +621,7 @@ def make_vec(
     step_timeout: float | None = None,
     max_restarts: int | None = None,
     fair_scheduling: bool = True,
+    render_mode: str | None = None,
 ) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
@@ -596,13 +668,19 @@ def make_vec(
     - ``fair_scheduling`` (async mode, default True): every env gets its share of steps
       (counts within a few steps of each other); False lets whichever worker runs step
       its envs as fast as it can (a few percent more throughput for the cheapest envs).
+    - ``render_mode`` (hosted Python envs): passed to each env's construction in its worker
+      (``gym.make(spec, render_mode=...)`` for a Gymnasium id or spec, the ``render_mode``
+      keyword for an entry point); ``envs.render()`` then returns every env's frame, as
+      Gymnasium's vector envs do. A factory builds its env itself: bind the mode inside it
+      (``lambda: gym.make(id, render_mode="rgb_array")``); the pool's ``render_mode`` is env
+      0's. Native (Rust) envs do not render and refuse any mode but None.
     """
     return ShmVectorEnv(
         env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,
         config=config, autoreset_mode=autoreset_mode, copy=copy, worker_program=worker_program,
         max_episode_steps=max_episode_steps, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
         episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
-        fair_scheduling=fair_scheduling,
+        fair_scheduling=fair_scheduling, render_mode=render_mode,
     )
 
 
