@@ -15,6 +15,15 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
+from shmenv.arguments import (
+    _autoreset_mode,
+    _count,
+    _env_ids,
+    _integer,
+    _num_workers,
+    _optional_int,
+    _optional_seconds,
+)
 from shmenv.errors import (
     ActionError,
     ActionTypeError,
@@ -510,95 +519,6 @@ def _pass_render_mode(resolved, render_mode: str | None) -> None:
             f"render_mode={render_mode!r} and config['render_mode']={kwargs['render_mode']!r} disagree: pass one"
         )
     kwargs["render_mode"] = render_mode
-
-
-def _count(name: str, value: Any) -> int:
-    """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
-    if value < 1:
-        raise InvalidArgumentError(f"{name} must be at least 1, got {value}")
-    return int(value)
-
-
-def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | None) -> int:
-    """The worker count: given, implied by ``envs_per_worker``, or one per core."""
-    if envs_per_worker is not None:
-        per = _count("envs_per_worker", envs_per_worker)
-        implied = -(-num_envs // per)
-        if num_workers is not None and _count("num_workers", num_workers) != implied:
-            raise InvalidArgumentError(
-                f"num_workers={num_workers} and envs_per_worker={per} disagree: {num_envs} envs at {per} per "
-                f"worker need {implied} workers; pass one of the two"
-            )
-        return implied
-    if num_workers is None:
-        return max(1, min(len(os.sched_getaffinity(0)), num_envs))
-    return _count("num_workers", num_workers)
-
-
-def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
-    return int(value)
-
-
-def _optional_int(name: str, value: Any, low: int) -> "int | None":
-    """None, or an int in low..2**32 (the engine's range), refused clearly otherwise."""
-    if value is None:
-        return None
-    value = _integer(name, value)
-    if not low <= value < 2**32:
-        raise InvalidArgumentError(f"{name} must be an int from {low} to {2**32 - 1} (or None), got {value}")
-    return value
-
-
-def _optional_seconds(name: str, value: Any) -> "float | None":
-    """None, or a finite number of seconds above 0 (at most a year)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
-    value = float(value)
-    if not 0 < value <= 365 * 86400:
-        raise InvalidArgumentError(
-            f"{name} must be more than 0 and at most {365 * 86400} seconds (or None: no limit), got {value}"
-        )
-    return value
-
-
-def _env_ids(env_ids, num_envs: int) -> np.ndarray:
-    """``env_ids`` as the extension takes them: a contiguous int64 or int32 array (which it
-    range-checks itself, so ``info["env_id"]`` from ``recv`` passes straight through);
-    anything else is converted and checked here."""
-    if type(env_ids) is np.ndarray and env_ids.dtype in _ID_DTYPES and env_ids.ndim == 1:
-        if env_ids.flags.c_contiguous:
-            return env_ids
-    ids = np.asarray(env_ids)
-    if ids.ndim == 0:
-        ids = ids.reshape(1)
-    if ids.dtype.kind not in "iu":
-        raise InvalidArgumentError(f"env_ids must be integers in 0..{num_envs}, got dtype {ids.dtype}: {ids}")
-    bad = (ids < 0) | (ids >= num_envs)
-    if np.any(bad):
-        raise InvalidArgumentError(f"env id {ids[bad][0]} is out of range: env ids are 0..{num_envs - 1}")
-    return np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
-
-
-_ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
-
-
-def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
-    if isinstance(mode, AutoresetMode):
-        return mode
-    names = {m.value.lower(): m for m in AutoresetMode}
-    found = names.get(str(mode).replace("_", "").lower())
-    if found is None:
-        raise InvalidArgumentError(
-            f"unknown autoreset_mode {mode!r}: use 'next_step', 'same_step' or 'disabled' "
-            "(or gymnasium.vector.AutoresetMode)"
-        )
-    return found
 
 
 def make_vec(

@@ -161,8 +161,8 @@ CASES: dict[str, Case | Skip] = {
     "ClipReward": Case("pendulum", lambda e: gwv.ClipReward(e, -4.0, -0.5)),
     "NormalizeReward": Case("cartpole", lambda e: gwv.NormalizeReward(e, gamma=0.99)),
     "RecordEpisodeStatistics": Case("cartpole", gwv.RecordEpisodeStatistics, check_infos=_check_episode_stats),
-    "RecordVideo": Skip("needs rendered frames: shmenv envs do not render (render_mode is None)"),
-    "HumanRendering": Skip("needs rendered frames: shmenv envs do not render (render_mode is None)"),
+    "RecordVideo": Skip("records over the default (render_mode None) pool of the comparison; rendering pools are tested with it in test_render.py (runs fully where moviepy is installed)"),
+    "HumanRendering": Skip("needs a display window (pygame and opencv); tested in test_render.py where they are installed"),
     # numpy -> numpy through the Array API: runs when array_api_compat is installed.
     "ArrayConversion": Case("cartpole", _array_conversion, requires=("array_api_compat",)),
     "NumpyToTorch": Case(
