@@ -3,7 +3,7 @@
 //! replacement resets its envs into the same block) and in async mode (the dead worker's
 //! rows in the ring are found and refilled, see [`crate::recovery`]).
 
-use super::{trainer_semaphore, Abort, FailurePolicy, Pool};
+use super::{trainer_semaphore, Abort, AsyncState, Core, FailurePolicy};
 use crate::error::StepError;
 use crate::launch::WorkerExit;
 use crate::protocol::{self, queue_entry, worker_block, Command, WorkerReport, WorkerStatus};
@@ -14,7 +14,7 @@ use crate::sync::WaitOutcome;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-impl Pool {
+impl Core {
     /// Whether the policy allows `n` more restarts.
     pub(super) fn may_restart(&self, n: u32) -> bool {
         match self.failure_policy {
@@ -240,13 +240,13 @@ impl Pool {
     /// fill entries: its pending envs, each into one of the held rows, the rest into rows
     /// it claims. Every one of its envs comes back once more as a fresh, truncated episode
     /// (pending envs now, idle ones at their next `send`), listed in `restarted_envs`.
-    pub(super) fn recover_async(&mut self) -> Result<(), StepError> {
+    pub(super) fn recover_async(&mut self, a: &mut AsyncState) -> Result<(), StepError> {
         let pause = self.region.gate(protocol::RING_PAUSE);
         pause.open_to(1);
-        let stock = self.take_stock(Instant::now() + self.startup_timeout);
+        let stock = self.take_stock(a, Instant::now() + self.startup_timeout);
         self.region.gate(protocol::RING_PAUSE).open_to(0);
         let (dead, plan) = stock?;
-        self.replace_dead(&dead, plan)
+        self.replace_dead(a, &dead, plan)
     }
 
     /// The claim records of the live workers, once all are settled (`None` for the dead),
@@ -255,12 +255,13 @@ impl Pool {
     /// step timeout is killed (it will never settle), and then counts as dead.
     fn settled_views(
         &self,
+        a: &AsyncState,
         deadline: Instant,
         kill_overdue: bool,
         answered: impl Fn(usize, &ClaimView) -> bool,
     ) -> Result<Vec<Option<ClaimView>>, Vec<usize>> {
-        let ring = self.ring.as_ref().expect("async mode");
-        let limit = (ring.released + self.ring_depth()) * ring.batch_size as u64;
+        let ring = &a.ring;
+        let limit = (ring.released + a.layout.depth as u64) * ring.batch_size as u64;
         let mut polls = 0u32;
         loop {
             let exits = self.supervisor.exits();
@@ -294,14 +295,14 @@ impl Pool {
         }
     }
 
-    fn ring_depth(&self) -> u64 {
-        self.layout.ring.as_ref().map_or(0, |r| r.depth as u64)
-    }
-
     /// With the pause gate closed: waits until every live worker is settled, plans the
     /// recovery and takes back the dead workers' posts. Returns the dead workers.
-    fn take_stock(&mut self, deadline: Instant) -> Result<(Vec<usize>, RecoveryPlan), StepError> {
-        let views = match self.settled_views(deadline, true, |_, _| true) {
+    fn take_stock(
+        &mut self,
+        a: &mut AsyncState,
+        deadline: Instant,
+    ) -> Result<(Vec<usize>, RecoveryPlan), StepError> {
+        let views = match self.settled_views(a, deadline, true, |_, _| true) {
             Ok(views) => views,
             Err(workers) => {
                 let env_ids = workers.iter().flat_map(|&w| self.shard(w)).collect();
@@ -316,8 +317,7 @@ impl Pool {
                 return Err(self.fail(self.died(first, exit)));
             }
         }
-        let layout = self.layout.ring.as_ref().expect("async layout");
-        let ring = self.ring.as_mut().expect("async mode");
+        let (ring, layout) = (&mut a.ring, &a.layout);
         let words = RegionRing { region: &self.region, layout };
         let b = ring.batch_size as u64;
         let mut reserved: Vec<std::ops::Range<u64>> = Vec::new();
@@ -355,7 +355,7 @@ impl Pool {
         };
         let committed = |q: u64| words.committed(words.block_of(q)).count();
         let plan = recovery::plan(&snapshot, owner, committed);
-        let corrupt = |pool: &mut Pool, message: String| {
+        let corrupt = |pool: &mut Core, message: String| {
             let worker = dead.first().copied().unwrap_or(0);
             let message = format!("the async ring cannot be recovered after a worker died: {message}");
             Err(pool.fail(StepError::WorkerFailed { worker, env_ids: 0..n, message }))
@@ -381,7 +381,12 @@ impl Pool {
     /// Starts a replacement for each dead worker and hands it its pending envs: first into
     /// the rows of `plan` (ascending, so it never waits for a block while holding a row of an
     /// earlier batch), then into rows it claims.
-    fn replace_dead(&mut self, dead: &[usize], plan: RecoveryPlan) -> Result<(), StepError> {
+    fn replace_dead(
+        &mut self,
+        a: &mut AsyncState,
+        dead: &[usize],
+        plan: RecoveryPlan,
+    ) -> Result<(), StepError> {
         let k = self.restarts.iter().sum::<u32>() as u64 + dead.len() as u64;
         let restart_seed = self.seed.wrapping_add(k << 32);
         for &w in dead {
@@ -395,7 +400,7 @@ impl Pool {
             self.region.atomic_u64(busy).store(0, Ordering::Relaxed);
             self.restart_worker(w)?;
         }
-        let ring = self.ring.as_mut().expect("async mode");
+        let ring = &mut a.ring;
         let lost: usize =
             dead.iter().flat_map(|&w| ring.shards[w].clone()).filter(|&e| ring.pending[e]).count();
         if plan.fill_rows.len() > lost {
@@ -418,13 +423,7 @@ impl Pool {
                     // An action still waiting its turn in the trainer goes with the fill.
                     ring.order.take_held(e);
                     let row = rows.next().unwrap_or(queue_entry::FILL_CLAIM);
-                    ring.enqueue(
-                        &self.region,
-                        self.layout.ring.as_ref().expect("async layout"),
-                        e,
-                        queue_entry::FILL,
-                        row,
-                    );
+                    ring.enqueue(&self.region, &a.layout, e, queue_entry::FILL, row);
                 }
             }
         }
@@ -435,13 +434,13 @@ impl Pool {
     /// Async mode, restart policy, after a wait timed out: the live workers that do not
     /// answer. With the pause gate closed, a worker answers if it becomes settled and, when
     /// idle, has published every entry pushed to it, within `grace`.
-    pub(super) fn hung_async(&mut self, grace: Duration) -> Vec<usize> {
+    pub(super) fn hung_async(&mut self, a: &AsyncState, grace: Duration) -> Vec<usize> {
         self.region.gate(protocol::RING_PAUSE).open_to(1);
-        let ring = self.ring.as_ref().expect("async mode");
+        let ring = &a.ring;
         let answered = |w: usize, v: &ClaimView| {
             v.state != protocol::claim_state::IDLE || v.queue_done == ring.queue_heads[w]
         };
-        let hung = self.settled_views(Instant::now() + grace, false, answered).err().unwrap_or_default();
+        let hung = self.settled_views(a, Instant::now() + grace, false, answered).err().unwrap_or_default();
         self.region.gate(protocol::RING_PAUSE).open_to(0);
         hung
     }

@@ -43,6 +43,37 @@ pub(super) struct RingState {
 }
 
 impl RingState {
+    /// The state of a fresh ring of batches of `batch_size`, keeping `retain` received
+    /// batches, with or without fair scheduling.
+    pub(super) fn new(
+        batch_size: usize,
+        retain: u64,
+        fair: bool,
+        params: &protocol::PoolParams,
+    ) -> RingState {
+        let shards: Vec<Range<usize>> = (0..params.num_workers)
+            .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
+            .collect();
+        let worker_of: Vec<usize> =
+            (0..params.num_envs).map(|e| shards.iter().position(|s| s.contains(&e)).unwrap_or(0)).collect();
+        RingState {
+            batch_size,
+            next_batch: 0,
+            retain,
+            order: SendOrder::new(worker_of.clone(), shards.iter().map(|s| s.len() as u64).collect(), fair),
+            in_flight: 0,
+            pending: vec![false; params.num_envs],
+            worker_of: worker_of.iter().map(|&w| w as u32).collect(),
+            queue_heads: vec![0; params.num_workers],
+            shards,
+            touched: vec![false; params.num_workers],
+            released: 0,
+            restart_marked: vec![false; params.num_envs],
+            marked: 0,
+            fills: vec![Vec::new(); params.num_workers],
+        }
+    }
+
     /// Puts `env` on its worker's queue as `kind` (with `fill_row` for a `FILL` entry); the
     /// entry is published by the next [`RingState::publish_queues`].
     pub(super) fn enqueue(

@@ -13,7 +13,13 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{closest_match, mark_unwritten, memory, trainer_semaphore, Control, MemoryRoom};
+use super::{
+    closest_match, default_seed, mark_unwritten, memory, settings, trainer_semaphore, AsyncState, Control,
+    Core, FailurePolicy, MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
+};
+use crate::launch::WorkerCommand;
+use crate::protocol::AutoReset;
+use std::sync::Arc;
 
 /// A pool whose workers have not yet agreed on a spec. Dropping it (after `abandon`)
 /// stops and reaps the workers: `supervisor` is declared first so it goes first.
@@ -25,7 +31,129 @@ pub(super) struct Startup {
     pub(super) waiter: Waiter,
 }
 
+impl Pool {
+    /// Starts the workers, takes them through the start-up handshake and builds the pool.
+    pub(super) fn start(mut b: PoolBuilder) -> Result<Pool, BuildError> {
+        // The start-up timeout covers the whole start: spawning, building envs, attaching.
+        let started = Instant::now();
+        let deadline = started + b.startup_timeout;
+        let mut startup = Startup::launch(&mut b, deadline)?;
+        let (spec, layout) = match startup.handshake(deadline, b.startup_timeout) {
+            Ok(agreed) => agreed,
+            Err(e) => {
+                startup.abandon();
+                return Err(e);
+            }
+        };
+        let Startup { supervisor, region, params, program, waiter } = startup;
+        // A replacement may take as long as the step timeout, and at least twice what this
+        // start took (a restart builds envs too).
+        let restart_timeout = match b.step_timeout {
+            Some(t) => t.max(started.elapsed() * 2),
+            None => b.startup_timeout,
+        };
+        let trace = params.trace.then(std::collections::VecDeque::new);
+        let mode = match &layout.ring {
+            Some(r) => Mode::Async(Box::new(AsyncState {
+                ring: RingState::new(r.batch_size, b.retain_batches as u64, b.fair_scheduling, &params),
+                layout: r.clone(),
+            })),
+            None => Mode::Sync(SyncState { next_sync_block: 0 }),
+        };
+        let ended =
+            if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
+        let num_workers = params.num_workers;
+        let core = Core {
+            supervisor,
+            region: Arc::new(region),
+            layout,
+            spec,
+            params,
+            program,
+            seed: b.seed.unwrap_or_else(default_seed),
+            waiter,
+            first_reset_done: false,
+            has_reset: false,
+            closed: None,
+            ended,
+            interrupt: None,
+            step_timeout: b.step_timeout,
+            command_seq: 0,
+            failure_policy: b.failure_policy,
+            restarts: vec![0; num_workers],
+            restarted: Vec::new(),
+            startup_timeout: b.startup_timeout,
+            restart_timeout,
+            trace,
+            owner: crate::fork::Owner::current(),
+        };
+        Ok(Pool { core, mode })
+    }
+}
+
 impl Startup {
+    /// Checks the settings, creates the region with the header and the params, and spawns
+    /// the workers (by `deadline`). Takes the builder's env id, config and worker command.
+    fn launch(b: &mut PoolBuilder, deadline: Instant) -> Result<Startup, BuildError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (num_workers, batch_size) = settings::check(b, cores)?;
+        let command = match b.worker_command.take() {
+            Some(c) => c,
+            None => crate::program::default_worker_program()
+                .map(WorkerCommand::new)
+                .map_err(|searched| BuildError::WorkerProgramNotFound { searched })?,
+        };
+        let program = command.program.clone();
+        let params = PoolParams {
+            env_id: std::mem::take(&mut b.env_id),
+            config: std::mem::take(&mut b.config),
+            num_envs: b.num_envs,
+            num_workers,
+            autoreset: b.autoreset,
+            max_episode_steps: b.max_episode_steps,
+            wait: b.wait.name().into(),
+            batch_size,
+            ring_depth: b.ring_depth,
+            stats: b.stats,
+            trace: b.trace,
+            restart: b.failure_policy != FailurePolicy::Fail,
+        };
+        let params_json = serde_json::to_vec(&params).expect("params serialize");
+        if params_json.len() > protocol::PARAMS_CAPACITY {
+            return Err(BuildError::InvalidArgument(format!(
+                "config is {} bytes of JSON, more than the {} the region holds",
+                params_json.len(),
+                protocol::PARAMS_CAPACITY
+            )));
+        }
+        let region_err = |what| move |source| BuildError::Region { what, source };
+        let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
+            .map_err(region_err("memfd_create"))?;
+        region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
+        region.write_bytes(protocol::params_offset(num_workers), &params_json);
+
+        let supervisor = Supervisor::start(
+            &command,
+            &params.env_id,
+            region.fd(),
+            b.affinity.assign(num_workers),
+            deadline,
+        )
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::TimedOut => {
+                BuildError::StartupTimeout { workers: (0..num_workers).collect(), waited: b.startup_timeout }
+            }
+            _ => BuildError::Spawn { program: program.clone(), source },
+        })?;
+        Ok(Startup {
+            supervisor,
+            region,
+            params,
+            program,
+            waiter: Waiter::new(b.wait.policy(num_workers + 1, cores)),
+        })
+    }
+
     pub(super) fn control(&self) -> Control<'_> {
         Control { region: &self.region, num_workers: self.params.num_workers }
     }
