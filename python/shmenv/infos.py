@@ -65,6 +65,9 @@ def map_flags(sock: socket.socket, index: int) -> None:
         for fd in fds:
             os.close(fd)
     _OFFSET = index * stride
+    # A restarted worker gets the area after its envs' first reset: flag the infos kept so far.
+    for local in list(_SLOTS):
+        _FLAGS[_OFFSET + local] = 1
 
 
 # --- trainer side -------------------------------------------------------------------------

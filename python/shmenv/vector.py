@@ -135,6 +135,9 @@ class ShmVectorEnv(VectorEnv):
                 self._calls.close()
             raise
         self.closed = False
+        if self._calls is not None:
+            # A changed pid is a restarted worker: the call channel then takes its replacement's connection.
+            self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
         self.python_env = resolved.python
         spec = json.loads(self._pool.spec_json)
         self.env_id = resolved.label
@@ -203,6 +206,7 @@ class ShmVectorEnv(VectorEnv):
             if k > 0 and self._infos is not None:
                 self._merge_infos(res, {})  # an earlier command's infos are stale
             res = self._pool.reset(base, env_mask)
+            self._follow_restarts()
             self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
         return obs, infos
@@ -233,7 +237,16 @@ class ShmVectorEnv(VectorEnv):
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
-        return self._note_restarts(self._unpack(self._pool.step(self._actions(actions, self.num_envs))))
+        res = self._pool.step(self._actions(actions, self.num_envs))
+        self._follow_restarts()
+        return self._note_restarts(self._unpack(res))
+
+    def _follow_restarts(self) -> None:
+        """After a worker restart, before this batch's infos are merged: the call channel
+        takes the replacement's connection and sends it the info flag area, so its envs'
+        infos (this batch's reset infos included) and calls reach the trainer."""
+        if self._restart and self._calls is not None and self._pool.restarted_envs:
+            self._calls.refresh()
 
     def _note_restarts(self, result):
         """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
@@ -345,7 +358,9 @@ class ShmVectorEnv(VectorEnv):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
         ``(obs, rewards, terminations, truncations, infos)`` as EnvPool's ``recv()``, with
         ``infos["env_id"]`` (int32) saying which env each row is."""
-        return self._note_restarts(self._unpack(self._pool.recv()))
+        res = self._pool.recv()
+        self._follow_restarts()
+        return self._note_restarts(self._unpack(res))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
