@@ -445,7 +445,10 @@ fn async_mode_reports_a_stopped_worker_as_a_timeout() {
                 // committed in the incomplete batch: both hold actions that have not come
                 // back, and both are named.
                 assert!(workers.contains(&1) && (batch == 6 || workers == [1]), "batch {batch}: {workers:?}");
-                assert!((4..8).all(|e| env_ids.contains(&e)), "batch {batch}: {env_ids:?}");
+                // The envs named are those whose actions were with the workers (an env of
+                // worker 1 sent while it was ahead may still wait in the trainer).
+                assert!(env_ids.iter().any(|e| (4..8).contains(e)), "batch {batch}: {env_ids:?}");
+                assert!(env_ids.iter().all(|&e| workers.contains(&(e / 4))), "batch {batch}: {env_ids:?}");
             }
             other => panic!("batch {batch}: expected a timeout, got {other}"),
         }
