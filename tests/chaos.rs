@@ -387,7 +387,9 @@ fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
             }
             Err(e) => panic!("{ctx}: {e}"),
         }
-        assert!(took < 2 * timeout + Duration::from_millis(200), "{ctx}: noticed after {took:?}");
+        // Noticed within twice the timeout; a replacement's start comes on top (a debug
+        // build on a loaded machine can take a few hundred ms).
+        assert!(took < 2 * timeout + Duration::from_secs(1), "{ctx}: noticed after {took:?}");
         drop(pool);
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
