@@ -26,7 +26,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         num_workers: 1,
         autoreset: AutoReset::NextStep,
         max_episode_steps: None,
-        wait: "auto".into(),
+        wait: shmenv::WaitStrategy::Auto,
         batch_size: num_envs,
         ring_depth: 2,
         stats: false,

@@ -233,7 +233,7 @@ fn async_calls_check_their_arguments() {
 fn batches_are_contiguous_views_of_the_ring() {
     let _w = Watchdog::new("async zero copy", Duration::from_secs(60));
     let mut pool = builder("Pendulum-v1").num_envs(6).num_workers(2).batch_size(3).seed(1).build().unwrap();
-    let range = pool.region_range();
+    let range = pool.mapping_lease().address_range();
     let batch = pool.reset().unwrap();
     let obs = batch.observations::<f32>().unwrap();
     assert_eq!(obs.shape(), &[3, 3]);

@@ -158,7 +158,7 @@ fn reset_with_seed_restarts_the_streams_and_views_are_zero_copy() {
     assert_ne!(first, second, "a plain reset continues each env's stream");
     let again = pool.reset_with_seed(3).unwrap().observations::<f32>().unwrap().as_slice().to_vec();
     assert_eq!(first, again, "reseeding with the same seed restarts the streams");
-    let range = pool.region_range();
+    let range = pool.mapping_lease().address_range();
     let batch = pool.step(&[0.5f32, -0.5, 1.0, 0.0]).unwrap();
     let obs = batch.observations::<f32>().unwrap();
     assert_eq!(obs.shape(), &[4, 3]);

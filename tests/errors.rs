@@ -5,6 +5,7 @@ mod common;
 
 use common::{builder, Watchdog, WORKER};
 use serde_json::json;
+use shmenv::engine::protocol::exit_code;
 use shmenv::{ActionError, BuildError, Pool, StepError, ViewError};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
@@ -139,7 +140,7 @@ fn worker_on_bad_region(mutate: impl FnOnce(&mut shmenv::engine::protocol::Heade
 fn a_worker_refuses_a_region_with_a_wrong_header() {
     let _w = Watchdog::new("header mismatch", Duration::from_secs(60));
     let out = worker_on_bad_region(|h| h.version += 1);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(exit_code::BAD_REGION.into()));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let expected = format!(
         "region layout version {}, this build of shmenv reads version {}",
@@ -148,12 +149,12 @@ fn a_worker_refuses_a_region_with_a_wrong_header() {
     );
     assert!(stderr.contains(&expected), "{stderr}");
     let out = worker_on_bad_region(|h| h.magic = 0);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(exit_code::BAD_REGION.into()));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a shmenv region"));
     let out = worker_on_bad_region(|h| h.bootstrap_size = 1 << 40);
     assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt region header"));
     // Started by hand: a usage message, not a crash.
     let out = std::process::Command::new(WORKER).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(exit_code::BAD_ARGUMENTS.into()));
     assert!(String::from_utf8_lossy(&out.stderr).contains("it is started by a shmenv Pool"));
 }

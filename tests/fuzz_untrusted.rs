@@ -171,7 +171,7 @@ proptest! {
             num_workers,
             autoreset: if same_step { shmenv::AutoReset::SameStep } else { shmenv::AutoReset::NextStep },
             max_episode_steps: None,
-            wait: "auto".into(),
+            wait: shmenv::WaitStrategy::Auto,
             batch_size: if async_mode { (num_envs / 2).max(1) } else { num_envs },
             ring_depth: depth,
             stats: true,

@@ -133,7 +133,7 @@ fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> PoolParams {
         num_workers: 1,
         autoreset: AutoReset::NextStep,
         max_episode_steps: None,
-        wait: "auto".into(),
+        wait: shmenv::WaitStrategy::Auto,
         batch_size: args.envs.num_envs,
         ring_depth: 2,
         stats: false,

@@ -31,11 +31,19 @@ struct Trial {
     steps_per_sec: f64,
 }
 
+/// Stage 2 measures this many of the best shapes ...
+const FINALISTS: usize = 3;
+/// ... with each of these wait strategies (spin only when every process has a core) ...
+const FINAL_WAITS: [WaitStrategy; 4] =
+    [WaitStrategy::Auto, WaitStrategy::Yield, WaitStrategy::Block, WaitStrategy::Spin];
+/// ... this many times each, and keeps the median.
+const REPEATS: usize = 3;
+
 /// Runs `shmenv tune`.
 pub fn run(args: TuneArgs) -> Result<(), Error> {
     let config = args.envs.config()?;
     let n = args.envs.num_envs;
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let cores = shmenv::engine::sync::available_cores();
     let slice = Duration::from_secs_f64(args.seconds);
     let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
         let pool = Pool::builder(&args.envs.env)
@@ -56,7 +64,7 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
         eprintln!(
             "tuning {} x {n}: about {} trials of {:.2} s ...",
             args.envs.env,
-            workers.len() * batches.len() + 36,
+            workers.len() * batches.len() + FINALISTS * FINAL_WAITS.len() * REPEATS,
             slice.as_secs_f64()
         );
     }
@@ -73,15 +81,16 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     // process can have a core), measured three times; medians.
     trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
     let mut finals = Vec::new();
-    for shape in trials.iter().take(3).cloned().collect::<Vec<_>>() {
-        for wait in [WaitStrategy::Auto, WaitStrategy::Yield, WaitStrategy::Block, WaitStrategy::Spin] {
+    for shape in trials.iter().take(FINALISTS).cloned().collect::<Vec<_>>() {
+        for wait in FINAL_WAITS {
             if wait == WaitStrategy::Spin && shape.workers + 1 > cores {
                 continue;
             }
-            let mut rates =
-                (0..3).map(|_| run(shape.workers, shape.batch_size, wait)).collect::<Result<Vec<_>, _>>()?;
+            let mut rates = (0..REPEATS)
+                .map(|_| run(shape.workers, shape.batch_size, wait))
+                .collect::<Result<Vec<_>, _>>()?;
             rates.sort_by(|a, b| a.total_cmp(b));
-            finals.push(Trial { wait: wait.name(), steps_per_sec: rates[1], ..shape.clone() });
+            finals.push(Trial { wait: wait.name(), steps_per_sec: rates[REPEATS / 2], ..shape.clone() });
         }
     }
     finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));

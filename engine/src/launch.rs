@@ -539,7 +539,7 @@ fn supervise(
             let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
             for (w, e) in ended.into_iter().enumerate() {
                 if alive[w] {
-                    exits[w] = e;
+                    exits[w] = e.map(WorkerExit::from_status);
                 }
             }
             break;

@@ -25,6 +25,8 @@ pub mod fork;
 #[cfg(not(loom))]
 pub mod launch;
 #[cfg(not(loom))]
+mod memory;
+#[cfg(not(loom))]
 pub mod pool;
 #[cfg(not(loom))]
 mod process_group;

@@ -6,7 +6,7 @@
 //! names a zombie and cannot have been reused. A process that leaves the group on purpose
 //! (`setsid`, `setpgid`, a daemon's double fork) is not reached.
 
-use std::process::Child;
+use std::process::{Child, ExitStatus};
 
 /// The state of our child `pid`, without reaping it: `Some(true)` exited (a zombie),
 /// `Some(false)` running, `None` already reaped.
@@ -33,14 +33,14 @@ pub(crate) fn kill_group(pid: u32) {
 
 /// Kills the children still running and everything in their groups, and reaps all;
 /// returns how each ended.
-pub(crate) fn kill_and_reap(children: &mut [Child]) -> Vec<Option<crate::launch::WorkerExit>> {
+pub(crate) fn kill_and_reap(children: &mut [Child]) -> Vec<Option<ExitStatus>> {
     children
         .iter_mut()
         .map(|c| {
             if unreaped(c.id()).is_some() {
                 kill_group(c.id());
             }
-            c.wait().ok().map(crate::launch::WorkerExit::from_status)
+            c.wait().ok()
         })
         .collect()
 }

@@ -165,14 +165,20 @@ impl Region {
         unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
     }
 
-    /// The semaphore whose two words (count, want) start at `offset`.
+    /// The semaphore whose words ([`crate::protocol::SemaphoreWords`]) start at `offset`.
     pub fn semaphore(&self, offset: usize) -> crate::sync::Semaphore<'_> {
-        crate::sync::Semaphore::new(self.atomic_u32(offset), self.atomic_u32(offset + 4))
+        crate::sync::Semaphore::new(
+            self.atomic_u32(offset),
+            self.atomic_u32(offset + crate::protocol::SEMAPHORE_WANT),
+        )
     }
 
-    /// The gate whose two words (value, sleepers) start at `offset`.
+    /// The gate whose words ([`crate::protocol::GateWords`]) start at `offset`.
     pub fn gate(&self, offset: usize) -> crate::sync::Gate<'_> {
-        crate::sync::Gate::new(self.atomic_u32(offset), self.atomic_u32(offset + 4))
+        crate::sync::Gate::new(
+            self.atomic_u32(offset),
+            self.atomic_u32(offset + crate::protocol::GATE_SLEEPERS),
+        )
     }
 
     /// Copies `len` bytes out of the region.

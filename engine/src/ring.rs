@@ -56,14 +56,6 @@ pub trait RingWords {
         }
     }
 
-    /// Trainer, when closing: wakes workers waiting for a block, so that they notice the
-    /// close instead of waiting for a batch that will never be received.
-    fn wake_all(&self) {
-        for j in 0..self.depth() as usize {
-            self.ready_for(j).wake();
-        }
-    }
-
     /// Worker: claims `k` consecutive rows; returns the first global row. Relaxed: the claim
     /// publishes nothing (the gate orders the writes, the commit publishes them).
     fn claim(&self, k: usize) -> u64 {

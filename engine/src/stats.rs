@@ -7,7 +7,7 @@
 //! (no locked instruction); readers see each word whole, and a snapshot is a set of
 //! independent relaxed loads (totals may be a few nanoseconds apart, never torn).
 
-use crate::protocol::{self, stats};
+use crate::protocol::{self, stats, trace};
 use crate::region::Region;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,7 @@ impl<'a> WorkerStats<'a> {
         let mut sampled = 0;
         for (k, n) in hist.iter_mut().enumerate() {
             if *n != 0 {
-                add(self.word(stats::worker::HIST + 8 * k), *n);
+                add(self.word(stats::worker::HIST + stats::worker::HIST_STRIDE * k), *n);
                 sampled += *n;
                 *n = 0;
             }
@@ -164,15 +164,23 @@ impl<'a> TraceRing<'a> {
         TraceRing { region, base: rows.rows(w..w + 1).start }
     }
 
+    /// Offset of the `i`-th span recorded (its slot in the ring).
+    #[inline]
+    fn span_at(&self, i: usize) -> usize {
+        self.base + trace::SPANS_AT + (i % trace::SPANS) * trace::SPAN_BYTES
+    }
+
     /// Records a span (overwriting the oldest when the ring is full).
     #[inline]
     pub fn record(&self, kind: u64, start_ns: u64, end_ns: u64) {
-        let head = self.region.atomic_u64(self.base);
+        let head = self.region.atomic_u64(self.base + trace::HEAD_AT);
         let h = head.load(Ordering::Relaxed);
-        let at = self.base + protocol::trace::SPANS_AT + (h as usize % protocol::trace::SPANS) * 16;
+        let at = self.span_at(h as usize);
         self.region.atomic_u64(at).store(start_ns, Ordering::Relaxed);
         let dur = end_ns.saturating_sub(start_ns).min(u64::MAX >> 8);
-        self.region.atomic_u64(at + 8).store(dur << 8 | (kind & 0xff), Ordering::Relaxed);
+        self.region
+            .atomic_u64(at + trace::SPAN_DURATION_KIND)
+            .store(dur << 8 | (kind & 0xff), Ordering::Relaxed);
         // Release: a reader that sees the new head sees the span's words.
         head.store(h.wrapping_add(1), Ordering::Release);
     }
@@ -180,13 +188,13 @@ impl<'a> TraceRing<'a> {
     /// The spans in the ring, oldest first (a span being overwritten meanwhile may be
     /// mixed up with its successor; a trace is a picture, not an audit).
     pub fn spans(&self) -> Vec<Span> {
-        let h = self.region.atomic_u64(self.base).load(Ordering::Acquire);
-        let n = (h as usize).min(protocol::trace::SPANS);
+        let h = self.region.atomic_u64(self.base + trace::HEAD_AT).load(Ordering::Acquire);
+        let n = (h as usize).min(trace::SPANS);
         (h as usize - n..h as usize)
             .map(|i| {
-                let at = self.base + protocol::trace::SPANS_AT + (i % protocol::trace::SPANS) * 16;
+                let at = self.span_at(i);
                 let start_ns = self.region.atomic_u64(at).load(Ordering::Relaxed);
-                let word = self.region.atomic_u64(at + 8).load(Ordering::Relaxed);
+                let word = self.region.atomic_u64(at + trace::SPAN_DURATION_KIND).load(Ordering::Relaxed);
                 Span { start_ns, dur_ns: word >> 8, kind: word & 0xff }
             })
             .collect()
@@ -259,7 +267,9 @@ impl StatsSnapshot {
                     wait_ns: load(b + stats::worker::WAIT_NS),
                     publish_ns: load(b + stats::worker::PUBLISH_NS),
                     sampled: load(b + stats::worker::SAMPLED),
-                    hist: (0..stats::HIST_BUCKETS).map(|k| load(b + stats::worker::HIST + 8 * k)).collect(),
+                    hist: (0..stats::HIST_BUCKETS)
+                        .map(|k| load(b + stats::worker::HIST + stats::worker::HIST_STRIDE * k))
+                        .collect(),
                 }
             })
             .collect();
@@ -458,6 +468,12 @@ pub struct StatsReport {
     pub workers: Vec<WorkerActivity>,
 }
 
+/// [`StatsReport::verdict`]: average worker utilization from which a pool is env-bound.
+pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
+/// [`StatsReport::verdict`]: share of the time the trainer spends outside pool calls from
+/// which a pool (not env-bound) is trainer-bound.
+pub const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
+
 impl StatsReport {
     /// Where the time went, in one word: `"env-bound"` (workers busy in env code most of the
     /// time), `"trainer-bound"` (workers mostly wait while the trainer is outside pool
@@ -466,9 +482,9 @@ impl StatsReport {
         let n = self.workers.len().max(1) as f64;
         let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
         let outside = 1.0 - self.trainer_call_share;
-        if util >= 0.6 {
+        if util >= ENV_BOUND_UTILIZATION {
             "env-bound"
-        } else if outside >= 0.5 {
+        } else if outside >= TRAINER_BOUND_OUTSIDE {
             "trainer-bound"
         } else {
             "sync-bound"

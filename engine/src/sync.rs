@@ -185,8 +185,10 @@ impl<'a> Gate<'a> {
 #[cfg_attr(loom, allow(dead_code))]
 const CHECK_INTERVAL: Duration = Duration::from_micros(200);
 
-/// How a process waits for another (see [`WaitPolicy`] for the phases).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// How a process waits for another (see [`WaitPolicy`] for the phases). In the pool
+/// parameters it is its [`WaitStrategy::name`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum WaitStrategy {
     /// Chosen from the machine: spin only if every process has a core, then yield up to
     /// 1 ms, then sleep; and sleep early when recent waits were long. The default.
@@ -218,6 +220,12 @@ impl WaitStrategy {
             .find(|w| w.name() == s)
     }
 
+    /// The policy of a pool's processes (`num_workers` workers and the trainer) on the
+    /// cores this process may use.
+    pub fn pool_policy(self, num_workers: usize) -> WaitPolicy {
+        self.policy(num_workers + 1, available_cores())
+    }
+
     /// The concrete phase budgets for `processes` runnable processes on `cores` cores.
     pub fn policy(self, processes: usize, cores: usize) -> WaitPolicy {
         let ms = Duration::from_millis;
@@ -235,6 +243,26 @@ impl WaitStrategy {
         };
         WaitPolicy { spin, yield_for, block_slice: ms(10), sleep_early_after }
     }
+}
+
+impl From<WaitStrategy> for &'static str {
+    fn from(w: WaitStrategy) -> &'static str {
+        w.name()
+    }
+}
+
+impl TryFrom<String> for WaitStrategy {
+    type Error = String;
+    fn try_from(s: String) -> Result<WaitStrategy, String> {
+        WaitStrategy::from_name(&s)
+            .ok_or_else(|| format!("unknown wait strategy {s:?}, expected auto, spin, yield or block"))
+    }
+}
+
+/// The cores this process may use (1 when unknown): what [`WaitStrategy::Auto`] and the
+/// default number of workers go by.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Concrete waiting budgets: spin for `spin`, then yield until `spin + yield_for`, then
@@ -264,16 +292,6 @@ impl Waiter {
     /// A waiter following `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
         Waiter { policy, avg_wait_ns: 0 }
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> WaitPolicy {
-        self.policy
-    }
-
-    /// Recent average wait.
-    pub fn average_wait(&self) -> Duration {
-        Duration::from_nanos(self.avg_wait_ns)
     }
 
     /// The wait loop shared by every primitive: spin, then yield, then sleep in slices,

@@ -18,14 +18,14 @@ use crate::registry::{MakeError, Registry};
 use crate::shard::{Advanced, EnvShard, ShardError, ShardRows, Work};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, trace, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
-    RingLayout, WorkerReport, WorkerStatus,
+    self, exit_code, trace, worker_block, Command, Header, HeaderError, Layout, PoolParams, RegionState,
+    ResultBlock, RingLayout, WorkerReport, WorkerStatus,
 };
 use shmenv_engine::recovery;
 use shmenv_engine::region::Region;
 use shmenv_engine::ring::{RegionRing, RingWords};
 use shmenv_engine::stats::{now_ns, TraceRing, WorkerStats};
-use shmenv_engine::sync::{WaitOutcome, WaitStrategy, Waiter};
+use shmenv_engine::sync::{WaitOutcome, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -43,8 +43,9 @@ pub fn is_worker_invocation() -> bool {
 }
 
 /// Runs the worker host with the envs of `registry`. Returns the process exit code:
-/// 0 after a clean close, 2 for bad arguments (not started by a pool), 3 when the region
-/// is unusable (its header is wrong), 4 after reporting an error to the trainer.
+/// 0 after a clean close, else one of [`exit_code`]: `BAD_ARGUMENTS` (not started by a
+/// pool), `BAD_REGION` (its header is wrong), `REPORTED_ERROR` (after reporting an error
+/// to the trainer).
 pub fn run(registry: &Registry) -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     ExitCode::from(run_with_args(registry, &args))
@@ -88,13 +89,13 @@ pub fn run_with_scope(registry: &Registry, args: &[String], scope: &dyn BatchSco
              (Pool::builder(..).worker_program(..)), not by hand",
             args.first().map_or("shmenv-worker", |s| s.as_str())
         );
-        return 2;
+        return exit_code::BAD_ARGUMENTS;
     };
     match Worker::attach(index, fd, parent) {
         Ok(worker) => worker.serve(registry, scope),
         Err(e) => {
             eprintln!("shmenv worker {index}: {e}");
-            3
+            exit_code::BAD_REGION
         }
     }
 }
@@ -192,7 +193,7 @@ impl Worker {
     fn fail(mut self, report: WorkerReport) -> u8 {
         self.report(&report, WorkerStatus::Failed);
         let _ = self.next_command();
-        4
+        exit_code::REPORTED_ERROR
     }
 
     /// Waits for the next post on this worker's semaphore.
@@ -228,11 +229,11 @@ impl Worker {
         };
         self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
-            return 0;
+            return exit_code::CLOSED;
         }
         let state = self.region.atomic_u32(protocol::STATE_WORD).load(Ordering::Acquire);
         if RegionState::from_word(state) != Some(RegionState::Ready) {
-            return 0; // Abandoned: the trainer refused the pool.
+            return exit_code::CLOSED; // Abandoned: the trainer refused the pool.
         }
         let layout = match self.map_data_part(shard.spec()) {
             Ok(l) => l,
@@ -245,8 +246,8 @@ impl Worker {
             None => self.command_loop(&mut shard, &layout, scope),
         };
         match stop {
-            Stop::Close | Stop::ParentGone => 0,
-            Stop::Failed => 4,
+            Stop::Close | Stop::ParentGone => exit_code::CLOSED,
+            Stop::Failed => exit_code::REPORTED_ERROR,
         }
     }
 
@@ -655,10 +656,7 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
     if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {
         return Err(AttachError::BadParams("params disagree with the header".into()));
     }
-    let strategy = WaitStrategy::from_name(&params.wait)
-        .ok_or_else(|| AttachError::BadParams(format!("unknown wait strategy {:?}", params.wait)))?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let waiter = Waiter::new(strategy.policy(num_workers + 1, cores));
+    let waiter = Waiter::new(params.wait.pool_policy(num_workers));
     Ok(Worker { region, index, parent, params, waiter })
 }
 

@@ -3,6 +3,7 @@
 
 use crate::config::ConfigError;
 use crate::env::Env;
+use crate::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -58,7 +59,30 @@ impl Registry {
     /// A registry with every built-in env (`CartPole-v1`, `Pendulum-v1`, `Burn-v0`).
     pub fn with_builtins() -> Self {
         let mut r = Registry::new();
-        crate::envs::register_builtins(&mut r);
+        r.register(
+            "CartPole-v1",
+            EnvEntry {
+                description: "Gymnasium's cart-pole balancing task (500-step limit)",
+                factory: |c| Ok(Box::new(CartPole::from_config(c)?)),
+                max_episode_steps: Some(500),
+            },
+        );
+        r.register(
+            "Pendulum-v1",
+            EnvEntry {
+                description: "Gymnasium's pendulum swing-up, continuous torque (200-step limit)",
+                factory: |c| Ok(Box::new(Pendulum::from_config(c)?)),
+                max_episode_steps: Some(200),
+            },
+        );
+        r.register(
+            "Burn-v0",
+            EnvEntry {
+                description: "synthetic benchmark env: step_us of CPU work, obs_shape/obs_dtype of output",
+                factory: |c| Ok(Box::new(Burn::from_config(c)?)),
+                max_episode_steps: None,
+            },
+        );
         r
     }
 

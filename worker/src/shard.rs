@@ -488,7 +488,7 @@ mod tests {
             num_workers: 1,
             autoreset: AutoReset::NextStep,
             max_episode_steps: None,
-            wait: "auto".into(),
+            wait: shmenv_engine::WaitStrategy::Auto,
             batch_size: n,
             ring_depth: 2,
             stats: true,

@@ -13,6 +13,10 @@ use crate::stats::{now_ns, PoolStats};
 use crate::sync::WaitOutcome;
 use std::time::{Duration, Instant};
 
+/// Restart policy, after a wait timed out: how long the live workers get to answer the
+/// pause gate (at most; never longer than the step timeout) before they count as hung.
+const HUNG_GRACE: Duration = Duration::from_millis(100);
+
 /// Why `recv`'s wait was given up: as any wait, or because workers overran the step timeout.
 enum RecvAbort {
     Wait(Abort),
@@ -268,7 +272,7 @@ impl Core {
                     return Err(self.abort(Abort::TimedOut { workers, env_ids }));
                 }
                 Err(WaitOutcome::TimedOut) => {
-                    let grace = self.step_timeout.unwrap_or_default().min(Duration::from_millis(100));
+                    let grace = self.step_timeout.unwrap_or_default().min(HUNG_GRACE);
                     let hung = if restarting { self.hung_async(a, grace) } else { Vec::new() };
                     if hung.is_empty() || !self.may_restart(hung.len() as u32) {
                         // The envs whose actions are with the workers (not those the

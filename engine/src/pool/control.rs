@@ -26,7 +26,6 @@ impl Control<'_> {
         }
     }
 
-    /// The first worker whose status is no longer `Running` (it failed and reported why).
     /// Async mode: the workers that have been running env code for longer than `limit`
     /// (their `BUSY_SINCE` words).
     pub(super) fn overdue(&self, limit: Duration) -> Vec<usize> {
@@ -42,6 +41,7 @@ impl Control<'_> {
             .collect()
     }
 
+    /// The first worker whose status is no longer `Running` (it failed and reported why).
     pub(super) fn failed_worker(&self) -> Option<usize> {
         (0..self.num_workers).find(|&w| self.status(w) != Some(WorkerStatus::Running))
     }

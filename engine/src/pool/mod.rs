@@ -5,7 +5,6 @@ use crate::error::StepError;
 use crate::launch::{CpuAffinity, Supervisor, WorkerExit};
 use crate::protocol::{self, AutoReset, Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
-use crate::ring::{RegionRing, RingWords};
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{PoolStats, StatsReport, StatsSnapshot};
 use crate::sync::{WaitStrategy, Waiter};
@@ -16,10 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod async_mode;
-mod batch_data;
 mod builder;
 mod control;
-mod memory;
 mod restart;
 mod ring_state;
 mod send_order;
@@ -28,11 +25,10 @@ mod startup;
 mod sync_mode;
 mod trace;
 
-pub(crate) use batch_data::BatchData;
+use crate::batch::BatchData;
+pub use crate::memory::{CgroupLimit, MemoryRoom};
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
-pub(crate) use memory::human as human_bytes;
-pub use memory::{CgroupLimit, MemoryRoom};
 use ring_state::RingState;
 pub use settings::MAX_WORKERS;
 
@@ -86,7 +82,12 @@ struct Core {
     supervisor: Supervisor,
     /// Shared with every [`MappingLease`], so views handed out keep the mapping alive.
     region: Arc<Region>,
+    /// The data part's layout; its `ring` is moved into [`AsyncState`] (the mode says
+    /// which mode this is, nothing else).
     layout: Layout,
+    /// Gates workers may sleep on besides their semaphores (async mode: each block's
+    /// `ready_for` and the pause gate): `shutdown` wakes them, so they see the close at once.
+    close_wakes: Vec<usize>,
     spec: EnvSpec,
     params: PoolParams,
     program: PathBuf,
@@ -143,7 +144,7 @@ impl std::fmt::Debug for InterruptCheck {
 pub struct MappingLease(Arc<Region>);
 
 impl MappingLease {
-    /// The mapped addresses, `start..end`.
+    /// The mapped addresses, `start..end` (to check that views are zero-copy).
     pub fn address_range(&self) -> Range<usize> {
         self.0.base_addr()..self.0.base_addr() + self.0.len()
     }
@@ -213,11 +214,6 @@ impl Pool {
     /// The worker program.
     pub fn worker_program(&self) -> &std::path::Path {
         &self.core.program
-    }
-
-    /// Address range of the shared mapping (to check that views are zero-copy).
-    pub fn region_range(&self) -> Range<usize> {
-        self.core.region.base_addr()..self.core.region.base_addr() + self.core.region.len()
     }
 
     /// Results per batch (`num_envs` in sync mode).
@@ -538,9 +534,8 @@ impl Core {
         // block) exits without touching the region again.
         self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Release);
         self.control().post_all();
-        if let Some(layout) = &self.layout.ring {
-            RegionRing { region: &self.region, layout }.wake_all();
-            self.region.gate(protocol::RING_PAUSE).wake();
+        for &gate in &self.close_wakes {
+            self.region.gate(gate).wake();
         }
         self.supervisor.shutdown();
     }

@@ -14,6 +14,16 @@ use crate::sync::WaitOutcome;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// How long the supervisor may take to reap workers killed as hung.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Settling takes microseconds: a recovery yields its core this many times while it waits
+/// for workers to settle, then sleeps a millisecond between looks.
+const SETTLE_YIELDS: u32 = 1000;
+/// The sleep between looks at unsettled workers after [`SETTLE_YIELDS`].
+const SETTLE_SLEEP: Duration = Duration::from_millis(1);
+/// The sleep between looks at the supervisor while it reaps killed workers.
+const REAP_POLL: Duration = Duration::from_millis(1);
+
 impl Core {
     /// Whether the policy allows `n` more restarts.
     pub(super) fn may_restart(&self, n: u32) -> bool {
@@ -31,13 +41,13 @@ impl Core {
         for &v in hung {
             self.kill_worker(v);
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + REAP_TIMEOUT;
         while hung.iter().any(|&v| self.supervisor.exits()[v].is_none()) {
             if Instant::now() >= deadline {
                 let env_ids = hung.iter().flat_map(|&w| self.shard(w)).collect();
                 return Err(self.abort(Abort::TimedOut { workers: hung.to_vec(), env_ids }));
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(REAP_POLL);
         }
         Ok(())
     }
@@ -113,7 +123,7 @@ impl Core {
     pub(super) fn drop_trainer_posts(&self) {
         let sem = protocol::TRAINER_SEMAPHORE;
         self.region.atomic_u32(sem).store(0, Ordering::Relaxed);
-        self.region.atomic_u32(sem + 4).store(0, Ordering::Relaxed);
+        self.region.atomic_u32(sem + protocol::SEMAPHORE_WANT).store(0, Ordering::Relaxed);
     }
 
     /// Restart policy: starts worker `w` again and takes it through the start-up handshake
@@ -141,7 +151,7 @@ impl Core {
         let base = protocol::worker_control(w);
         for word in [
             worker_block::SEMAPHORE,
-            worker_block::SEMAPHORE + 4,
+            worker_block::SEMAPHORE + protocol::SEMAPHORE_WANT,
             worker_block::STATUS,
             worker_block::REPORT_LEN,
             worker_block::DONE_SEQ,
@@ -287,10 +297,10 @@ impl Core {
             // Settling takes microseconds; a worker that takes longer is descheduled or
             // stuck: stop competing with it for a core.
             polls = polls.saturating_add(1);
-            if polls < 1000 {
+            if polls < SETTLE_YIELDS {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::sleep(SETTLE_SLEEP);
             }
         }
     }
@@ -355,10 +365,10 @@ impl Core {
         };
         let committed = |q: u64| words.committed(words.block_of(q)).count();
         let plan = recovery::plan(&snapshot, owner, committed);
+        // No worker is to blame for a ring that does not add up: the region is corrupt.
         let corrupt = |pool: &mut Core, message: String| {
-            let worker = dead.first().copied().unwrap_or(0);
-            let message = format!("the async ring cannot be recovered after a worker died: {message}");
-            Err(pool.fail(StepError::WorkerFailed { worker, env_ids: 0..n, message }))
+            let what = format!("the async ring cannot be recovered after a worker died: {message}");
+            Err(pool.fail(StepError::Protocol { what }))
         };
         let plan = match plan {
             Ok(plan) => plan,
@@ -404,12 +414,11 @@ impl Core {
         let lost: usize =
             dead.iter().flat_map(|&w| ring.shards[w].clone()).filter(|&e| ring.pending[e]).count();
         if plan.fill_rows.len() > lost {
-            let message = format!(
+            let what = format!(
                 "the async ring cannot be recovered: {} rows held by dead workers, {lost} envs in flight on them",
                 plan.fill_rows.len()
             );
-            let err = StepError::WorkerFailed { worker: dead[0], env_ids: 0..self.params.num_envs, message };
-            return Err(self.fail(err));
+            return Err(self.fail(StepError::Protocol { what }));
         }
         let mut rows = plan.fill_rows.into_iter();
         for &w in dead {

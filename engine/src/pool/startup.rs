@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{
-    closest_match, default_seed, mark_unwritten, memory, settings, trainer_semaphore, AsyncState, Control,
-    Core, FailurePolicy, MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
+    closest_match, default_seed, mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core,
+    FailurePolicy, MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
 };
 use crate::launch::WorkerCommand;
 use crate::protocol::AutoReset;
@@ -53,12 +53,14 @@ impl Pool {
             None => b.startup_timeout,
         };
         let trace = params.trace.then(std::collections::VecDeque::new);
-        let mode = match &layout.ring {
-            Some(r) => Mode::Async(Box::new(AsyncState {
-                ring: RingState::new(r.batch_size, b.retain_batches as u64, b.fair_scheduling, &params),
-                layout: r.clone(),
-            })),
-            None => Mode::Sync(SyncState { next_sync_block: 0 }),
+        let mut layout = layout;
+        let (mode, close_wakes) = match layout.ring.take() {
+            Some(r) => {
+                let wakes = r.ready_for.iter().copied().chain([protocol::RING_PAUSE]).collect();
+                let ring = RingState::new(r.batch_size, b.retain_batches as u64, b.fair_scheduling, &params);
+                (Mode::Async(Box::new(AsyncState { ring, layout: r })), wakes)
+            }
+            None => (Mode::Sync(SyncState { next_sync_block: 0 }), Vec::new()),
         };
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
@@ -67,6 +69,7 @@ impl Pool {
             supervisor,
             region: Arc::new(region),
             layout,
+            close_wakes,
             spec,
             params,
             program,
@@ -95,8 +98,7 @@ impl Startup {
     /// Checks the settings, creates the region with the header and the params, and spawns
     /// the workers (by `deadline`). Takes the builder's env id, config and worker command.
     fn launch(b: &mut PoolBuilder, deadline: Instant) -> Result<Startup, BuildError> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let (num_workers, batch_size) = settings::check(b, cores)?;
+        let (num_workers, batch_size) = settings::check(b, crate::sync::available_cores())?;
         let command = match b.worker_command.take() {
             Some(c) => c,
             None => crate::program::default_worker_program()
@@ -111,7 +113,7 @@ impl Startup {
             num_workers,
             autoreset: b.autoreset,
             max_episode_steps: b.max_episode_steps,
-            wait: b.wait.name().into(),
+            wait: b.wait,
             batch_size,
             ring_depth: b.ring_depth,
             stats: b.stats,
@@ -150,7 +152,7 @@ impl Startup {
             region,
             params,
             program,
-            waiter: Waiter::new(b.wait.policy(num_workers + 1, cores)),
+            waiter: Waiter::new(b.wait.pool_policy(num_workers)),
         })
     }
 
@@ -188,7 +190,7 @@ impl Startup {
                 |message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") },
             )?;
         let layout = Layout::compute(&spec, &self.params);
-        memory::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
+        settings::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
         self.region
             .grow_and_seal(layout.total_size)
             .map_err(|source| BuildError::Region { what: "grow and seal", source })?;

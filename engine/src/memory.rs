@@ -1,4 +1,5 @@
-//! The memory check before the region's data part is created and pre-faulted.
+//! How much memory this process may still use, read before the region's data part is
+//! created and pre-faulted (the check itself is `pool::settings::check_region`).
 //!
 //! The whole region is touched at start-up (so no step pays a page fault), and its pages
 //! are shared memory: charged to the trainer's cgroup and not reclaimable. A region larger
@@ -7,7 +8,6 @@
 //! and, under cgroup v2, `memory.max` minus `memory.current` of the trainer's cgroup and of
 //! each of its ancestors.
 
-use crate::error::BuildError;
 use std::path::{Path, PathBuf};
 
 /// The tightest cgroup v2 memory limit on this process.
@@ -55,19 +55,6 @@ impl MemoryRoom {
             (Some(a), Some(c)) => Some(a.min(c)),
             (a, c) => a.or(c),
         }
-    }
-}
-
-/// Refuses a region of `size` bytes that does not fit in what the process may use.
-pub(super) fn check_region(size: usize, num_envs: usize, room: &MemoryRoom) -> Result<(), BuildError> {
-    match room.room() {
-        Some(free) if size as u64 > free => Err(BuildError::NotEnoughMemory {
-            region: size as u64,
-            num_envs,
-            mem_available: room.mem_available,
-            cgroup: room.cgroup.clone(),
-        }),
-        _ => Ok(()),
     }
 }
 
@@ -138,8 +125,5 @@ mod tests {
             cgroup: Some(CgroupLimit { path: dir, max: 1000, current: 400 }),
         };
         assert_eq!(room.room(), Some(600));
-        assert!(check_region(600, 1, &room).is_ok());
-        let err = check_region(601, 1, &room).unwrap_err().to_string();
-        assert!(err.contains("601") || err.contains("MiB"), "{err}");
     }
 }
