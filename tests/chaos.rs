@@ -28,6 +28,18 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
     let seed = std::env::var("SHMENV_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(2026);
     let mut rng = Pcg64::from_seed(seed);
     let mut below = |n: u64| (rng.next_f64() * n as f64) as u64;
+    kills_under_fail(&mut below);
+    kills_under_restart_sync(&mut below);
+    kills_under_restart_async(&mut below);
+    replacements_killed_mid_handshake(&mut below);
+    forked_children_exit_close_and_step(&mut below);
+    stopped_workers_in_async_mode(&mut below);
+    assert_eq!(open_fds(), fds, "fds leaked");
+}
+
+/// 50 kills under the `Fail` policy, in pools of random shapes (sync and async): every one
+/// ends with `WorkerDied` naming the killed worker, its pid and signal.
+fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
     let mut worst = Duration::ZERO;
     for round in 0..50 {
         let workers = 1 + below(3) as usize;
@@ -89,10 +101,12 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
     eprintln!("50 random kills reported; longest kill-to-error time {worst:?}");
+}
 
-    // Under Restart (sync mode): the pool keeps going; the envs of the killed worker come
-    // back as fresh episodes, every other env's stream is the one of a pool where nothing
-    // died (a reference pool stepped alongside).
+/// Under Restart (sync mode): the pool keeps going; the envs of the killed worker come back
+/// as fresh episodes, every other env's stream is the one of a pool where nothing died (a
+/// reference pool stepped alongside).
+fn kills_under_restart_sync(below: &mut impl FnMut(u64) -> u64) {
     for round in 0..50u64 {
         let workers = 2 + below(2) as usize;
         let envs = workers * (1 + below(2) as usize);
@@ -147,10 +161,12 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
     eprintln!("50 random kills under Restart (sync): every pool kept stepping, survivors untouched");
+}
 
-    // Under Restart in async mode: the same, with the kill landing anywhere in the ring's
-    // life (mid-step, mid-claim, mid-write, between calls). Every env of the killed worker
-    // comes back once as a fresh episode; every other env's stream is the reference's.
+/// Under Restart in async mode: the same, with the kill landing anywhere in the ring's life
+/// (mid-step, mid-claim, mid-write, between calls). Every env of the killed worker comes
+/// back once as a fresh episode; every other env's stream is the reference's.
+fn kills_under_restart_async(below: &mut impl FnMut(u64) -> u64) {
     for round in 0..50u64 {
         let workers = 2 + below(2) as usize;
         let envs = workers * (1 + below(3) as usize);
@@ -207,10 +223,6 @@ fn random_kills_are_always_reported_and_nothing_leaks() {
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
     eprintln!("50 random kills under Restart (async): every pool kept going, survivors untouched");
-    replacements_killed_mid_handshake(&mut below);
-    forked_children_exit_close_and_step(&mut below);
-    stopped_workers_in_async_mode(&mut below);
-    assert_eq!(open_fds(), fds, "fds leaked");
 }
 
 /// Kills every 1-4 ms, so that many land on replacements in the middle of their start-up

@@ -44,6 +44,35 @@ fn autoreset_from(name: &str) -> PyResult<AutoReset> {
     }
 }
 
+/// A worker command: `program`, its arguments, extra environment.
+fn worker_command(program: String, args: Vec<String>, env: Vec<(String, String)>) -> WorkerCommand {
+    let command = args.into_iter().fold(WorkerCommand::new(program), WorkerCommand::arg);
+    env.into_iter().fold(command, |c, (k, v)| c.env(k, v))
+}
+
+/// Lets Ctrl-C end a wait: every [`SIGNAL_CHECK_EVERY`] at most, the pool's interrupt check
+/// runs Python's signal handlers; an exception they raise lands in the returned slot (the
+/// failing call raises it) and ends the wait.
+fn install_interrupt_check(pool: &mut Pool) -> Arc<Mutex<Option<PyErr>>> {
+    let interrupted = Arc::new(Mutex::new(None));
+    let slot = interrupted.clone();
+    let mut last = Instant::now();
+    pool.set_interrupt_check(move || {
+        if last.elapsed() < SIGNAL_CHECK_EVERY {
+            return false;
+        }
+        last = Instant::now();
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(e) => {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                true
+            }
+        })
+    });
+    interrupted
+}
+
 #[pymethods]
 impl PyPool {
     #[new]
@@ -93,14 +122,7 @@ impl PyPool {
             .cpu_affinity(if pin_workers { CpuAffinity::Auto } else { CpuAffinity::None })
             .startup_timeout(Duration::from_secs_f64(startup_timeout.max(0.0)));
         if let Some(program) = worker_program {
-            let mut command = WorkerCommand::new(program);
-            for a in worker_args {
-                command = command.arg(a);
-            }
-            for (k, v) in worker_env {
-                command = command.env(k, v);
-            }
-            builder = builder.worker_command(command);
+            builder = builder.worker_command(worker_command(program, worker_args, worker_env));
         }
         if let Some(w) = num_workers {
             builder = builder.num_workers(w);
@@ -126,22 +148,7 @@ impl PyPool {
             builder = builder.max_episode_steps(k);
         }
         let mut pool = py.detach(|| builder.build()).map_err(|e| build_error(py, e))?;
-        let interrupted = Arc::new(Mutex::new(None));
-        let slot = interrupted.clone();
-        let mut last = Instant::now();
-        pool.set_interrupt_check(move || {
-            if last.elapsed() < SIGNAL_CHECK_EVERY {
-                return false;
-            }
-            last = Instant::now();
-            Python::attach(|py| match py.check_signals() {
-                Ok(()) => false,
-                Err(e) => {
-                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    true
-                }
-            })
-        });
+        let interrupted = install_interrupt_check(&mut pool);
         let lease = Py::new(py, Lease::new(pool.mapping_lease()))?;
         Ok(PyPool {
             spec_json: pool.spec().to_json().to_string(),

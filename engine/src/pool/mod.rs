@@ -556,51 +556,9 @@ fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
     ids.fill(crate::recovery::UNWRITTEN);
 }
 
-fn default_seed() -> u64 {
-    let t =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    t ^ (std::process::id() as u64).rotate_left(32)
-}
-
-/// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
-pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
-    fn distance(a: &str, b: &str) -> usize {
-        let (a, b): (Vec<char>, Vec<char>) =
-            (a.to_lowercase().chars().collect(), b.to_lowercase().chars().collect());
-        let mut prev: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.iter().enumerate() {
-            let mut cur = vec![i + 1];
-            for (j, cb) in b.iter().enumerate() {
-                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
-            }
-            prev = cur;
-        }
-        prev[b.len()]
-    }
-    registered
-        .iter()
-        .map(|r| (distance(id, r), r))
-        .min()
-        .filter(|(d, r)| *d <= (r.len() / 2).max(2))
-        .map(|(_, r)| r.clone())
-}
-
 /// A pool can move to another thread (workers are tied to its supervisor thread, not to
 /// the thread that built it).
 const _: fn() = || {
     fn is_send<T: Send>() {}
     is_send::<Pool>();
 };
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn closest_match_finds_typos_and_ignores_strangers() {
-        let reg = vec!["CartPole-v1".to_string(), "Pendulum-v1".to_string(), "Burn-v0".to_string()];
-        assert_eq!(closest_match("cartpole-v0", &reg).as_deref(), Some("CartPole-v1"));
-        assert_eq!(closest_match("Pendulum", &reg).as_deref(), Some("Pendulum-v1"));
-        assert_eq!(closest_match("Humanoid-v4", &reg), None);
-    }
-}

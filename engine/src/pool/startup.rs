@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{
-    closest_match, default_seed, mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core,
-    FailurePolicy, MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
+    mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core, FailurePolicy, MemoryRoom, Mode,
+    Pool, PoolBuilder, RingState, SyncState,
 };
 use crate::launch::WorkerCommand;
 use crate::protocol::AutoReset;
@@ -270,5 +270,47 @@ fn build_error(worker: usize, report: WorkerReport) -> BuildError {
         WorkerReport::Spec(_) => {
             BuildError::WorkerFailed { worker, message: "reported a spec instead of running".into() }
         }
+    }
+}
+
+fn default_seed() -> u64 {
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    t ^ (std::process::id() as u64).rotate_left(32)
+}
+
+/// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
+pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
+    fn distance(a: &str, b: &str) -> usize {
+        let (a, b): (Vec<char>, Vec<char>) =
+            (a.to_lowercase().chars().collect(), b.to_lowercase().chars().collect());
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.iter().enumerate() {
+            let mut cur = vec![i + 1];
+            for (j, cb) in b.iter().enumerate() {
+                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    }
+    registered
+        .iter()
+        .map(|r| (distance(id, r), r))
+        .min()
+        .filter(|(d, r)| *d <= (r.len() / 2).max(2))
+        .map(|(_, r)| r.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_match_finds_typos_and_ignores_strangers() {
+        let reg = vec!["CartPole-v1".to_string(), "Pendulum-v1".to_string(), "Burn-v0".to_string()];
+        assert_eq!(closest_match("cartpole-v0", &reg).as_deref(), Some("CartPole-v1"));
+        assert_eq!(closest_match("Pendulum", &reg).as_deref(), Some("Pendulum-v1"));
+        assert_eq!(closest_match("Humanoid-v4", &reg), None);
     }
 }

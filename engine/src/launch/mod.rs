@@ -11,7 +11,6 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -20,6 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+mod affinity;
+mod watch;
+
+pub use affinity::CpuAffinity;
+use watch::supervise;
 
 /// The first argument that tells a worker program it was started by a pool.
 pub const WORKER_FLAG: &str = "--shmenv-worker";
@@ -417,176 +422,4 @@ fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     Ok((read_end, write_end))
-}
-
-/// Reads what worker `w` wrote (without blocking): copies it to our stderr and keeps the
-/// tail. Returns false once the pipe is closed (every writer gone).
-fn pump_output(fd: &OwnedFd, w: usize, shared: &Shared) -> bool {
-    let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: reading into a valid buffer of `buf.len()` bytes from an fd we own.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n == 0 {
-            return false;
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted;
-        }
-        let chunk = &buf[..n as usize];
-        let _ = std::io::stderr().write_all(chunk);
-        let mut tails = shared.tails.lock().unwrap_or_else(|p| p.into_inner());
-        let tail = &mut tails[w];
-        tail.extend_from_slice(chunk);
-        if tail.len() > OUTPUT_TAIL {
-            let cut = tail.len() - OUTPUT_TAIL;
-            tail.drain(..cut);
-        }
-    }
-}
-
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    // SAFETY: a non-negative return is a fresh fd owned by nobody else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// The supervisor loop: wait for worker exits or the stop request.
-fn supervise(
-    mut children: Vec<Child>,
-    mut outputs: Vec<Option<OwnedFd>>,
-    shared: &Shared,
-    stop_fd: RawFd,
-    poke_fd: RawFd,
-    spawner: &Spawner,
-) {
-    let mut pidfds: Vec<Option<OwnedFd>> = children.iter().map(|c| pidfd_open(c.id())).collect();
-    let have_pidfds = pidfds.iter().all(Option::is_some);
-    let mut alive = vec![true; children.len()];
-    let mut stop_at: Option<Instant> = None;
-    loop {
-        // Respawn requests (the pool's Restart policy), served while not stopping.
-        drain(poke_fd);
-        let requests = std::mem::take(&mut *shared.respawns.lock().unwrap_or_else(|p| p.into_inner()));
-        for (w, answer) in requests {
-            let result = if stop_at.is_some() || alive.get(w) != Some(&false) {
-                Err(io::Error::other(format!("worker {w} cannot be respawned now")))
-            } else {
-                spawner.spawn(w).map(|(child, output)| {
-                    let pid = child.id();
-                    pidfds[w] = pidfd_open(pid);
-                    children[w] = child;
-                    outputs[w] = Some(output);
-                    alive[w] = true;
-                    let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
-                    exits[w] = None;
-                    shared.any_exited.store(exits.iter().any(Option::is_some), Ordering::Release);
-                    pid
-                })
-            };
-            let _ = answer.send(result);
-        }
-        let mut fds = vec![
-            libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: poke_fd, events: libc::POLLIN, revents: 0 },
-        ];
-        for (w, p) in pidfds.iter().enumerate() {
-            if let (Some(p), true) = (p, alive[w]) {
-                fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-            }
-        }
-        for o in outputs.iter().flatten() {
-            fds.push(libc::pollfd { fd: o.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-        }
-        let timeout_ms = match stop_at {
-            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 50) as i32,
-            None if have_pidfds => -1,
-            None => 10,
-        };
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-        if fds[0].revents & libc::POLLIN != 0 && stop_at.is_none() {
-            stop_at = Some(Instant::now() + SHUTDOWN_GRACE);
-        }
-        for (w, o) in outputs.iter_mut().enumerate() {
-            if o.as_ref().is_some_and(|fd| !pump_output(fd, w, shared)) {
-                *o = None;
-            }
-        }
-        for (w, child) in children.iter_mut().enumerate() {
-            if alive[w] && crate::process_group::unreaped(child.id()) == Some(true) {
-                // What it started goes with it, before its pid (the group id) is released.
-                crate::process_group::kill_group(child.id());
-                if let Ok(Some(status)) = child.try_wait() {
-                    alive[w] = false;
-                    // Its last words first, so the error that reports the exit has them.
-                    if let Some(fd) = &outputs[w] {
-                        pump_output(fd, w, shared);
-                    }
-                    let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
-                    exits[w] = Some(WorkerExit::from_status(status));
-                    shared.any_exited.store(true, Ordering::Release);
-                }
-            }
-        }
-        // All gone: done once stopping; until then a respawn request may still come.
-        if !alive.contains(&true) && stop_at.is_some() {
-            break;
-        }
-        if stop_at.is_some_and(|t| Instant::now() >= t) {
-            let ended = crate::process_group::kill_and_reap(&mut children);
-            let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
-            for (w, e) in ended.into_iter().enumerate() {
-                if alive[w] {
-                    exits[w] = e.map(WorkerExit::from_status);
-                }
-            }
-            break;
-        }
-    }
-}
-
-/// Which cores the worker processes run on. The trainer is never pinned.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum CpuAffinity {
-    /// When every worker can have a core of its own (`num_workers` <= the cores this
-    /// process may use), pin worker `w` to the `w`-th of them; otherwise do not pin.
-    /// Measured here (2 cores, 2 workers + trainer): Burn-v0 50 us x 8 envs 1.78x -> 1.90x
-    /// of the serial loop, because two workers can no longer end up sharing a core while the
-    /// trainer holds the other. Use `None` when several pools share a machine.
-    #[default]
-    Auto,
-    /// Let the scheduler place workers.
-    None,
-    /// Pin worker `w` to core `cores[w % cores.len()]`.
-    Cores(Vec<usize>),
-}
-
-impl CpuAffinity {
-    /// The core of each of `num_workers` workers (`None`: not pinned).
-    pub fn assign(&self, num_workers: usize) -> Vec<Option<usize>> {
-        let allowed = allowed_cpus();
-        match self {
-            CpuAffinity::Auto if !allowed.is_empty() && num_workers <= allowed.len() => {
-                allowed.iter().take(num_workers).map(|&c| Some(c)).collect()
-            }
-            CpuAffinity::Cores(cores) if !cores.is_empty() => {
-                (0..num_workers).map(|w| Some(cores[w % cores.len()])).collect()
-            }
-            _ => vec![None; num_workers],
-        }
-    }
-}
-
-/// The cores this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain bits; sched_getaffinity fills it for this process.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Vec::new();
-    }
-    // SAFETY: CPU_ISSET only reads the set.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }
