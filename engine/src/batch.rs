@@ -1,7 +1,7 @@
 //! Typed, shaped views of a batch, borrowed straight from the region.
 
 use crate::error::ViewError;
-use crate::protocol::ResultBlock;
+use crate::protocol::{Column, ResultBlock};
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
 use std::ops::Range;
@@ -126,12 +126,12 @@ pub struct Batch<'a> {
 impl<'a> Batch<'a> {
     /// Number of rows (envs in this batch).
     pub fn len(&self) -> usize {
-        self.view.rewards.len()
+        self.view.rows.len()
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.view.rewards.is_empty()
+        self.view.rows.is_empty()
     }
 
     /// The env spec (names, dtypes and shapes of the arrays).
@@ -142,7 +142,7 @@ impl<'a> Batch<'a> {
     /// The env of each row (in sync mode row `i` is env `i`; in async mode rows are in
     /// the order envs finished).
     pub fn env_ids(&self) -> &'a [u32] {
-        self.view.env_ids
+        self.view.column(Column::EnvIds)
     }
 
     /// Observation array `name`, shaped `[rows, ...shape]`.
@@ -175,34 +175,40 @@ impl<'a> Batch<'a> {
         self.view.obs_bytes(k, true)
     }
 
+    /// Result column `c` as raw bytes: rows of its kind, native byte order. For bindings
+    /// that build their arrays by iterating [`Column::ALL`] (numpy).
+    pub fn column_bytes(&self, c: Column) -> &'a [u8] {
+        self.view.columns[c as usize]
+    }
+
     /// Rewards.
     pub fn rewards(&self) -> &'a [f32] {
-        self.view.rewards
+        self.view.column(Column::Rewards)
     }
 
     /// Whether each env's episode terminated at this step.
     pub fn terminated(&self) -> Flags<'a> {
-        Flags::new(self.view.terminated)
+        Flags::new(self.view.column(Column::Terminated))
     }
 
     /// Whether each env's episode was truncated at this step.
     pub fn truncated(&self) -> Flags<'a> {
-        Flags::new(self.view.truncated)
+        Flags::new(self.view.column(Column::Truncated))
     }
 
     /// Return of the episode that ended at this step where terminated or truncated, 0 elsewhere.
     pub fn episode_returns(&self) -> &'a [f64] {
-        self.view.episode_return
+        self.view.column(Column::EpisodeReturn)
     }
 
     /// Length of the episode that ended at this step where terminated or truncated, 0 elsewhere.
     pub fn episode_lengths(&self) -> &'a [u32] {
-        self.view.episode_length
+        self.view.column(Column::EpisodeLength)
     }
 
     /// Steps since each env's last reset.
     pub fn elapsed_steps(&self) -> &'a [u32] {
-        self.view.elapsed_steps
+        self.view.column(Column::ElapsedSteps)
     }
 
     /// Under [`crate::FailurePolicy::Restart`]: the envs whose worker died during this
@@ -214,9 +220,13 @@ impl<'a> Batch<'a> {
 
     /// The episodes that ended at this step.
     pub fn episodes(&self) -> impl Iterator<Item = Episode> + 'a {
-        let v = &self.view;
-        let (term, trunc, ret, len, ids) =
-            (v.terminated, v.truncated, v.episode_return, v.episode_length, v.env_ids);
+        let (term, trunc, ret, len, ids) = (
+            self.terminated().as_bytes(),
+            self.truncated().as_bytes(),
+            self.episode_returns(),
+            self.episode_lengths(),
+            self.env_ids(),
+        );
         (0..ids.len()).filter(move |&i| term[i] != 0 || trunc[i] != 0).map(move |i| Episode {
             env_id: ids[i] as usize,
             episode_return: ret[i],
@@ -232,17 +242,20 @@ pub(crate) struct BatchData<'a> {
     pub(crate) region: &'a Region,
     pub(crate) block: &'a ResultBlock,
     pub(crate) rows: Range<usize>,
-    pub(crate) env_ids: &'a [u32],
-    pub(crate) rewards: &'a [f32],
-    pub(crate) terminated: &'a [u8],
-    pub(crate) truncated: &'a [u8],
-    pub(crate) episode_return: &'a [f64],
-    pub(crate) episode_length: &'a [u32],
-    pub(crate) elapsed_steps: &'a [u32],
+    /// The result columns' rows as bytes, indexed by [`Column`].
+    pub(crate) columns: [&'a [u8]; Column::COUNT],
     pub(crate) restarted: &'a [usize],
 }
 
 impl<'a> BatchData<'a> {
+    /// Column `c` as elements of its kind (`T` must be its `ColumnKind`'s type;
+    /// the rows are aligned to 128 bytes and hold whole elements).
+    #[inline]
+    pub(crate) fn column<T: bytemuck::Pod>(&self, c: Column) -> &'a [T] {
+        debug_assert_eq!(std::mem::size_of::<T>(), c.kind().size(), "{c:?}");
+        bytemuck::cast_slice(self.columns[c as usize])
+    }
+
     pub(crate) fn obs<T: Element>(&self, name: &str, final_obs: bool) -> Result<ArrayView<'a, T>, ViewError> {
         let k = self.spec.obs_index(name).ok_or_else(|| ViewError::UnknownName {
             name: name.into(),

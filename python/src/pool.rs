@@ -8,6 +8,7 @@ use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use shmenv_engine::protocol::{Column, ColumnKind};
 use shmenv_engine::{AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -393,18 +394,27 @@ impl PyPool {
         // are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32
         // and bool arrays as they are.
         let rows = [batch.len()];
-        let column = |bytes: &[u8], descr| views::owned(py, bytes, descr, &rows).map(Bound::unbind);
-        let (bool_, int32) = (|| numpy::dtype::<bool>(py), || numpy::dtype::<i32>(py));
+        let mut columns = Vec::with_capacity(Column::COUNT);
+        for c in Column::ALL {
+            let descr = match c.kind() {
+                ColumnKind::F32 => numpy::dtype::<f32>(py),
+                ColumnKind::F64 => numpy::dtype::<f64>(py),
+                ColumnKind::Flag => numpy::dtype::<bool>(py),
+                ColumnKind::Count => numpy::dtype::<i32>(py),
+            };
+            columns.push(views::owned(py, batch.column_bytes(c), descr, &rows)?.unbind());
+        }
+        let column = |c: Column| columns[c as usize].clone_ref(py);
         Ok(Results {
             obs,
             final_obs,
-            rewards: column(bytemuck::cast_slice(batch.rewards()), numpy::dtype::<f32>(py))?,
-            terminated: column(batch.terminated().as_bytes(), bool_())?,
-            truncated: column(batch.truncated().as_bytes(), bool_())?,
-            env_id: column(bytemuck::cast_slice(batch.env_ids()), int32())?,
-            elapsed_step: column(bytemuck::cast_slice(batch.elapsed_steps()), int32())?,
-            episode_return: column(bytemuck::cast_slice(batch.episode_returns()), numpy::dtype::<f64>(py))?,
-            episode_length: column(bytemuck::cast_slice(batch.episode_lengths()), int32())?,
+            rewards: column(Column::Rewards),
+            terminated: column(Column::Terminated),
+            truncated: column(Column::Truncated),
+            env_id: column(Column::EnvIds),
+            elapsed_step: column(Column::ElapsedSteps),
+            episode_return: column(Column::EpisodeReturn),
+            episode_length: column(Column::EpisodeLength),
             any_done: batch.terminated().any() || batch.truncated().any(),
         })
     }

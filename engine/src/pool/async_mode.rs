@@ -6,7 +6,7 @@ use super::{Abort, AsyncState, Control, Core, FailurePolicy, RingState};
 use crate::action;
 use crate::batch::Batch;
 use crate::error::StepError;
-use crate::protocol;
+use crate::protocol::{self, Column};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::Element;
 use crate::stats::{now_ns, PoolStats};
@@ -311,7 +311,7 @@ impl Core {
         let block = &self.layout.blocks[j];
         // SAFETY: all `b` rows of block `j` were committed (Acquire in the wait), and workers
         // do not write the block again before the trainer releases it (its gate).
-        let ids: &[u32] = unsafe { self.region.slice(block.env_ids.offset, b) };
+        let ids: &[u32] = unsafe { self.region.slice(block.column(Column::EnvIds).offset, b) };
         let ring = &mut a.ring;
         for (row, &id) in ids.iter().enumerate() {
             match ring.pending.get_mut(id as usize) {
@@ -335,7 +335,7 @@ impl Core {
         if ring.marked > 0 {
             // SAFETY: as for `ids`; the trainer owns the received block until it releases it,
             // and no view of it exists yet (`&mut self`).
-            let truncated = unsafe { self.region.slice_mut::<u8>(block.truncated.offset, b) };
+            let truncated = unsafe { self.region.slice_mut::<u8>(block.column(Column::Truncated).offset, b) };
             for (r, &id) in ids.iter().enumerate() {
                 if std::mem::take(&mut ring.restart_marked[id as usize]) {
                     ring.marked -= 1;
@@ -346,9 +346,13 @@ impl Core {
         }
         if !self.ended.is_empty() {
             let view = self.batch_view(j, 0..b);
-            let ended: Vec<(usize, bool)> = (0..b)
-                .map(|r| (view.env_ids[r] as usize, view.terminated[r] != 0 || view.truncated[r] != 0))
-                .collect();
+            let (ids, terminated, truncated) = (
+                view.column::<u32>(Column::EnvIds),
+                view.column::<u8>(Column::Terminated),
+                view.column::<u8>(Column::Truncated),
+            );
+            let ended: Vec<(usize, bool)> =
+                (0..b).map(|r| (ids[r] as usize, terminated[r] != 0 || truncated[r] != 0)).collect();
             for (id, e) in ended {
                 self.ended[id] = e;
             }

@@ -3,7 +3,7 @@
 use crate::batch::Batch;
 use crate::error::StepError;
 use crate::launch::{CpuAffinity, Supervisor, WorkerExit};
-use crate::protocol::{self, AutoReset, Command, Layout, PoolParams, WorkerReport};
+use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{PoolStats, StatsReport, StatsSnapshot};
@@ -495,29 +495,16 @@ impl Core {
     /// Views of rows `rows` of result block `j`.
     fn batch_view(&self, j: usize, rows: Range<usize>) -> BatchData<'_> {
         let block = &self.layout.blocks[j];
-        let n = rows.len();
-        let at = |slot: &protocol::ArraySlot| slot.rows(rows.clone()).start;
-        // SAFETY: the rows are complete (the trainer acquired every completion post, an
-        // Acquire) and no worker writes them again until the next command (sync) or until
-        // the trainer releases the block (async), both of which need `&mut self`, while the
-        // views borrow `&self`. Offsets come from our own layout; `Region::slice` checks
-        // bounds and alignment.
-        unsafe {
-            BatchData {
-                spec: &self.spec,
-                region: &self.region,
-                block,
-                rows: rows.clone(),
-                env_ids: self.region.slice(at(&block.env_ids), n),
-                rewards: self.region.slice(at(&block.rewards), n),
-                terminated: self.region.slice(at(&block.terminated), n),
-                truncated: self.region.slice(at(&block.truncated), n),
-                episode_return: self.region.slice(at(&block.episode_return), n),
-                episode_length: self.region.slice(at(&block.episode_length), n),
-                elapsed_steps: self.region.slice(at(&block.elapsed_steps), n),
-                restarted: &self.restarted,
-            }
-        }
+        let columns = Column::ALL.map(|c| {
+            let bytes = block.column(c).rows(rows.clone());
+            // SAFETY: the rows are complete (the trainer acquired every completion post, an
+            // Acquire) and no worker writes them again until the next command (sync) or until
+            // the trainer releases the block (async), both of which need `&mut self`, while
+            // the views borrow `&self`. Offsets come from our own layout; `Region::slice`
+            // checks bounds and alignment.
+            unsafe { self.region.slice::<u8>(bytes.start, bytes.len()) }
+        });
+        BatchData { spec: &self.spec, region: &self.region, block, rows, columns, restarted: &self.restarted }
     }
 
     fn control(&self) -> Control<'_> {
@@ -552,7 +539,7 @@ impl Drop for Pool {
 fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
     // SAFETY: the trainer owns the block: every row of its batch was received and the block
     // is not yet released (or no worker has the data part yet), so no worker writes it.
-    let ids = unsafe { region.slice_mut::<u32>(block.env_ids.offset, block.rows) };
+    let ids = unsafe { region.slice_mut::<u32>(block.column(Column::EnvIds).offset, block.rows) };
     ids.fill(crate::recovery::UNWRITTEN);
 }
 

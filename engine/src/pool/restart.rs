@@ -6,7 +6,7 @@
 use super::{trainer_semaphore, Abort, AsyncState, Core, FailurePolicy};
 use crate::error::StepError;
 use crate::launch::WorkerExit;
-use crate::protocol::{self, queue_entry, worker_block, Command, WorkerReport, WorkerStatus};
+use crate::protocol::{self, queue_entry, worker_block, Column, Command, WorkerReport, WorkerStatus};
 use crate::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
@@ -234,7 +234,7 @@ impl Core {
         if let Some(worker) = self.control().failed_worker() {
             return Err(self.fail(self.worker_error(worker)));
         }
-        let rows = self.layout.blocks[j].truncated.rows(self.shard(w));
+        let rows = self.layout.blocks[j].column(Column::Truncated).rows(self.shard(w));
         // SAFETY: every worker has posted its completion of this command and none is
         // posted again before the next call, so nobody else touches block `j` now.
         let flags = unsafe { self.region.slice_mut::<u8>(rows.start, rows.len()) };
@@ -353,7 +353,8 @@ impl Core {
         // Row `g`'s env id (in block `g / b % depth`).
         let env_id = |g: u64| {
             let block = &self.layout.blocks[words.block_of(g / b)];
-            self.region.atomic_u32(block.env_ids.rows(0..1).start + (g % b) as usize * 4)
+            let row = (g % b) as usize;
+            self.region.atomic_u32(block.column(Column::EnvIds).rows(row..row + 1).start)
         };
         let owner = |g: u64| match env_id(g).load(Ordering::Relaxed) {
             UNWRITTEN => RowOwner::Dead,

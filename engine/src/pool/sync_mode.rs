@@ -6,7 +6,7 @@ use super::{trainer_semaphore, Abort, Core, SyncState};
 use crate::action;
 use crate::batch::Batch;
 use crate::error::StepError;
-use crate::protocol::{self, worker_block, Command};
+use crate::protocol::{self, worker_block, Column, Command};
 use crate::spec::Element;
 use crate::stats::now_ns;
 use crate::sync::WaitOutcome;
@@ -178,8 +178,12 @@ impl Core {
             // `reset_envs` cleared the envs it reset.
         } else if command == Command::Step {
             let view = self.batch_view(j, 0..self.params.num_envs);
-            let ended: Vec<bool> =
-                view.terminated.iter().zip(view.truncated).map(|(&a, &b)| a != 0 || b != 0).collect();
+            let ended: Vec<bool> = view
+                .column::<u8>(Column::Terminated)
+                .iter()
+                .zip(view.column::<u8>(Column::Truncated))
+                .map(|(&a, &b)| a != 0 || b != 0)
+                .collect();
             self.ended = ended;
         } else {
             self.ended.fill(false);

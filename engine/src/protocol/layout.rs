@@ -37,35 +37,112 @@ pub struct ResultBlock {
     pub obs: Vec<ArraySlot>,
     /// Final observations (empty unless `AutoReset::SameStep`).
     pub final_obs: Vec<ArraySlot>,
-    /// Rewards (f32).
-    pub rewards: ArraySlot,
-    /// Terminated flags (u8).
-    pub terminated: ArraySlot,
-    /// Truncated flags (u8).
-    pub truncated: ArraySlot,
-    /// Return of the episode that ended at this step (f64).
-    pub episode_return: ArraySlot,
-    /// Length of the episode that ended at this step (u32).
-    pub episode_length: ArraySlot,
-    /// Steps since the env's last reset (u32).
-    pub elapsed_steps: ArraySlot,
-    /// The env of each row (u32).
-    pub env_ids: ArraySlot,
+    /// The result columns, indexed by [`Column`] (see [`ResultBlock::column`]).
+    pub columns: [ArraySlot; Column::COUNT],
 }
 
 impl ResultBlock {
+    /// Where column `c` lives.
+    #[inline]
+    pub fn column(&self, c: Column) -> &ArraySlot {
+        &self.columns[c as usize]
+    }
+
     fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
-        self.obs.iter().chain(self.final_obs.iter()).chain([
-            &self.rewards,
-            &self.terminated,
-            &self.truncated,
-            &self.episode_return,
-            &self.episode_length,
-            &self.elapsed_steps,
-            &self.env_ids,
-        ])
+        self.obs.iter().chain(self.final_obs.iter()).chain(self.columns.iter())
     }
 }
+
+/// What a result column's elements are (all native-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// f32.
+    F32,
+    /// f64.
+    F64,
+    /// A u8 flag, 0 or 1 when written by a well-behaved worker (read as bytes, see `Flags`).
+    Flag,
+    /// A u32 count or id.
+    Count,
+}
+
+impl ColumnKind {
+    /// Bytes of one element.
+    pub const fn size(self) -> usize {
+        match self {
+            ColumnKind::F32 | ColumnKind::Count => 4,
+            ColumnKind::F64 => 8,
+            ColumnKind::Flag => 1,
+        }
+    }
+}
+
+/// The per-row scalar result columns, declared once: the layout, the worker's rows, the
+/// batch views and the Python results all iterate [`Column::ALL`]. Adding a column is an
+/// entry here (with its kind and name) plus its accessor and the shard code that writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Column {
+    /// The step's reward.
+    Rewards,
+    /// Whether the episode terminated at this step.
+    Terminated,
+    /// Whether the episode was truncated at this step.
+    Truncated,
+    /// Return of the episode that ended at this step (0 elsewhere).
+    EpisodeReturn,
+    /// Length of the episode that ended at this step (0 elsewhere).
+    EpisodeLength,
+    /// Steps since the env's last reset.
+    ElapsedSteps,
+    /// The env of each row.
+    EnvIds,
+}
+
+impl Column {
+    /// Every column, in layout order.
+    pub const ALL: [Column; 7] = [
+        Column::Rewards,
+        Column::Terminated,
+        Column::Truncated,
+        Column::EpisodeReturn,
+        Column::EpisodeLength,
+        Column::ElapsedSteps,
+        Column::EnvIds,
+    ];
+    /// Number of columns.
+    pub const COUNT: usize = Column::ALL.len();
+
+    /// Its elements.
+    pub const fn kind(self) -> ColumnKind {
+        match self {
+            Column::Rewards => ColumnKind::F32,
+            Column::Terminated | Column::Truncated => ColumnKind::Flag,
+            Column::EpisodeReturn => ColumnKind::F64,
+            Column::EpisodeLength | Column::ElapsedSteps | Column::EnvIds => ColumnKind::Count,
+        }
+    }
+
+    /// Its name (as in the docs; the `Batch` accessors are named after it).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Column::Rewards => "rewards",
+            Column::Terminated => "terminated",
+            Column::Truncated => "truncated",
+            Column::EpisodeReturn => "episode_return",
+            Column::EpisodeLength => "episode_length",
+            Column::ElapsedSteps => "elapsed_steps",
+            Column::EnvIds => "env_ids",
+        }
+    }
+}
+
+const _: () = {
+    let mut i = 0;
+    while i < Column::COUNT {
+        assert!(Column::ALL[i] as usize == i, "Column::ALL is in declaration order");
+        i += 1;
+    }
+};
 
 /// Where the async ring's control words live (async mode only).
 ///
@@ -137,13 +214,7 @@ impl Layout {
                 } else {
                     Vec::new()
                 },
-                rewards: array(rows, 4),
-                terminated: array(rows, 1),
-                truncated: array(rows, 1),
-                episode_return: array(rows, 8),
-                episode_length: array(rows, 4),
-                elapsed_steps: array(rows, 4),
-                env_ids: array(rows, 4),
+                columns: Column::ALL.map(|c| array(rows, c.kind().size())),
             })
             .collect();
         let ring = is_async.then(|| RingLayout {

@@ -18,7 +18,7 @@ use crate::registry::{MakeError, Registry};
 use crate::shard::{EnvShard, ShardError, ShardRows};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, exit_code, worker_block, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
+    self, exit_code, worker_block, Column, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
     WorkerReport, WorkerStatus,
 };
 use shmenv_engine::region::Region;
@@ -310,13 +310,13 @@ unsafe fn block_rows<'a>(region: &'a Region, block: &ResultBlock, rows: Range<us
         ShardRows {
             obs: block.obs.iter().map(bytes).collect(),
             final_obs: block.final_obs.iter().map(bytes).collect(),
-            rewards: region.slice_mut(start(&block.rewards), n),
-            terminated: region.slice_mut(start(&block.terminated), n),
-            truncated: region.slice_mut(start(&block.truncated), n),
-            episode_return: region.slice_mut(start(&block.episode_return), n),
-            episode_length: region.slice_mut(start(&block.episode_length), n),
-            elapsed_steps: region.slice_mut(start(&block.elapsed_steps), n),
-            env_ids: region.slice_mut(start(&block.env_ids), n),
+            rewards: region.slice_mut(start(block.column(Column::Rewards)), n),
+            terminated: region.slice_mut(start(block.column(Column::Terminated)), n),
+            truncated: region.slice_mut(start(block.column(Column::Truncated)), n),
+            episode_return: region.slice_mut(start(block.column(Column::EpisodeReturn)), n),
+            episode_length: region.slice_mut(start(block.column(Column::EpisodeLength)), n),
+            elapsed_steps: region.slice_mut(start(block.column(Column::ElapsedSteps)), n),
+            env_ids: region.slice_mut(start(block.column(Column::EnvIds)), n),
         }
     }
 }
