@@ -19,7 +19,7 @@ pub struct Header {
     pub bootstrap_size: u64,
     /// Bytes of the whole region (0 while bootstrapping).
     pub total_size: u64,
-    /// [`Layout::hash`] of the data part (0 while bootstrapping).
+    /// [`super::Layout::hash`] of the data part (0 while bootstrapping).
     pub layout_hash: u64,
     /// Number of envs.
     pub num_envs: u32,

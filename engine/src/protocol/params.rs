@@ -55,7 +55,7 @@ pub struct PoolParams {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerReport {
-    /// Its envs' spec (canonical JSON of [`EnvSpec`]).
+    /// Its envs' spec (canonical JSON of [`crate::spec::EnvSpec`]).
     Spec(serde_json::Value),
     /// The env id is not registered in this worker program.
     UnknownEnv {
