@@ -365,13 +365,12 @@ impl Core {
             _ => RowOwner::Corrupt,
         };
         let committed = |q: u64| words.committed(words.block_of(q)).count();
-        let plan = recovery::plan(&snapshot, owner, committed);
         // No worker is to blame for a ring that does not add up: the region is corrupt.
         let corrupt = |pool: &mut Core, message: String| {
             let what = format!("the async ring cannot be recovered after a worker died: {message}");
             Err(pool.fail(StepError::Protocol { what }))
         };
-        let plan = match plan {
+        let plan = match recovery::plan(&snapshot, owner, committed) {
             Ok(plan) => plan,
             Err(message) => return corrupt(self, message),
         };
