@@ -26,22 +26,63 @@ pub enum DType {
     I32,
     /// 64-bit signed integer.
     I64,
+    /// Boolean, one byte per element. Rust sees these bytes as [`Bool8`] (never `bool`:
+    /// a worker may write any byte); numpy views them as `np.bool_`.
+    Bool,
+    /// 16-bit float (IEEE 754 half precision, [`half::f16`]).
+    F16,
+    /// 16-bit unsigned integer.
+    U16,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 64-bit unsigned integer.
+    U64,
 }
 
 impl DType {
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
-            DType::U8 | DType::I8 => 1,
-            DType::I16 => 2,
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
+            DType::U8 | DType::I8 | DType::Bool => 1,
+            DType::I16 | DType::F16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
     /// Whether this is a floating-point type.
     pub const fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16)
+    }
+
+    /// Whether this is an integer type (`bool` is not).
+    pub const fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DType::U8
+                | DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U16
+                | DType::U32
+                | DType::U64
+        )
+    }
+
+    /// The smallest and largest value of an integer type (`None` for floats and bool).
+    pub const fn integer_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            DType::U8 => (0, u8::MAX as i128),
+            DType::I8 => (i8::MIN as i128, i8::MAX as i128),
+            DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+            DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+            DType::I64 => (i64::MIN as i128, i64::MAX as i128),
+            DType::U16 => (0, u16::MAX as i128),
+            DType::U32 => (0, u32::MAX as i128),
+            DType::U64 => (0, u64::MAX as i128),
+            DType::F32 | DType::F64 | DType::F16 | DType::Bool => return None,
+        })
     }
 
     /// The short name used in messages and JSON (`"f32"`, `"u8"`, ...).
@@ -54,6 +95,11 @@ impl DType {
             DType::I16 => "i16",
             DType::I32 => "i32",
             DType::I64 => "i64",
+            DType::Bool => "bool",
+            DType::F16 => "f16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 }
@@ -66,8 +112,9 @@ impl fmt::Display for DType {
 
 /// A Rust type that can be an element of an array in shared memory.
 ///
-/// Implemented for `f32`, `f64`, `u8`, `i8`, `i16`, `i32` and `i64`; it ties each type to
-/// its [`DType`] so that typed views are checked against the spec at run time.
+/// Implemented for `f32`, `f64`, `u8`, `i8`, `i16`, `i32`, `i64`, `u16`, `u32`, `u64`,
+/// [`half::f16`] and [`Bool8`]; it ties each type to its [`DType`] so that typed views are
+/// checked against the spec at run time.
 pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'static {
     /// The dtype tag of this type.
     const DTYPE: DType;
@@ -75,6 +122,9 @@ pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'stati
     fn to_f64(self) -> f64;
     /// Conversion from f64 (`as` semantics: saturating, truncating toward zero).
     fn from_f64(v: f64) -> Self;
+    /// Exact conversion of an integer (floats truncate toward zero), to check integer
+    /// ranges without rounding.
+    fn to_i128(self) -> i128;
 }
 
 macro_rules! element {
@@ -85,20 +135,131 @@ macro_rules! element {
             fn to_f64(self) -> f64 { self as f64 }
             #[inline]
             fn from_f64(v: f64) -> Self { v as $t }
+            #[inline]
+            fn to_i128(self) -> i128 { self as i128 }
         }
     )*};
+}
+
+/// One byte of a `bool` array as it lies in shared memory: any byte value is a valid
+/// `Bool8` (0 is false; the action check accepts only 0 and 1), unlike Rust's `bool`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+pub struct Bool8(pub u8);
+
+impl Element for Bool8 {
+    const DTYPE: DType = DType::Bool;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f64::from(self.0)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        Bool8(u8::from(v != 0.0))
+    }
+    #[inline]
+    fn to_i128(self) -> i128 {
+        i128::from(self.0)
+    }
+}
+
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        half::f16::to_f64(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+    #[inline]
+    fn to_i128(self) -> i128 {
+        half::f16::to_f64(self) as i128
+    }
 }
 /// The bytes of a slice of elements.
 pub fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
 
-element!(f32 => F32, f64 => F64, u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64);
+element!(
+    f32 => F32, f64 => F64, u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u16 => U16, u32 => U32,
+    u64 => U64
+);
+
+/// Runs `$body` with `$t` bound (as a type alias) to the Rust element type of `$dtype`:
+/// the one place that maps a [`DType`] to its [`Element`] type.
+///
+/// ```
+/// use shmenv_engine::{with_element, DType, Element};
+/// assert_eq!(with_element!(DType::U16, T => std::mem::size_of::<T>()), 2);
+/// assert_eq!(with_element!(DType::Bool, T => T::DTYPE), DType::Bool);
+/// ```
+#[macro_export]
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $t = $crate::spec::Bool8;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $t = $crate::spec::F16;
+                $body
+            }
+            $crate::DType::U16 => {
+                type $t = u16;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $t = u64;
+                $body
+            }
+        }
+    };
+}
+
+/// The half-precision float type of [`DType::F16`].
+pub use half::f16 as F16;
 
 /// A Gymnasium-style space.
 ///
 /// Storage in shared memory: `Box` uses its own dtype and shape; `Discrete` is one `i64`;
-/// `MultiDiscrete` is `i64` per entry; `MultiBinary` is one `i8` (0 or 1) per entry.
+/// `MultiDiscrete` is one element of its integer dtype per entry; `MultiBinary` is one
+/// `i8` (0 or 1) per entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Space {
@@ -121,16 +282,45 @@ pub enum Space {
         /// Smallest value.
         start: i64,
     },
-    /// A vector of integers, entry `j` in `0 .. nvec[j]`.
+    /// An array of integers, entry `j` in `start[j] .. start[j] + nvec[j]` (Gymnasium's
+    /// `MultiDiscrete`, of any shape and integer dtype).
     MultiDiscrete {
-        /// Number of values of each entry.
+        /// Number of values of each entry (row-major), or one value for every entry.
         nvec: Vec<i64>,
+        /// Smallest value of each entry, or one value for every entry (JSON: default 0).
+        #[serde(default)]
+        start: Vec<i64>,
+        /// Shape (JSON: default `[len(nvec)]`).
+        #[serde(default)]
+        shape: Vec<usize>,
+        /// Integer element type (JSON: default `i64`).
+        #[serde(default = "default_multi_discrete_dtype")]
+        dtype: DType,
     },
-    /// A vector of `n` flags, each 0 or 1.
+    /// An array of `n` flags, each 0 or 1.
     MultiBinary {
         /// Number of flags.
         n: usize,
+        /// Shape, whose product is `n` (JSON: default `[n]`).
+        #[serde(default)]
+        shape: Vec<usize>,
     },
+}
+
+/// Entries above which a `MultiDiscrete`'s uniform `nvec` or `start` is spelled as one value.
+const COMPACT_ABOVE: usize = 64;
+
+fn default_multi_discrete_dtype() -> DType {
+    DType::I64
+}
+
+/// Entry `j` of `values`, which holds one value for every entry or one per entry.
+fn entry(values: &[i64], j: usize) -> i64 {
+    if values.len() == 1 {
+        values[0]
+    } else {
+        values[j]
+    }
 }
 
 /// JSON renders non-finite floats as `null`; these helpers keep bounds exact.
@@ -176,11 +366,27 @@ impl Space {
         Space::Discrete { n, start: 0 }
     }
 
+    /// A 1-D `MultiDiscrete(nvec)` space of `i64` entries starting at 0.
+    pub fn multi_discrete(nvec: &[i64]) -> Space {
+        Space::MultiDiscrete {
+            nvec: nvec.to_vec(),
+            start: vec![0],
+            shape: vec![nvec.len()],
+            dtype: DType::I64,
+        }
+        .normalized()
+    }
+
+    /// A 1-D `MultiBinary(n)` space.
+    pub fn multi_binary(n: usize) -> Space {
+        Space::MultiBinary { n, shape: vec![n] }
+    }
+
     /// Element type of the space's storage.
     pub fn dtype(&self) -> DType {
         match self {
-            Space::Box { dtype, .. } => *dtype,
-            Space::Discrete { .. } | Space::MultiDiscrete { .. } => DType::I64,
+            Space::Box { dtype, .. } | Space::MultiDiscrete { dtype, .. } => *dtype,
+            Space::Discrete { .. } => DType::I64,
             Space::MultiBinary { .. } => DType::I8,
         }
     }
@@ -188,11 +394,51 @@ impl Space {
     /// Shape of one value of the space.
     pub fn shape(&self) -> Vec<usize> {
         match self {
-            Space::Box { shape, .. } => shape.clone(),
+            Space::Box { shape, .. }
+            | Space::MultiDiscrete { shape, .. }
+            | Space::MultiBinary { shape, .. } => shape.clone(),
             Space::Discrete { .. } => vec![],
-            Space::MultiDiscrete { nvec } => vec![nvec.len()],
-            Space::MultiBinary { n } => vec![*n],
         }
+    }
+
+    /// The values entry `j` of a `MultiDiscrete` takes, `start .. start + n` (`None` for
+    /// other spaces).
+    pub fn multi_discrete_range(&self, j: usize) -> Option<(i64, i64)> {
+        match self {
+            Space::MultiDiscrete { nvec, start, .. } => {
+                let lo = entry(start, j);
+                Some((lo, lo.saturating_add(entry(nvec, j))))
+            }
+            _ => None,
+        }
+    }
+
+    /// Fills in what the JSON form may leave out (a `MultiDiscrete`'s shape and start, a
+    /// `MultiBinary`'s shape) and settles how per-entry values are spelled (one per entry
+    /// up to [`COMPACT_ABOVE`] entries; above, one value when they are all equal), so that
+    /// equal spaces have equal canonical JSON.
+    fn normalized(mut self) -> Space {
+        match &mut self {
+            Space::MultiDiscrete { nvec, start, shape, .. } => {
+                if shape.is_empty() {
+                    *shape = vec![nvec.len()];
+                }
+                if start.is_empty() {
+                    *start = vec![0];
+                }
+                let count: usize = shape.iter().product();
+                for values in [nvec, start] {
+                    if count <= COMPACT_ABOVE && values.len() == 1 {
+                        *values = vec![values[0]; count];
+                    } else if count > COMPACT_ABOVE && values.iter().all(|v| *v == values[0]) {
+                        values.truncate(1);
+                    }
+                }
+            }
+            Space::MultiBinary { n, shape } if shape.is_empty() => *shape = vec![*n],
+            _ => {}
+        }
+        self
     }
 
     /// Number of elements in one value of the space.
@@ -221,11 +467,43 @@ impl Space {
                 Ok(())
             }
             Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
-            Space::MultiDiscrete { nvec } if nvec.iter().any(|&k| k <= 0) => {
-                Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"))
+            Space::Discrete { n, start } if start.checked_add(*n).is_none() => {
+                Err(format!("Discrete start + n must fit an i64, got start {start} and n {n}"))
+            }
+            Space::MultiDiscrete { .. } => self.validate_multi_discrete(),
+            Space::MultiBinary { n, shape } if shape.iter().product::<usize>() != *n => {
+                Err(format!("MultiBinary shape {shape:?} must hold n = {n} entries"))
             }
             _ => Ok(()),
         }
+    }
+
+    fn validate_multi_discrete(&self) -> Result<(), String> {
+        let Space::MultiDiscrete { nvec, start, shape, dtype } = self else { return Ok(()) };
+        let count: usize = shape.iter().product();
+        let Some((min, max)) = dtype.integer_range() else {
+            return Err(format!("MultiDiscrete dtype must be an integer type, got {dtype}"));
+        };
+        for (what, values) in [("nvec", nvec), ("start", start)] {
+            if values.len() != 1 && values.len() != count {
+                return Err(format!(
+                    "MultiDiscrete {what} has {} values; expected 1 or {count} (the product of shape {shape:?})",
+                    values.len()
+                ));
+            }
+        }
+        for j in 0..count {
+            let (lo, hi) = self.multi_discrete_range(j).unwrap_or((0, 0));
+            if entry(nvec, j) <= 0 {
+                return Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"));
+            }
+            if i128::from(lo) < min || i128::from(hi) - 1 > max {
+                return Err(format!(
+                    "MultiDiscrete entry {j} takes {lo}..{hi}, outside its dtype {dtype} ({min}..={max})"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Bounds of element `j` of a `Box` (or `None` for other spaces).
@@ -272,7 +550,9 @@ impl Space {
             };
             Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
         } else {
-            serde_json::from_value(v.clone()).map_err(|e| format!("bad space {v}: {e}"))?
+            serde_json::from_value::<Space>(v.clone())
+                .map_err(|e| format!("bad space {v}: {e}"))?
+                .normalized()
         };
         space.validate()?;
         Ok(space)
@@ -298,8 +578,21 @@ impl fmt::Display for Space {
             }
             Space::Discrete { n, start: 0 } => write!(f, "Discrete({n})"),
             Space::Discrete { n, start } => write!(f, "Discrete({n}, start={start})"),
-            Space::MultiDiscrete { nvec } => write!(f, "MultiDiscrete({nvec:?})"),
-            Space::MultiBinary { n } => write!(f, "MultiBinary({n})"),
+            Space::MultiDiscrete { nvec, start, shape, dtype } => {
+                write!(f, "MultiDiscrete({nvec:?}")?;
+                if start.iter().any(|&s| s != 0) {
+                    write!(f, ", start={start:?}")?;
+                }
+                if shape.as_slice() != [nvec.len()] {
+                    write!(f, ", shape={shape:?}")?;
+                }
+                if *dtype != DType::I64 {
+                    write!(f, ", {dtype}")?;
+                }
+                write!(f, ")")
+            }
+            Space::MultiBinary { n, shape } if shape.len() == 1 => write!(f, "MultiBinary({n})"),
+            Space::MultiBinary { shape, .. } => write!(f, "MultiBinary({shape:?})"),
         }
     }
 }
@@ -454,7 +747,7 @@ mod tests {
                 low: vec![-1.0, f64::NEG_INFINITY],
                 high: vec![1.0, f64::INFINITY],
             },
-            Space::MultiDiscrete { nvec: vec![3, 4] },
+            Space::multi_discrete(&[3, 4]),
         );
         let back = EnvSpec::from_json(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
@@ -505,7 +798,7 @@ mod tests {
     fn storage_of_each_space() {
         assert_eq!(Space::discrete(2).dtype(), DType::I64);
         assert_eq!(Space::discrete(2).shape(), Vec::<usize>::new());
-        assert_eq!(Space::MultiBinary { n: 5 }.value_bytes(), 5);
+        assert_eq!(Space::multi_binary(5).value_bytes(), 5);
         assert_eq!(Space::boxed(DType::F64, &[2, 3], 0.0, 1.0).value_bytes(), 48);
         assert!(Space::Discrete { n: 0, start: 0 }.validate().is_err());
     }
