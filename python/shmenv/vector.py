@@ -9,7 +9,6 @@ import sys
 from typing import Any, Sequence
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
@@ -25,18 +24,16 @@ from shmenv.arguments import (
     _optional_seconds,
 )
 from shmenv.errors import (
-    ActionError,
-    ActionTypeError,
     ClosedError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     UsageError,
     WorkerError,
 )
+from shmenv.assembly import Assembly
 from shmenv.infos import InfoFlags
 from shmenv.resolve import resolve
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
-from shmenv.spaces import dtype_of, observation_space, space_from_json
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
@@ -145,20 +142,21 @@ class ShmVectorEnv(VectorEnv):
         self.num_workers = num_workers
         self.batch_size = batch
         self.is_async = self.batch_size < self.num_envs
-        self.single_observation_space, self._obs_names = observation_space(spec)
-        self._dict_obs = isinstance(self.single_observation_space, spaces.Dict)
-        self.single_action_space = space_from_json(spec["action"])
+        self._shards = [tuple(r) for r in self._pool.shards()]
+        env0 = self._env0_attrs() if self.python_env else {}
+        self._assembly = Assembly(spec, env0.get("spaces"))
+        self.single_observation_space = self._assembly.single_observation_space
+        self.single_action_space = self._assembly.single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
         self.spec = resolved.gym_spec
         gym_limit = getattr(self.spec, "max_episode_steps", None)
         self.max_episode_steps = max_episode_steps or spec.get("max_episode_steps") or gym_limit
-        self._shards = [tuple(r) for r in self._pool.shards()]
         self.render_mode = None
         self.metadata = {"autoreset_mode": mode, "render_modes": []}
         if self.python_env:
             # As Gymnasium's vector envs: render_mode and metadata are env 0's.
-            env_metadata, env_render_mode = self._env0_render_info()
+            env_metadata, env_render_mode = env0["metadata"], env0["render_mode"]
             self.metadata["render_modes"] = list(env_metadata.get("render_modes") or [])
             if "render_fps" in env_metadata:
                 self.metadata["render_fps"] = env_metadata["render_fps"]
@@ -174,8 +172,6 @@ class ShmVectorEnv(VectorEnv):
         self._infos = self._start_infos()
         self.copy = bool(copy)
         self.episode_stats_key = episode_stats_key
-        self._action_dtype = dtype_of(spec["action"])
-        self._action_shape = tuple(self.single_action_space.shape or ())
         self._restart = max_restarts is not None
         self._has_reset = False
         self._env_seeds: list[int | None] = [None] * num_envs
@@ -237,7 +233,7 @@ class ShmVectorEnv(VectorEnv):
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
-        res = self._pool.step(self._actions(actions, self.num_envs))
+        res = self._pool.step(self._assembly.actions(actions, self.num_envs))
         self._follow_restarts()
         return self._note_restarts(self._unpack(res))
 
@@ -309,18 +305,24 @@ class ShmVectorEnv(VectorEnv):
             "action_space": self.single_action_space,
         }[name]
 
-    def _env0_render_info(self) -> tuple[dict, str | None]:
-        """Env 0's ``metadata`` and ``render_mode`` (through its worker's call channel)."""
+    def _env0_attrs(self) -> dict:
+        """Env 0's ``metadata``, ``render_mode`` and ``spaces`` (its observation and action
+        spaces, which say whether they nest), through its worker's call channel."""
         try:
             metadata = self.env_call("get", "metadata", [0])[0]
             try:
                 render_mode = self.env_call("get", "render_mode", [0])[0]
             except WorkerError:
                 render_mode = None  # an env without the attribute (not a gym.Env) does not render
+            try:
+                env_spaces = tuple(self.env_call("get", name, [0])[0] for name in ("observation_space", "action_space"))
+            except WorkerError:
+                env_spaces = None  # unpicklable spaces: the spec's (composite spaces need them picklable)
         except BaseException:
             self.close()
             raise
-        return (metadata if isinstance(metadata, dict) else {}), render_mode
+        metadata = metadata if isinstance(metadata, dict) else {}
+        return {"metadata": metadata, "render_mode": render_mode, "spaces": env_spaces}
 
     def render(self) -> tuple:
         """Every env's ``render()``, in env order, as Gymnasium's vector envs return it: for
@@ -352,7 +354,7 @@ class ShmVectorEnv(VectorEnv):
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs (async
         mode), as EnvPool's ``send(action, env_id)``."""
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        self._pool.send(self._actions(actions, len(ids)), ids)
+        self._pool.send(self._assembly.actions(actions, len(ids)), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -421,38 +423,8 @@ class ShmVectorEnv(VectorEnv):
             )
         return m.tolist()
 
-    def _actions(self, actions, count: int) -> np.ndarray:
-        a = np.asarray(actions)
-        want = (count, *self._action_shape)
-        if a.ndim == 0:
-            raise ActionTypeError(
-                f"actions must be a batch, one per env: an array of shape {want} for {count} env(s) of "
-                f"{self.single_action_space}; got the single value {actions!r}"
-            )
-        if a.shape != want:
-            raise ActionError(
-                f"actions have shape {a.shape}; {count} env(s) of {self.single_action_space} need an array "
-                f"of shape {want}"
-            )
-        if a.dtype != self._action_dtype:
-            if a.dtype.kind == "f" and self._action_dtype.kind in "iu":
-                # Like Gymnasium's spaces: an integer space takes integral values only.
-                bad = ~np.isfinite(a) | (a != np.round(a))
-                info = np.iinfo(self._action_dtype)
-                bad |= (a < info.min) | (a > info.max)
-                if np.any(bad):
-                    raise ActionError(
-                        f"actions must be integers for {self.single_action_space}, got {a[bad].flat[0]!r} "
-                        f"(at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
-                    )
-            elif a.dtype.kind not in "biuf":
-                raise ActionError(f"actions must be numbers for {self.single_action_space}, got dtype {a.dtype}")
-            a = a.astype(self._action_dtype)
-        return np.ascontiguousarray(a)
-
     def _unpack(self, res):
-        obs_t = res.obs
-        obs = dict(zip(self._obs_names, obs_t)) if self._dict_obs else obs_t[0]
+        obs = self._assembly.observations(res.obs)
         infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step}
         if res.any_done:
             done = np.logical_or(res.terminated, res.truncated)
@@ -464,8 +436,7 @@ class ShmVectorEnv(VectorEnv):
             if res.final_obs is not None:
                 final = np.full(len(done), None, dtype=object)
                 for i in np.flatnonzero(done):
-                    rows = [np.array(a[i]) for a in res.final_obs]
-                    final[i] = dict(zip(self._obs_names, rows)) if self._dict_obs else rows[0]
+                    final[i] = self._assembly.final_observation(res.final_obs, i)
                 infos["final_obs"] = final
                 infos["_final_obs"] = done
                 infos["final_info"] = {}
