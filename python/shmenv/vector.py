@@ -31,7 +31,7 @@ from shmenv.errors import (
     WorkerError,
 )
 from shmenv.assembly import Assembly
-from shmenv.infos import InfoFlags
+from shmenv.infos import InfoArea
 from shmenv.resolve import resolve
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 
@@ -84,7 +84,7 @@ class ShmVectorEnv(VectorEnv):
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
-        self._infos: InfoFlags | None = None
+        self._infos: InfoArea | None = None
         mode = _autoreset_mode(autoreset_mode)
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
         _pass_render_mode(resolved, render_mode)
@@ -243,6 +243,7 @@ class ShmVectorEnv(VectorEnv):
         infos (this batch's reset infos included) and calls reach the trainer."""
         if self._restart and self._calls is not None and self._pool.restarted_envs:
             self._calls.refresh()
+            self._infos.forget_tables()
 
     def _note_restarts(self, result):
         """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
@@ -445,34 +446,24 @@ class ShmVectorEnv(VectorEnv):
             self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
 
-    def _start_infos(self) -> InfoFlags | None:
-        """Python envs: the flag area through which workers say an env returned infos."""
+    def _start_infos(self) -> InfoArea | None:
+        """Python envs: the shared area through which workers pass infos (``infos.py``)."""
         if self._calls is None:
             return None
-        flags = InfoFlags(self._shards)
+        area = InfoArea(self._shards)
         try:
-            self._calls.share_fd("map_infos", flags.fd, str(flags.stride).encode())
+            self._calls.share_fd("map_infos", area.fd, area.data())
         except BaseException:
-            flags.close()
+            area.close()
             raise
-        flags.close_fd()
-        return flags
+        area.close_fd()
+        return area
 
     def _merge_infos(self, res, infos: dict[str, Any]) -> None:
-        """Adds the infos hosted envs returned for this batch's rows (only when a worker
-        flagged some: one ``find`` otherwise)."""
-        rows = self._infos.flagged(res.env_id)
-        if rows is None or rows.size == 0:
-            return
-        slots = self._calls.request(self._shards, res.env_id[rows].tolist(), "infos", "")
-        done = np.logical_or(res.terminated, res.truncated)
+        """Adds the infos hosted envs returned for this batch's rows (one ``find`` when
+        none did)."""
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        extra: dict[str, Any] = {}
-        self._infos.merge(extra, rows, slots, done, res.elapsed_step, same_step)
-        if "final_info" in extra:
-            infos["final_info"] = extra.pop("final_info")
-        for key, value in extra.items():
-            infos.setdefault(key, value)  # shmenv's own keys (env_id, ...) win
+        self._infos.merge(infos, res, self._calls, self._shards, same_step)
 
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
