@@ -4,8 +4,7 @@ when the envs return none, and cheaply when they return numbers.
 Worker side: the Rust host hands :func:`note_info` the info dict of a ``reset`` or
 ``step`` only when it is non-empty. Numeric scalar values (``int``, ``float``, ``bool``,
 numpy numbers of up to 8 bytes) go into **columns** of a shared area: each worker names
-up to :data:`SLOTS` keys in its own table (first come, first served; the key's dtype is
-its first value's, as ``SyncVectorEnv`` types an info array by its first value) and writes
+up to :data:`SLOTS` (key, dtype) pairs in its own table (first come, first served) and writes
 each env's value into the key's cell with a presence byte, one column set for ``step``
 infos and one for ``reset`` infos (under same-step autoreset a row carries both). Every
 other value (and a number of another type than its key's) is kept in the worker, pickled
@@ -97,7 +96,8 @@ _SLOTS: dict[int, dict[str, Any]] = {}
 _AREA: _Area | None = None
 _WORKER = 0
 _OFFSET = 0
-_KEYS: dict[str, tuple[int, np.dtype, list[np.ndarray]]] = {}  # key -> slot, dtype, value views
+# (key, dtype) -> slot, value views: a key whose values come in several types has a slot per type
+_KEYS: dict[tuple[str, np.dtype], tuple[int, list[np.ndarray]]] = {}
 _TYPES: dict[type, np.dtype | None] = {}  # a value's type -> its column dtype (None: not a column)
 
 
@@ -118,13 +118,13 @@ def _write_columns(local: int, kind: int, info: dict[str, Any]) -> dict[str, Any
     area, pos, rest = _AREA, _OFFSET + local, {}
     for key, value in info.items():
         dtype = _column_dtype(value)
-        column = _KEYS.get(key)
+        column = None if dtype is None else _KEYS.get((key, dtype))
         if column is None and dtype is not None and isinstance(key, str):
             column = _name_key(key, dtype)
-        if column is None or column[1] != dtype:
+        if column is None:
             rest[key] = value
             continue
-        slot, _, views = column
+        slot, views = column
         try:
             views[kind][pos] = value
         except (OverflowError, ValueError):
@@ -141,8 +141,8 @@ def _name_key(key: str, dtype: np.dtype):
         return None
     _AREA.set_entry(_WORKER, slot, name, dtype)
     _AREA.counts[_WORKER] = slot + 1
-    _KEYS[key] = (slot, dtype, [_AREA.values(slot, k, dtype) for k in range(2)])
-    return _KEYS[key]
+    _KEYS[key, dtype] = (slot, [_AREA.values(slot, k, dtype) for k in range(2)])
+    return _KEYS[key, dtype]
 
 
 def note_info(local: int, kind: str, info: Any) -> None:
@@ -233,7 +233,10 @@ class InfoArea:
     def close(self) -> None:
         self.close_fd()
         del self._area  # the mapping cannot close while numpy holds it
-        self._mm.close()
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a view is still held somewhere: the mapping goes with it
 
     def forget_tables(self) -> None:
         """A worker was restarted: its replacement names its keys anew."""
@@ -285,6 +288,7 @@ class InfoArea:
         groups = [(next(iter(tables)), np.ones(len(rows), dtype=bool))] if len(tables) == 1 else [
             (self._tables[w], pos // self.stride == w) for w in range(self.workers)
         ]
+        found: dict[str, list] = {}  # key -> [(rows, values, dtype)] into infos, then into final_info
         for table, which in groups:
             for slot, (key, dtype) in enumerate(table):
                 step, reset = area.present[slot][0][pos] != 0, area.present[slot][1][pos] != 0
@@ -295,22 +299,31 @@ class InfoArea:
                 area.present[slot][0][pos[step]] = area.present[slot][1][pos[reset]] = 0
                 values = [area.values(slot, k, dtype)[pos] for k in range(2)]
                 here = np.where(use_reset, reset, step)
-                _put(infos, key, rows[here], np.where(use_reset, values[1], values[0])[here], dtype, size)
+                chosen = np.where(use_reset, values[1], values[0])
+                found.setdefault(key, [[], []])[0].append((rows[here], chosen[here], dtype))
                 if final is not None and (step & final).any():
-                    target = infos.setdefault("final_info", {})
-                    _put(target, key, rows[step & final], values[0][step & final], dtype, size)
+                    found[key][1].append((rows[step & final], values[0][step & final], dtype))
+        for key, (into_infos, into_final) in found.items():
+            _put(infos, key, into_infos, size)
+            if into_final:
+                _put(infos.setdefault("final_info", {}), key, into_final, size)
 
 
-def _put(infos: dict[str, Any], key: str, rows: np.ndarray, values: np.ndarray, dtype, size: int) -> None:
-    if rows.size == 0:
+def _put(infos: dict[str, Any], key: str, parts: list, size: int) -> None:
+    """Sets ``infos[key]`` (and its mask) at the rows of each part ``(rows, values, dtype)``:
+    the array has the dtype of the part holding the lowest row, as ``SyncVectorEnv``
+    types it by the first env that returns the key (the others are cast into it)."""
+    parts = [p for p in parts if p[0].size]
+    if not parts:
         return
     array = infos.get(key)
     if array is None:
-        array = np.zeros(size, dtype=dtype)
+        array = np.zeros(size, dtype=min(parts, key=lambda p: p[0].min())[2])
     mask = infos.get(f"_{key}")
     if mask is None:
         mask = np.zeros(size, dtype=np.bool_)
-    array[rows], mask[rows] = values, True
+    for rows, values, _ in parts:
+        array[rows], mask[rows] = values, True
     infos[key], infos[f"_{key}"] = array, mask
 
 
