@@ -217,8 +217,9 @@ class InfoArea:
         self._n = self.workers * self.stride
         # The flag position of each env, and its worker.
         self._pos = np.array([w * self.stride + e - a for w, (a, b) in enumerate(shards) for e in range(a, b)])
-        self._tables: dict[int, tuple] = {}
-        self._counts = np.zeros(self.workers, dtype=np.uint8)
+        self._tables: list[tuple] = []  # each worker's (key, dtype) per slot
+        self._shared_table: tuple | None = None
+        self._counts = b""  # the tables' sizes when last read
 
     def data(self) -> bytes:
         """What a worker needs besides the fd (:func:`map_flags`)."""
@@ -240,7 +241,7 @@ class InfoArea:
 
     def forget_tables(self) -> None:
         """A worker was restarted: its replacement names its keys anew."""
-        self._counts[:] = 255
+        self._counts = b""
 
     def flagged(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The rows of a batch (of envs ``env_ids``) whose envs noted infos and their
@@ -281,19 +282,23 @@ class InfoArea:
         under same-step autoreset, an ended row's) reset infos, else its step infos; an
         ended row's step infos under ``final_info`` (``final`` is the ended rows then)."""
         area = self._area
-        if not np.array_equal(area.counts, self._counts):
-            self._counts = area.counts.copy()
-            self._tables = {w: area.table(w) for w in range(self.workers)}
-        tables = set(self._tables.values())
-        groups = [(next(iter(tables)), np.ones(len(rows), dtype=bool))] if len(tables) == 1 else [
-            (self._tables[w], pos // self.stride == w) for w in range(self.workers)
-        ]
+        counts = area.counts.tobytes()
+        if counts != self._counts:
+            self._counts = counts
+            self._tables = [area.table(w) for w in range(self.workers)]
+            # Workers that named the same keys in the same order share one pass.
+            self._shared_table = self._tables[0] if len(set(self._tables)) == 1 else None
+        if self._shared_table is not None:
+            groups = [(self._shared_table, True)]
+        else:
+            groups = [(table, pos // self.stride == w) for w, table in enumerate(self._tables)]
         found: dict[str, list] = {}  # key -> [(rows, values, dtype)] into infos, then into final_info
         for table, which in groups:
             for slot, (key, dtype) in enumerate(table):
                 step, reset = area.present[slot][0][pos] != 0, area.present[slot][1][pos] != 0
-                step &= which
-                reset &= which
+                if which is not True:
+                    step &= which
+                    reset &= which
                 if not (step.any() or reset.any()):
                     continue
                 area.present[slot][0][pos[step]] = area.present[slot][1][pos[reset]] = 0
