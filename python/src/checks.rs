@@ -22,8 +22,8 @@ pub(crate) fn check_actions(
     num_envs: usize,
     what: &str,
 ) -> PyResult<()> {
-    let json: serde_json::Value =
-        serde_json::from_str(space_json).map_err(|e| PyValueError::new_err(format!("bad space JSON: {e}")))?;
+    let json: serde_json::Value = serde_json::from_str(space_json)
+        .map_err(|e| PyValueError::new_err(format!("bad space JSON: {e}")))?;
     let space = Space::from_json(&json).map_err(PyValueError::new_err)?;
     let descr = views::descr(py, space.dtype());
     if !actions.is_c_contiguous() || !actions.dtype().is_equiv_to(&descr) {
