@@ -795,6 +795,37 @@ mod tests {
     }
 
     #[test]
+    fn multi_spaces_take_any_shape_start_and_dtype_and_have_one_canonical_json() {
+        let short = serde_json::json!({"type": "MultiDiscrete", "nvec": [3, 4]});
+        assert_eq!(Space::from_json(&short).unwrap(), Space::multi_discrete(&[3, 4]));
+        let image =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [5], "shape": [10, 10], "dtype": "u8"});
+        let space = Space::from_json(&image).unwrap();
+        assert_eq!(space.shape(), vec![10, 10]);
+        assert_eq!(space.dtype(), DType::U8);
+        assert_eq!(space.multi_discrete_range(99), Some((0, 5)));
+        assert_eq!(space.to_json()["nvec"], serde_json::json!([5]), "100 equal entries stay one value");
+        let per_entry =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [2], "start": [-1], "shape": [2, 2]});
+        let small = Space::from_json(&per_entry).unwrap();
+        assert_eq!(small.to_json()["nvec"], serde_json::json!([2, 2, 2, 2]), "few entries: one value each");
+        assert_eq!(Space::from_json(&small.to_json()).unwrap(), small);
+        assert_eq!(small.to_string(), "MultiDiscrete([2, 2, 2, 2], start=[-1, -1, -1, -1], shape=[2, 2])");
+        let too_wide =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [300], "shape": [1], "dtype": "i8"});
+        let e = Space::from_json(&too_wide).unwrap_err();
+        assert!(e.contains("outside its dtype i8"), "{e}");
+        let not_int = serde_json::json!({"type": "MultiDiscrete", "nvec": [3], "dtype": "f32"});
+        assert!(Space::from_json(&not_int).unwrap_err().contains("integer type"));
+        let grid = serde_json::json!({"type": "MultiBinary", "n": 6, "shape": [2, 3]});
+        assert_eq!(Space::from_json(&grid).unwrap().shape(), vec![2, 3]);
+        let bad = serde_json::json!({"type": "MultiBinary", "n": 5, "shape": [2, 3]});
+        assert!(Space::from_json(&bad).unwrap_err().contains("must hold n = 5"));
+        let flags = serde_json::json!({"type": "Box", "dtype": "bool", "shape": [2], "low": 0, "high": 1});
+        assert_eq!(Space::from_json(&flags).unwrap().value_bytes(), 2);
+    }
+
+    #[test]
     fn storage_of_each_space() {
         assert_eq!(Space::discrete(2).dtype(), DType::I64);
         assert_eq!(Space::discrete(2).shape(), Vec::<usize>::new());

@@ -65,10 +65,9 @@ class Assembly:
         return a.view(np.uint8) if a.dtype == np.bool_ else a
 
 
-def _check(json: dict, array: np.ndarray, count: int, what: str) -> None:
-    import json as _json
-
-    _shmenv.check_actions(_json.dumps(json), array, count, what)
+def _check(space_json: str, array: np.ndarray, count: int, what: str) -> None:
+    """A leaf's actions checked by the engine's rules (``ActionError`` naming ``what``)."""
+    _shmenv.check_actions(space_json, array, count, what)
 
 
 def as_action_array(

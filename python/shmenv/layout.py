@@ -22,6 +22,7 @@ over the call channel), so the leaf order is one function's.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator
 
 import numpy as np
@@ -94,12 +95,12 @@ class ActionPacking:
 
     def __init__(self, space: spaces.Space):
         self.space = space
-        self.parts = []  # (path, leaf space, its JSON, offset, dtype, shape)
+        self.parts = []  # (path, leaf space, its engine JSON text, offset, dtype, shape)
         offset = 0
-        for (path, leaf), json in zip(leaves(space), leaf_json(space, "action")):
-            dtype = dtype_of(json)
+        for (path, leaf), spec in zip(leaves(space), leaf_json(space, "action")):
+            dtype = dtype_of(spec)
             shape = tuple(leaf.shape or ())
-            self.parts.append((path, leaf, json, offset, dtype, shape))
+            self.parts.append((path, leaf, json.dumps(spec), offset, dtype, shape))
             offset += -(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 8) * 8
         self.row_bytes = offset
 
@@ -110,9 +111,9 @@ class ActionPacking:
     def pack(self, actions: Any, count: int, convert, check) -> np.ndarray:
         """``count`` rows of bytes from a batch of actions (nested like the space, each
         leaf an array with ``count`` rows): each leaf converted (``convert(value, count,
-        leaf, dtype, shape, what)``) and checked (``check(json, array, count, what)``)."""
+        leaf, dtype, shape, what)``) and checked (``check(json_text, array, count, what)``)."""
         out = np.zeros((count, self.row_bytes), dtype=np.uint8)
-        for path, leaf, json, offset, dtype, shape in self.parts:
+        for path, leaf, space_json, offset, dtype, shape in self.parts:
             what = f"action {'/'.join(map(str, path))}"
             value = actions
             try:
@@ -124,7 +125,7 @@ class ActionPacking:
                     f"{_skeleton(self.space)} (each leaf an array with {count} rows)"
                 ) from None
             array = convert(value, count, leaf, dtype, shape, what)
-            check(json, array, count, what)
+            check(space_json, array, count, what)
             size = array.itemsize * int(np.prod(shape, dtype=np.int64))
             out[:, offset : offset + size] = array.reshape(count, -1).view(np.uint8)
         return out
