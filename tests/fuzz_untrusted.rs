@@ -77,8 +77,8 @@ fn small_space() -> impl Strategy<Value = Space> {
         (dtype, prop::collection::vec(0usize..4, 0..3), -10.0f64..10.0, 0.0f64..10.0)
             .prop_map(|(d, shape, low, width)| Space::boxed(d, &shape, low, low + width)),
         (1i64..10, -5i64..5).prop_map(|(n, start)| Space::Discrete { n, start }),
-        prop::collection::vec(1i64..6, 1..4).prop_map(|nvec| Space::MultiDiscrete { nvec }),
-        (1usize..6).prop_map(|n| Space::MultiBinary { n }),
+        prop::collection::vec(1i64..6, 1..4).prop_map(|nvec| Space::multi_discrete(&nvec)),
+        (1usize..6).prop_map(Space::multi_binary),
     ]
 }
 
@@ -131,7 +131,7 @@ proptest! {
             prop_assert_eq!(ints.len(), num_envs * per);
             match &space {
                 Space::Discrete { n, start } => prop_assert!(ints.iter().all(|v| *v >= *start && *v < start + n)),
-                Space::MultiDiscrete { nvec } => {
+                Space::MultiDiscrete { nvec, .. } => {
                     prop_assert!(ints.iter().enumerate().all(|(k, v)| *v >= 0 && *v < nvec[k % per]))
                 }
                 _ => {}

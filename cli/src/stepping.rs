@@ -4,7 +4,7 @@
 use crate::Error;
 use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::{EnvShard, LocalRows, Registry};
-use shmenv::{DType, Element, Pool, Space};
+use shmenv::{Element, Pool, Space};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,10 @@ impl<T: Element> ActionTape<T> {
             let u = rng.next_f64();
             let v = match space {
                 Space::Discrete { n, start } => (*start + (u * *n as f64) as i64) as f64,
-                Space::MultiDiscrete { nvec } => (u * nvec[i % per_env] as f64).floor(),
+                Space::MultiDiscrete { .. } => {
+                    let (lo, hi) = space.multi_discrete_range(i % per_env).expect("multi-discrete");
+                    lo as f64 + (u * (hi - lo) as f64).floor()
+                }
                 Space::MultiBinary { .. } => (u * 2.0).floor(),
                 Space::Box { .. } => {
                     let (lo, hi) = space.box_bounds(i % per_env).expect("box");
@@ -165,15 +168,7 @@ pub struct Baseline<'a> {
 /// baseline, the same envs and actions in this process.
 pub fn contenders(pool: Pool, seed: u64, baseline: Option<Baseline<'_>>) -> Result<Steppers, Error> {
     // The one place that maps the action dtype to its Rust type.
-    match pool.spec().action.dtype() {
-        DType::F32 => contenders_typed::<f32>(pool, seed, baseline),
-        DType::F64 => contenders_typed::<f64>(pool, seed, baseline),
-        DType::U8 => contenders_typed::<u8>(pool, seed, baseline),
-        DType::I8 => contenders_typed::<i8>(pool, seed, baseline),
-        DType::I16 => contenders_typed::<i16>(pool, seed, baseline),
-        DType::I32 => contenders_typed::<i32>(pool, seed, baseline),
-        DType::I64 => contenders_typed::<i64>(pool, seed, baseline),
-    }
+    shmenv::engine::with_element!(pool.spec().action.dtype(), T => contenders_typed::<T>(pool, seed, baseline))
 }
 
 fn contenders_typed<T: Element>(

@@ -51,9 +51,16 @@ fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Op
             find(bytemuck::cast_slice::<T, i64>(actions), |_, x| x >= lo && x < hi)
                 .map(|i| (i, format!("an integer in {lo}..{hi} ({space})")))
         }
-        Space::MultiDiscrete { nvec } => {
-            find(bytemuck::cast_slice::<T, i64>(actions), |i, x| x >= 0 && x < nvec[i % per_env])
-                .map(|i| (i, format!("an integer in 0..{} ({space})", nvec[i % per_env])))
+        Space::MultiDiscrete { .. } => {
+            let range = |i: usize| space.multi_discrete_range(i % per_env).unwrap_or((0, 0));
+            find(actions, |i, x| {
+                let (lo, hi) = range(i);
+                (i128::from(lo)..i128::from(hi)).contains(&x.to_i128())
+            })
+            .map(|i| {
+                let (lo, hi) = range(i);
+                (i, format!("an integer in {lo}..{hi} ({space})"))
+            })
         }
         Space::MultiBinary { .. } => find(bytemuck::cast_slice::<T, i8>(actions), |_, x| x == 0 || x == 1)
             .map(|i| (i, format!("0 or 1 ({space})"))),
@@ -68,11 +75,15 @@ fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Op
             find(actions, |i, v| ok(i, v.to_f64())).map(|i| (i, format!("a finite number ({space})")))
         }
         Space::Box { .. } => {
-            let bounds =
-                |i: usize| space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            // Integer and bool boxes: exact integer comparisons (a u64 or i64 value near
+            // its type's limit does not round), bounds rounded inward.
+            let bounds = |i: usize| {
+                let (lo, hi) = space.box_bounds(i % per_env).unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+                (lo.ceil() as i128, hi.floor() as i128)
+            };
             find(actions, |i, v| {
                 let (lo, hi) = bounds(i);
-                v.to_f64() >= lo && v.to_f64() <= hi
+                (lo..=hi).contains(&v.to_i128())
             })
             .map(|i| {
                 let (lo, hi) = bounds(i);
@@ -85,7 +96,7 @@ fn first_invalid<T: Element>(space: &Space, per_env: usize, actions: &[T]) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::DType;
+    use crate::spec::{Bool8, DType, F16};
 
     fn check<T: Element>(space: &Space, n: usize, a: &[T]) -> Result<Vec<T>, ActionError> {
         validate(space, n, a).map(|()| a.to_vec())
@@ -131,14 +142,34 @@ mod tests {
         assert!(check(&open, 1, &[f64::INFINITY]).is_ok());
         let ints = Space::boxed(DType::U8, &[1], 0.0, 9.0);
         assert!(check(&ints, 1, &[10u8]).is_err());
-        let md = Space::MultiDiscrete { nvec: vec![2, 5] };
+        let md = Space::multi_discrete(&[2, 5]);
         assert!(check(&md, 2, &[1i64, 4, 0, 0]).is_ok());
         assert!(matches!(
             check(&md, 2, &[1i64, 4, 0, 5]),
             Err(ActionError::OutOfRange { env_id: 1, element: 1, .. })
         ));
-        let mb = Space::MultiBinary { n: 2 };
+        let mb = Space::multi_binary(2);
         assert!(check(&mb, 1, &[1i8, 0]).is_ok());
         assert!(check(&mb, 1, &[1i8, 2]).is_err());
+    }
+
+    #[test]
+    fn new_dtypes_and_general_multi_discrete_are_checked_exactly() {
+        let flags = Space::boxed(DType::Bool, &[2], 0.0, 1.0);
+        assert!(check(&flags, 1, &[Bool8(0), Bool8(1)]).is_ok());
+        let e = check(&flags, 1, &[Bool8(1), Bool8(7)]).unwrap_err();
+        assert!(matches!(e, ActionError::OutOfRange { env_id: 0, element: 1, .. }), "{e}");
+        let half = Space::boxed(DType::F16, &[1], -1.0, 1.0);
+        assert!(check(&half, 2, &[F16::from_f32(0.5), F16::from_f32(3.0)]).is_ok());
+        assert!(check(&half, 1, &[F16::NAN]).is_err());
+        let big = Space::boxed(DType::U64, &[1], 0.0, u64::MAX as f64);
+        assert!(check(&big, 1, &[u64::MAX]).is_ok());
+        let md = Space::MultiDiscrete { nvec: vec![3], start: vec![-1], shape: vec![2, 2], dtype: DType::I8 };
+        let md = Space::from_json(&md.to_json()).unwrap();
+        assert!(check(&md, 1, &[-1i8, 0, 1, -1]).is_ok());
+        let e = check(&md, 1, &[-1i8, 0, 2, -1]).unwrap_err();
+        assert!(matches!(e, ActionError::OutOfRange { element: 2, .. }), "{e}");
+        assert!(e.to_string().contains("-1..2"), "{e}");
+        assert!(check(&md, 1, &[0i64, 0, 0, 0]).is_err(), "the dtype is the space's");
     }
 }

@@ -18,6 +18,7 @@ pub mod action;
 pub mod attach;
 #[cfg(not(loom))]
 pub mod batch;
+pub mod dtype;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]

@@ -8,97 +8,13 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Element type of an array in shared memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 64-bit float.
-    F64,
-    /// Unsigned byte.
-    U8,
-    /// Signed byte.
-    I8,
-    /// 16-bit signed integer.
-    I16,
-    /// 32-bit signed integer.
-    I32,
-    /// 64-bit signed integer.
-    I64,
-}
-
-impl DType {
-    /// Size of one element in bytes.
-    pub const fn size(self) -> usize {
-        match self {
-            DType::U8 | DType::I8 => 1,
-            DType::I16 => 2,
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-        }
-    }
-
-    /// Whether this is a floating-point type.
-    pub const fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
-    }
-
-    /// The short name used in messages and JSON (`"f32"`, `"u8"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::U8 => "u8",
-            DType::I8 => "i8",
-            DType::I16 => "i16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A Rust type that can be an element of an array in shared memory.
-///
-/// Implemented for `f32`, `f64`, `u8`, `i8`, `i16`, `i32` and `i64`; it ties each type to
-/// its [`DType`] so that typed views are checked against the spec at run time.
-pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Send + Sync + 'static {
-    /// The dtype tag of this type.
-    const DTYPE: DType;
-    /// Lossy conversion used to check bounds and finiteness.
-    fn to_f64(self) -> f64;
-    /// Conversion from f64 (`as` semantics: saturating, truncating toward zero).
-    fn from_f64(v: f64) -> Self;
-}
-
-macro_rules! element {
-    ($($t:ty => $d:ident),*) => {$(
-        impl Element for $t {
-            const DTYPE: DType = DType::$d;
-            #[inline]
-            fn to_f64(self) -> f64 { self as f64 }
-            #[inline]
-            fn from_f64(v: f64) -> Self { v as $t }
-        }
-    )*};
-}
-/// The bytes of a slice of elements.
-pub fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
-    bytemuck::cast_slice(v)
-}
-
-element!(f32 => F32, f64 => F64, u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64);
+pub use crate::dtype::{as_bytes, Bool8, DType, Element, F16};
 
 /// A Gymnasium-style space.
 ///
 /// Storage in shared memory: `Box` uses its own dtype and shape; `Discrete` is one `i64`;
-/// `MultiDiscrete` is `i64` per entry; `MultiBinary` is one `i8` (0 or 1) per entry.
+/// `MultiDiscrete` is one element of its integer dtype per entry; `MultiBinary` is one
+/// `i8` (0 or 1) per entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Space {
@@ -121,16 +37,45 @@ pub enum Space {
         /// Smallest value.
         start: i64,
     },
-    /// A vector of integers, entry `j` in `0 .. nvec[j]`.
+    /// An array of integers, entry `j` in `start[j] .. start[j] + nvec[j]` (Gymnasium's
+    /// `MultiDiscrete`, of any shape and integer dtype).
     MultiDiscrete {
-        /// Number of values of each entry.
+        /// Number of values of each entry (row-major), or one value for every entry.
         nvec: Vec<i64>,
+        /// Smallest value of each entry, or one value for every entry (JSON: default 0).
+        #[serde(default)]
+        start: Vec<i64>,
+        /// Shape (JSON: default `[len(nvec)]`).
+        #[serde(default)]
+        shape: Vec<usize>,
+        /// Integer element type (JSON: default `i64`).
+        #[serde(default = "default_multi_discrete_dtype")]
+        dtype: DType,
     },
-    /// A vector of `n` flags, each 0 or 1.
+    /// An array of `n` flags, each 0 or 1.
     MultiBinary {
         /// Number of flags.
         n: usize,
+        /// Shape, whose product is `n` (JSON: default `[n]`).
+        #[serde(default)]
+        shape: Vec<usize>,
     },
+}
+
+/// Entries above which a `MultiDiscrete`'s uniform `nvec` or `start` is spelled as one value.
+const COMPACT_ABOVE: usize = 64;
+
+fn default_multi_discrete_dtype() -> DType {
+    DType::I64
+}
+
+/// Entry `j` of `values`, which holds one value for every entry or one per entry.
+fn entry(values: &[i64], j: usize) -> i64 {
+    if values.len() == 1 {
+        values[0]
+    } else {
+        values[j]
+    }
 }
 
 /// JSON renders non-finite floats as `null`; these helpers keep bounds exact.
@@ -176,11 +121,27 @@ impl Space {
         Space::Discrete { n, start: 0 }
     }
 
+    /// A 1-D `MultiDiscrete(nvec)` space of `i64` entries starting at 0.
+    pub fn multi_discrete(nvec: &[i64]) -> Space {
+        Space::MultiDiscrete {
+            nvec: nvec.to_vec(),
+            start: vec![0],
+            shape: vec![nvec.len()],
+            dtype: DType::I64,
+        }
+        .normalized()
+    }
+
+    /// A 1-D `MultiBinary(n)` space.
+    pub fn multi_binary(n: usize) -> Space {
+        Space::MultiBinary { n, shape: vec![n] }
+    }
+
     /// Element type of the space's storage.
     pub fn dtype(&self) -> DType {
         match self {
-            Space::Box { dtype, .. } => *dtype,
-            Space::Discrete { .. } | Space::MultiDiscrete { .. } => DType::I64,
+            Space::Box { dtype, .. } | Space::MultiDiscrete { dtype, .. } => *dtype,
+            Space::Discrete { .. } => DType::I64,
             Space::MultiBinary { .. } => DType::I8,
         }
     }
@@ -188,11 +149,51 @@ impl Space {
     /// Shape of one value of the space.
     pub fn shape(&self) -> Vec<usize> {
         match self {
-            Space::Box { shape, .. } => shape.clone(),
+            Space::Box { shape, .. }
+            | Space::MultiDiscrete { shape, .. }
+            | Space::MultiBinary { shape, .. } => shape.clone(),
             Space::Discrete { .. } => vec![],
-            Space::MultiDiscrete { nvec } => vec![nvec.len()],
-            Space::MultiBinary { n } => vec![*n],
         }
+    }
+
+    /// The values entry `j` of a `MultiDiscrete` takes, `start .. start + n` (`None` for
+    /// other spaces).
+    pub fn multi_discrete_range(&self, j: usize) -> Option<(i64, i64)> {
+        match self {
+            Space::MultiDiscrete { nvec, start, .. } => {
+                let lo = entry(start, j);
+                Some((lo, lo.saturating_add(entry(nvec, j))))
+            }
+            _ => None,
+        }
+    }
+
+    /// Fills in what the JSON form may leave out (a `MultiDiscrete`'s shape and start, a
+    /// `MultiBinary`'s shape) and settles how per-entry values are spelled (one per entry
+    /// up to [`COMPACT_ABOVE`] entries; above, one value when they are all equal), so that
+    /// equal spaces have equal canonical JSON.
+    fn normalized(mut self) -> Space {
+        match &mut self {
+            Space::MultiDiscrete { nvec, start, shape, .. } => {
+                if shape.is_empty() {
+                    *shape = vec![nvec.len()];
+                }
+                if start.is_empty() {
+                    *start = vec![0];
+                }
+                let count: usize = shape.iter().product();
+                for values in [nvec, start] {
+                    if count <= COMPACT_ABOVE && values.len() == 1 {
+                        *values = vec![values[0]; count];
+                    } else if count > COMPACT_ABOVE && values.iter().all(|v| *v == values[0]) {
+                        values.truncate(1);
+                    }
+                }
+            }
+            Space::MultiBinary { n, shape } if shape.is_empty() => *shape = vec![*n],
+            _ => {}
+        }
+        self
     }
 
     /// Number of elements in one value of the space.
@@ -221,11 +222,43 @@ impl Space {
                 Ok(())
             }
             Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
-            Space::MultiDiscrete { nvec } if nvec.iter().any(|&k| k <= 0) => {
-                Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"))
+            Space::Discrete { n, start } if start.checked_add(*n).is_none() => {
+                Err(format!("Discrete start + n must fit an i64, got start {start} and n {n}"))
+            }
+            Space::MultiDiscrete { .. } => self.validate_multi_discrete(),
+            Space::MultiBinary { n, shape } if shape.iter().product::<usize>() != *n => {
+                Err(format!("MultiBinary shape {shape:?} must hold n = {n} entries"))
             }
             _ => Ok(()),
         }
+    }
+
+    fn validate_multi_discrete(&self) -> Result<(), String> {
+        let Space::MultiDiscrete { nvec, start, shape, dtype } = self else { return Ok(()) };
+        let count: usize = shape.iter().product();
+        let Some((min, max)) = dtype.integer_range() else {
+            return Err(format!("MultiDiscrete dtype must be an integer type, got {dtype}"));
+        };
+        for (what, values) in [("nvec", nvec), ("start", start)] {
+            if values.len() != 1 && values.len() != count {
+                return Err(format!(
+                    "MultiDiscrete {what} has {} values; expected 1 or {count} (the product of shape {shape:?})",
+                    values.len()
+                ));
+            }
+        }
+        for j in 0..count {
+            let (lo, hi) = self.multi_discrete_range(j).unwrap_or((0, 0));
+            if entry(nvec, j) <= 0 {
+                return Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"));
+            }
+            if i128::from(lo) < min || i128::from(hi) - 1 > max {
+                return Err(format!(
+                    "MultiDiscrete entry {j} takes {lo}..{hi}, outside its dtype {dtype} ({min}..={max})"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Bounds of element `j` of a `Box` (or `None` for other spaces).
@@ -272,7 +305,9 @@ impl Space {
             };
             Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
         } else {
-            serde_json::from_value(v.clone()).map_err(|e| format!("bad space {v}: {e}"))?
+            serde_json::from_value::<Space>(v.clone())
+                .map_err(|e| format!("bad space {v}: {e}"))?
+                .normalized()
         };
         space.validate()?;
         Ok(space)
@@ -298,8 +333,21 @@ impl fmt::Display for Space {
             }
             Space::Discrete { n, start: 0 } => write!(f, "Discrete({n})"),
             Space::Discrete { n, start } => write!(f, "Discrete({n}, start={start})"),
-            Space::MultiDiscrete { nvec } => write!(f, "MultiDiscrete({nvec:?})"),
-            Space::MultiBinary { n } => write!(f, "MultiBinary({n})"),
+            Space::MultiDiscrete { nvec, start, shape, dtype } => {
+                write!(f, "MultiDiscrete({nvec:?}")?;
+                if start.iter().any(|&s| s != 0) {
+                    write!(f, ", start={start:?}")?;
+                }
+                if shape.as_slice() != [nvec.len()] {
+                    write!(f, ", shape={shape:?}")?;
+                }
+                if *dtype != DType::I64 {
+                    write!(f, ", {dtype}")?;
+                }
+                write!(f, ")")
+            }
+            Space::MultiBinary { n, shape } if shape.len() == 1 => write!(f, "MultiBinary({n})"),
+            Space::MultiBinary { shape, .. } => write!(f, "MultiBinary({shape:?})"),
         }
     }
 }
@@ -454,7 +502,7 @@ mod tests {
                 low: vec![-1.0, f64::NEG_INFINITY],
                 high: vec![1.0, f64::INFINITY],
             },
-            Space::MultiDiscrete { nvec: vec![3, 4] },
+            Space::multi_discrete(&[3, 4]),
         );
         let back = EnvSpec::from_json(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
@@ -502,10 +550,41 @@ mod tests {
     }
 
     #[test]
+    fn multi_spaces_take_any_shape_start_and_dtype_and_have_one_canonical_json() {
+        let short = serde_json::json!({"type": "MultiDiscrete", "nvec": [3, 4]});
+        assert_eq!(Space::from_json(&short).unwrap(), Space::multi_discrete(&[3, 4]));
+        let image =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [5], "shape": [10, 10], "dtype": "u8"});
+        let space = Space::from_json(&image).unwrap();
+        assert_eq!(space.shape(), vec![10, 10]);
+        assert_eq!(space.dtype(), DType::U8);
+        assert_eq!(space.multi_discrete_range(99), Some((0, 5)));
+        assert_eq!(space.to_json()["nvec"], serde_json::json!([5]), "100 equal entries stay one value");
+        let per_entry =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [2], "start": [-1], "shape": [2, 2]});
+        let small = Space::from_json(&per_entry).unwrap();
+        assert_eq!(small.to_json()["nvec"], serde_json::json!([2, 2, 2, 2]), "few entries: one value each");
+        assert_eq!(Space::from_json(&small.to_json()).unwrap(), small);
+        assert_eq!(small.to_string(), "MultiDiscrete([2, 2, 2, 2], start=[-1, -1, -1, -1], shape=[2, 2])");
+        let too_wide =
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [300], "shape": [1], "dtype": "i8"});
+        let e = Space::from_json(&too_wide).unwrap_err();
+        assert!(e.contains("outside its dtype i8"), "{e}");
+        let not_int = serde_json::json!({"type": "MultiDiscrete", "nvec": [3], "dtype": "f32"});
+        assert!(Space::from_json(&not_int).unwrap_err().contains("integer type"));
+        let grid = serde_json::json!({"type": "MultiBinary", "n": 6, "shape": [2, 3]});
+        assert_eq!(Space::from_json(&grid).unwrap().shape(), vec![2, 3]);
+        let bad = serde_json::json!({"type": "MultiBinary", "n": 5, "shape": [2, 3]});
+        assert!(Space::from_json(&bad).unwrap_err().contains("must hold n = 5"));
+        let flags = serde_json::json!({"type": "Box", "dtype": "bool", "shape": [2], "low": 0, "high": 1});
+        assert_eq!(Space::from_json(&flags).unwrap().value_bytes(), 2);
+    }
+
+    #[test]
     fn storage_of_each_space() {
         assert_eq!(Space::discrete(2).dtype(), DType::I64);
         assert_eq!(Space::discrete(2).shape(), Vec::<usize>::new());
-        assert_eq!(Space::MultiBinary { n: 5 }.value_bytes(), 5);
+        assert_eq!(Space::multi_binary(5).value_bytes(), 5);
         assert_eq!(Space::boxed(DType::F64, &[2, 3], 0.0, 1.0).value_bytes(), 48);
         assert!(Space::Discrete { n: 0, start: 0 }.validate().is_err());
     }

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
-from shmenv.errors import InvalidArgumentError
+from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 def _count(name: str, value: Any) -> int:
     """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
@@ -98,3 +98,19 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
             "(or gymnasium.vector.AutoresetMode)"
         )
     return found
+
+
+def _reset_mask(mask, num_envs: int) -> list[bool]:
+    """A ``reset_mask`` option: a bool array of shape ``(num_envs,)`` with a True, as a
+    list (the exception types are ``AsyncVectorEnv``'s)."""
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise InvalidArgumentTypeError(
+            f"reset_mask must be a bool array of shape ({num_envs},), one per env; got dtype {m.dtype}"
+        )
+    if m.shape != (num_envs,) or not m.any():
+        raise InvalidArgumentError(
+            f"reset_mask must be a bool array of shape ({num_envs},) with at least one True (the envs "
+            f"to reset); got shape {m.shape} with {int(m.sum())} True"
+        )
+    return m.tolist()

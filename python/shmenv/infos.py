@@ -1,20 +1,28 @@
 """Sub-env infos of hosted Python envs, in Gymnasium's vector format, at no per-step cost
-when the envs return none.
+when the envs return none, and cheaply when they return numbers.
 
 Worker side: the Rust host hands :func:`note_info` the info dict of a ``reset`` or
-``step`` only when it is non-empty; it is kept (per env: the last step's info and the
-info of a reset that followed it) and the env's byte in a small shared flag area is set
-to 1. Trainer side (:class:`InfoFlags`): after each batch, one ``mmap.find`` tells whether
-any byte is set; only then are the batch's flagged envs asked for their infos over the
-call side channel (pickled), their flags cleared, and the infos merged into the batch's
-``infos`` as ``info[key]`` arrays with ``info["_key"]`` masks, as ``SyncVectorEnv`` does.
+``step`` only when it is non-empty. Numeric scalar values (``int``, ``float``, ``bool``,
+numpy numbers of up to 8 bytes) go into **columns** of a shared area: each worker names
+up to :data:`SLOTS` (key, dtype) pairs in its own table (first come, first served) and writes
+each env's value into the key's cell with a presence byte, one column set for ``step``
+infos and one for ``reset`` infos (under same-step autoreset a row carries both). Every
+other value (and a number of another type than its key's) is kept in the worker, pickled
+on request. Either way the env's flag byte is set.
 
-The flag area is a memfd the trainer creates and sends to each worker over its call
-socket (``SCM_RIGHTS``); worker ``w``'s envs own bytes ``w * stride + local``. A worker
-writes a flag before the engine's completion post for that env's row, and the trainer
-reads it after receiving the row, so the post orders them; an env's flag is cleared only
-while the env has no action in flight. This module never imports gymnasium (workers
-import it).
+Trainer side (:class:`InfoArea`): after each batch, one ``mmap.find`` tells whether any
+flag is set; only then are the batch's flagged rows read: column values by numpy indexing
+(no pickling, no round trip), and only the rows whose env kept other values are fetched
+over the call side channel (pickled, one round trip per worker that has some). The result
+is ``info[key]`` arrays with ``info["_key"]`` masks, as ``SyncVectorEnv`` gives them.
+
+The area is a memfd the trainer creates and sends to each worker over its call socket
+(``SCM_RIGHTS``). Env ``e`` of worker ``w`` owns byte/cell ``w * stride + local``; worker
+``w`` alone writes its table. A worker writes an env's cells and table entries before
+the engine's completion post for that env's row, and the trainer reads them after
+receiving the row, so the post orders them; the trainer clears an env's flag and presence
+bytes only while the env has no action in flight. This module never imports gymnasium
+(workers import it).
 """
 
 from __future__ import annotations
@@ -26,23 +34,131 @@ from typing import Any, Sequence
 
 import numpy as np
 
+SLOTS = 16
+"""Keys each worker can keep in columns; more keys go pickled."""
+
+_NAME_BYTES = 48  # a table entry: the key (UTF-8, zero-padded) then its dtype (numpy ``dtype.str``)
+_ENTRY = 64
+_KINDS = ("step", "reset")
+
+
+class _Area:
+    """Offsets and numpy views of the shared area for ``workers`` shards of ``stride`` envs:
+    flags, pickled-slot bytes, per-worker key tables, and per slot (for step and reset
+    infos) an 8-byte value cell and a presence byte per env."""
+
+    def __init__(self, mm: mmap.mmap, workers: int, stride: int):
+        self.mm, self.stride, self.n = mm, stride, workers * stride
+        n8 = -(-self.n // 8) * 8
+        self.flags = np.frombuffer(mm, np.uint8, self.n, 0)
+        self.pickled = np.frombuffer(mm, np.uint8, self.n, n8)
+        self.tables = 2 * n8
+        self.counts = np.frombuffer(mm, np.uint8, workers, self.tables)  # keys named per worker
+        self.entries = self.tables + 8 * -(-workers // 8)
+        columns = self.entries + workers * SLOTS * _ENTRY
+        self._columns = columns
+        self._slot_bytes = 2 * 8 * self.n + 2 * n8
+        self.present = [
+            [np.frombuffer(mm, np.uint8, self.n, self._cell(k, 0) + 16 * self.n + j * n8) for j in range(2)]
+            for k in range(SLOTS)
+        ]
+
+    @staticmethod
+    def size(workers: int, stride: int) -> int:
+        n = workers * stride
+        n8 = -(-n // 8) * 8
+        return 2 * n8 + 8 * -(-workers // 8) + workers * SLOTS * _ENTRY + SLOTS * (16 * n + 2 * n8)
+
+    def _cell(self, slot: int, kind: int) -> int:
+        return self._columns + slot * self._slot_bytes + kind * 8 * self.n
+
+    def values(self, slot: int, kind: int, dtype: np.dtype) -> np.ndarray:
+        """The value cells of ``slot`` for step (0) or reset (1) infos, as ``dtype``."""
+        return np.ndarray((self.n,), dtype=dtype, buffer=self.mm, offset=self._cell(slot, kind), strides=(8,))
+
+    def entry(self, worker: int, slot: int) -> tuple[str, np.dtype]:
+        at = self.entries + (worker * SLOTS + slot) * _ENTRY
+        raw = self.mm[at : at + _ENTRY]
+        name = raw[:_NAME_BYTES].rstrip(b"\0").decode()
+        return name, np.dtype(raw[_NAME_BYTES:].rstrip(b"\0").decode())
+
+    def set_entry(self, worker: int, slot: int, name: bytes, dtype: np.dtype) -> None:
+        at = self.entries + (worker * SLOTS + slot) * _ENTRY
+        self.mm[at : at + _ENTRY] = name.ljust(_NAME_BYTES, b"\0") + dtype.str.encode().ljust(_ENTRY - _NAME_BYTES, b"\0")
+
+    def table(self, worker: int) -> tuple[tuple[str, np.dtype], ...]:
+        return tuple(self.entry(worker, k) for k in range(int(self.counts[worker])))
+
+
 # --- worker side --------------------------------------------------------------------------
 
 _SLOTS: dict[int, dict[str, Any]] = {}
-_FLAGS: mmap.mmap | None = None
+_AREA: _Area | None = None
+_WORKER = 0
 _OFFSET = 0
+# (key, dtype) -> slot, value views: a key whose values come in several types has a slot per type
+_KEYS: dict[tuple[str, np.dtype], tuple[int, list[np.ndarray]]] = {}
+_TYPES: dict[type, np.dtype | None] = {}  # a value's type -> its column dtype (None: not a column)
+
+
+def _column_dtype(value: Any) -> np.dtype | None:
+    kind = type(value)
+    if kind not in _TYPES:
+        dtype = None
+        if kind in (int, float, bool) or isinstance(value, np.number):
+            dtype = np.dtype(kind)
+            if dtype.kind not in "biuf" or dtype.itemsize > 8:
+                dtype = None
+        _TYPES[kind] = dtype
+    return _TYPES[kind]
+
+
+def _write_columns(local: int, kind: int, info: dict[str, Any]) -> dict[str, Any]:
+    """Writes ``info``'s numeric scalars into this worker's columns; returns the rest."""
+    area, pos, rest = _AREA, _OFFSET + local, {}
+    for key, value in info.items():
+        dtype = _column_dtype(value)
+        column = None if dtype is None else _KEYS.get((key, dtype))
+        if column is None and dtype is not None and isinstance(key, str):
+            column = _name_key(key, dtype)
+        if column is None:
+            rest[key] = value
+            continue
+        slot, views = column
+        try:
+            views[kind][pos] = value
+        except (OverflowError, ValueError):
+            rest[key] = value
+            continue
+        area.present[slot][kind][pos] = 1
+    return rest
+
+
+def _name_key(key: str, dtype: np.dtype):
+    """Gives ``key`` this worker's next free slot (None when full or the name too long)."""
+    slot, name = int(_AREA.counts[_WORKER]), key.encode()
+    if slot >= SLOTS or len(name) > _NAME_BYTES or b"\0" in name:
+        return None
+    _AREA.set_entry(_WORKER, slot, name, dtype)
+    _AREA.counts[_WORKER] = slot + 1
+    _KEYS[key, dtype] = (slot, [_AREA.values(slot, k, dtype) for k in range(2)])
+    return _KEYS[key, dtype]
 
 
 def note_info(local: int, kind: str, info: Any) -> None:
     """Keeps env ``local``'s non-empty info of a ``"step"`` (which starts a new slot) or a
     ``"reset"`` (added to the slot: under same-step autoreset it follows the step that
-    ended the episode) and flags the env for the trainer."""
+    ended the episode): numbers in columns, the rest kept; flags the env for the trainer."""
+    if _AREA is not None:
+        info = _write_columns(local, _KINDS.index(kind), info)
     if kind == "step":
-        _SLOTS[local] = {"step": info}
-    else:
-        _SLOTS.setdefault(local, {})["reset"] = info
-    if _FLAGS is not None:
-        _FLAGS[_OFFSET + local] = 1
+        _SLOTS.pop(local, None)
+    if info:
+        _SLOTS.setdefault(local, {})[kind] = info
+        if _AREA is not None:
+            _AREA.pickled[_OFFSET + local] = 1
+    if _AREA is not None:
+        _AREA.flags[_OFFSET + local] = 1
 
 
 def take(local: int) -> dict[str, Any]:
@@ -52,44 +168,62 @@ def take(local: int) -> dict[str, Any]:
 
 
 def map_flags(sock: socket.socket, index: int) -> None:
-    """Receives the flag area's fd (sent with one byte after the ``map_infos`` request)
-    and maps it; this worker's envs own the bytes from ``index * stride``."""
-    global _FLAGS, _OFFSET
-    data, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    """Receives the area's fd (sent with ``"stride,workers"`` after the ``map_infos``
+    request) and maps it; this worker's envs own the cells from ``index * stride``."""
+    global _AREA, _WORKER, _OFFSET
+    data, fds, _, _ = socket.recv_fds(sock, 64, 1)
     if not fds:
         raise OSError("the map_infos request came without a file descriptor")
-    stride = int(data.decode())
+    stride, workers = (int(v) for v in data.decode().split(","))
     try:
-        _FLAGS = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
+        mm = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
     finally:
         for fd in fds:
             os.close(fd)
-    _OFFSET = index * stride
-    # A restarted worker gets the area after its envs' first reset: flag the infos kept so far.
+    area = _Area(mm, workers, stride)
+    _WORKER, _OFFSET = index, index * stride
+    # A restarted worker takes over its predecessor's part: its own keys, no stale values.
+    area.counts[index] = 0
+    _KEYS.clear()
+    for slot in range(SLOTS):
+        for kind in range(2):
+            area.present[slot][kind][_OFFSET : _OFFSET + stride] = 0
+    area.pickled[_OFFSET : _OFFSET + stride] = 0
+    _AREA = area
+    # It gets the area after its envs' first reset: flag the infos kept so far.
     for local in list(_SLOTS):
-        _FLAGS[_OFFSET + local] = 1
+        area.pickled[_OFFSET + local] = area.flags[_OFFSET + local] = 1
 
 
 # --- trainer side -------------------------------------------------------------------------
 
 
-class InfoFlags:
-    """The trainer's end: the flag area and the merge into each batch's infos."""
+class InfoArea:
+    """The trainer's end: the shared area and the merge into each batch's infos."""
 
     def __init__(self, shards: Sequence[tuple[int, int]]):
         self.stride = max(1, max(b - a for a, b in shards))
-        size = len(shards) * self.stride
+        self.workers = len(shards)
+        size = _Area.size(self.workers, self.stride)
         fd = os.memfd_create("shmenv-infos")
         try:
             os.ftruncate(fd, size)
-            self._mm = mmap.mmap(fd, size)
+            mm = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
             raise
         self.fd: int | None = fd
-        self._flags = np.frombuffer(self._mm, dtype=np.uint8)
-        # The flag byte of each env.
+        self._mm, self._area = mm, _Area(mm, self.workers, self.stride)
+        self._n = self.workers * self.stride
+        # The flag position of each env, and its worker.
         self._pos = np.array([w * self.stride + e - a for w, (a, b) in enumerate(shards) for e in range(a, b)])
+        self._tables: list[tuple] = []  # each worker's (key, dtype) per slot
+        self._shared_table: tuple | None = None
+        self._counts = b""  # the tables' sizes when last read
+
+    def data(self) -> bytes:
+        """What a worker needs besides the fd (:func:`map_flags`)."""
+        return f"{self.stride},{self.workers}".encode()
 
     def close_fd(self) -> None:
         """Closes the trainer's fd once every worker has mapped the area."""
@@ -99,42 +233,127 @@ class InfoFlags:
 
     def close(self) -> None:
         self.close_fd()
-        del self._flags  # the mapping cannot close while numpy holds it
-        self._mm.close()
+        del self._area  # the mapping cannot close while numpy holds it
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a view is still held somewhere: the mapping goes with it
 
-    def flagged(self, env_ids: np.ndarray) -> np.ndarray | None:
-        """The rows of a batch (of envs ``env_ids``) whose envs returned infos, their flags
-        cleared; None (one ``find``) when no env of any worker did."""
-        if self._mm.find(b"\x01", 0) < 0:
+    def forget_tables(self) -> None:
+        """A worker was restarted: its replacement names its keys anew."""
+        self._counts = b""
+
+    def flagged(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows of a batch (of envs ``env_ids``) whose envs noted infos and their
+        positions in the area, flags cleared; None (one ``find``) when no env of any
+        worker did."""
+        if self._mm.find(b"\x01", 0, self._n) < 0:
             return None
         pos = self._pos[env_ids]
-        rows = np.flatnonzero(self._flags[pos])
-        self._flags[pos[rows]] = 0
-        return rows
+        rows = np.flatnonzero(self._area.flags[pos])
+        self._area.flags[pos[rows]] = 0
+        return rows, pos[rows]
 
-    @staticmethod
-    def merge(
-        infos: dict[str, Any],
-        rows: np.ndarray,
-        slots: Sequence[dict[str, Any]],
-        done: np.ndarray,
-        elapsed: np.ndarray,
-        same_step: bool,
-    ) -> None:
-        """Adds the kept infos of ``rows`` to ``infos`` as Gymnasium's vector envs do: a
-        reset row (``elapsed == 0``) gets its reset's info, another row its step's; under
-        same-step autoreset a row that ended an episode gets the step's info in
-        ``infos["final_info"]`` and the next episode's reset info in ``infos``."""
-        size = len(done)
-        for r, slot in zip(rows.tolist(), slots):
-            if same_step and done[r]:
-                if slot.get("step"):
-                    add_info(infos.setdefault("final_info", {}), slot["step"], r, size)
-                info = slot.get("reset")
-            else:
-                info = slot.get("reset") if elapsed[r] == 0 else slot.get("step")
-            if info:
-                add_info(infos, info, r, size)
+    def merge(self, infos: dict[str, Any], res, calls, shards, same_step: bool) -> None:
+        """Adds the infos hosted envs noted for this batch's rows (only when a worker
+        flagged some) to ``infos``: column values first, then the pickled rest (fetched
+        for the rows that have some); keys ``infos`` has already (shmenv's) win."""
+        found = self.flagged(res.env_id)
+        if found is None or found[0].size == 0:
+            return
+        rows, pos = found
+        done = np.logical_or(res.terminated, res.truncated)
+        use_reset = (res.elapsed_step[rows] == 0) | (same_step & done[rows])
+        extra: dict[str, Any] = {}
+        self._merge_columns(extra, rows, pos, use_reset, done[rows] if same_step else None, len(done))
+        pickled = self._area.pickled[pos] != 0
+        if pickled.any():
+            self._area.pickled[pos[pickled]] = 0
+            fetch = rows[pickled]
+            slots = calls.request(shards, res.env_id[fetch].tolist(), "infos", "")
+            merge_slots(extra, fetch, slots, done, res.elapsed_step, same_step)
+        if "final_info" in extra:
+            infos["final_info"] = {**infos.get("final_info", {}), **extra.pop("final_info")}
+        for key, value in extra.items():
+            infos.setdefault(key, value)
+
+    def _merge_columns(self, infos, rows, pos, use_reset, final, size) -> None:
+        """The column values of ``rows`` (at area positions ``pos``): a reset row's (or,
+        under same-step autoreset, an ended row's) reset infos, else its step infos; an
+        ended row's step infos under ``final_info`` (``final`` is the ended rows then)."""
+        area = self._area
+        counts = area.counts.tobytes()
+        if counts != self._counts:
+            self._counts = counts
+            self._tables = [area.table(w) for w in range(self.workers)]
+            # Workers that named the same keys in the same order share one pass.
+            self._shared_table = self._tables[0] if len(set(self._tables)) == 1 else None
+        if self._shared_table is not None:
+            groups = [(self._shared_table, True)]
+        else:
+            groups = [(table, pos // self.stride == w) for w, table in enumerate(self._tables)]
+        found: dict[str, list] = {}  # key -> [(rows, values, dtype)] into infos, then into final_info
+        for table, which in groups:
+            for slot, (key, dtype) in enumerate(table):
+                step, reset = area.present[slot][0][pos] != 0, area.present[slot][1][pos] != 0
+                if which is not True:
+                    step &= which
+                    reset &= which
+                if not (step.any() or reset.any()):
+                    continue
+                area.present[slot][0][pos[step]] = area.present[slot][1][pos[reset]] = 0
+                values = [area.values(slot, k, dtype)[pos] for k in range(2)]
+                here = np.where(use_reset, reset, step)
+                chosen = np.where(use_reset, values[1], values[0])
+                found.setdefault(key, [[], []])[0].append((rows[here], chosen[here], dtype))
+                if final is not None and (step & final).any():
+                    found[key][1].append((rows[step & final], values[0][step & final], dtype))
+        for key, (into_infos, into_final) in found.items():
+            _put(infos, key, into_infos, size)
+            if into_final:
+                _put(infos.setdefault("final_info", {}), key, into_final, size)
+
+
+def _put(infos: dict[str, Any], key: str, parts: list, size: int) -> None:
+    """Sets ``infos[key]`` (and its mask) at the rows of each part ``(rows, values, dtype)``:
+    the array has the dtype of the part holding the lowest row, as ``SyncVectorEnv``
+    types it by the first env that returns the key (the others are cast into it)."""
+    parts = [p for p in parts if p[0].size]
+    if not parts:
+        return
+    array = infos.get(key)
+    if array is None:
+        array = np.zeros(size, dtype=min(parts, key=lambda p: p[0].min())[2])
+    mask = infos.get(f"_{key}")
+    if mask is None:
+        mask = np.zeros(size, dtype=np.bool_)
+    for rows, values, _ in parts:
+        array[rows], mask[rows] = values, True
+    infos[key], infos[f"_{key}"] = array, mask
+
+
+def merge_slots(
+    infos: dict[str, Any],
+    rows: np.ndarray,
+    slots: Sequence[dict[str, Any]],
+    done: np.ndarray,
+    elapsed: np.ndarray,
+    same_step: bool,
+) -> None:
+    """Adds the kept (pickled) infos of ``rows`` to ``infos`` as Gymnasium's vector envs
+    do: a reset row (``elapsed == 0``) gets its reset's info, another row its step's; under
+    same-step autoreset a row that ended an episode gets the step's info in
+    ``infos["final_info"]`` and the next episode's reset info in ``infos``."""
+    size = len(done)
+    for r, slot in zip(rows.tolist(), slots):
+        if same_step and done[r]:
+            if slot.get("step"):
+                add_info(infos.setdefault("final_info", {}), slot["step"], r, size)
+            info = slot.get("reset")
+        else:
+            info = slot.get("reset") if elapsed[r] == 0 else slot.get("step")
+        if info:
+            add_info(infos, info, r, size)
 
 
 def add_info(infos: dict[str, Any], info: dict[str, Any], row: int, size: int) -> dict[str, Any]:

@@ -257,3 +257,31 @@ def resolve(env: Any, config: dict | None) -> Resolved:
         )
     out.engine_id = python_id
     return out
+
+
+def pass_render_mode(resolved, render_mode: str | None) -> None:
+    """Puts ``render_mode`` into the kwargs the workers build each env with, or refuses it
+    (native envs, factories, a config that says otherwise), before any worker starts."""
+    if render_mode is None:
+        return
+    if not isinstance(render_mode, str):
+        raise InvalidArgumentError(f"render_mode must be a str (e.g. 'rgb_array') or None, got {render_mode!r}")
+    if not resolved.python:
+        raise InvalidArgumentError(
+            f"{resolved.label} is a native (Rust) shmenv env: native envs do not render, so render_mode must be "
+            f"None (got {render_mode!r}). To render Gymnasium's own {resolved.label} in Python workers, pass "
+            f"its spec: shmenv.make_vec(gymnasium.spec({resolved.label!r}), n, render_mode={render_mode!r})"
+        )
+    kind = resolved.config.get("kind")
+    if kind not in ("spec", "entry_point"):
+        raise InvalidArgumentError(
+            f"render_mode={render_mode!r} cannot reach an env factory ({resolved.label}): it is called with no "
+            f"arguments, so bind the mode inside it (lambda: gym.make(id, render_mode={render_mode!r})); the "
+            "pool's render_mode is then the env's"
+        )
+    kwargs = resolved.config.setdefault("kwargs", {})
+    if kwargs.get("render_mode", render_mode) != render_mode:
+        raise InvalidArgumentError(
+            f"render_mode={render_mode!r} and config['render_mode']={kwargs['render_mode']!r} disagree: pass one"
+        )
+    kwargs["render_mode"] = render_mode

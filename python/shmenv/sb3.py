@@ -21,6 +21,7 @@ it (what ``VecMonitor`` and SB3's episode logging read).
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -61,6 +62,53 @@ except ImportError:
         def unwrapped(self):
             return self
 
+        def render(self, mode: str | None = None) -> np.ndarray | None:
+            """SB3's ``VecEnv.render``: the envs' frames tiled into one image (returned for
+            ``"rgb_array"``, shown with OpenCV for ``"human"`` over ``"rgb_array"`` envs); a
+            warning and None when ``mode`` is not the envs' render mode."""
+            if mode == "human" and self.render_mode != mode:
+                if self.render_mode != "rgb_array":
+                    warnings.warn(
+                        f"You tried to render a VecEnv with mode='{mode}' but the render mode defined when "
+                        f"initializing the environment must be 'human' or 'rgb_array', not '{self.render_mode}'."
+                    )
+                    return None
+            elif mode and self.render_mode != mode:
+                warnings.warn(
+                    f"render mode {mode!r} differs from the environment's render mode ({self.render_mode}): render "
+                    "modes are chosen when the envs are built"
+                )
+                return None
+            mode = mode or self.render_mode
+            if mode is None:
+                warnings.warn("You tried to call render() but no `render_mode` was passed to the env constructor.")
+                return None
+            if self.render_mode == "human":
+                self.env_method("render")
+                return None
+            if mode in ("rgb_array", "human"):
+                image = tile_images(self.get_images())
+                if mode == "rgb_array":
+                    return image
+                import cv2  # as SB3 does: "human" over rgb_array envs shows the tiles with OpenCV
+
+                cv2.imshow("vecenv", image[:, :, ::-1])
+                cv2.waitKey(1)
+                return None
+            self.env_method("render")
+            return None
+
+    def tile_images(images_nhwc) -> np.ndarray:
+        """SB3's ``tile_images``: N images (height, width, channels) in a near-square grid,
+        the missing cells black."""
+        images = np.asarray(images_nhwc)
+        n, height, width, channels = images.shape
+        rows = int(np.ceil(np.sqrt(n)))
+        cols = int(np.ceil(n / rows))
+        padded = np.concatenate([images, np.zeros((rows * cols - n, height, width, channels), images.dtype)])
+        grid = padded.reshape(rows, cols, height, width, channels).transpose(0, 2, 1, 3, 4)
+        return grid.reshape(rows * height, cols * width, channels)
+
 
 __all__ = ["ShmVecEnv", "HAVE_SB3"]
 
@@ -88,6 +136,11 @@ class ShmVecEnv(_Base):
         self._actions = None
         self._t0 = np.full(num_envs, time.perf_counter())
         super().__init__(num_envs, self.venv.single_observation_space, self.venv.single_action_space)
+        # As SB3's VecEnv: the envs' render mode, and "human" too over "rgb_array" (tiles
+        # shown with OpenCV by render()).
+        self.render_mode = self.venv.render_mode
+        modes = {None: [], "rgb_array": ["human", "rgb_array"]}
+        self.metadata = {"render_modes": modes.get(self.render_mode, [self.render_mode])}
 
     # --- VecEnv API ------------------------------------------------------------------
 
@@ -167,10 +220,15 @@ class ShmVecEnv(_Base):
         return [False for _ in idx]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
-        return [None for _ in range(self.num_envs)]
-
-    def render(self, mode: str | None = None):
-        return None
+        """Every env's frame (``render_mode="rgb_array"``), as SB3's ``DummyVecEnv`` gives
+        them: rendered in the workers, pickled over the call channel; ``render()`` tiles
+        them into one image. Other render modes: a warning and None per env."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
+            return [None for _ in range(self.num_envs)]
+        return list(self.venv.render())
 
     def __enter__(self):
         return self

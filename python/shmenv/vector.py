@@ -9,7 +9,6 @@ import sys
 from typing import Any, Sequence
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
@@ -17,6 +16,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from shmenv import _shmenv
 from shmenv.arguments import (
     _autoreset_mode,
+    _reset_mask,
     _count,
     _env_ids,
     _integer,
@@ -25,18 +25,16 @@ from shmenv.arguments import (
     _optional_seconds,
 )
 from shmenv.errors import (
-    ActionError,
-    ActionTypeError,
     ClosedError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     UsageError,
     WorkerError,
 )
-from shmenv.infos import InfoFlags
-from shmenv.resolve import resolve
+from shmenv.assembly import Assembly
+from shmenv.infos import InfoArea
+from shmenv.resolve import pass_render_mode, resolve
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
-from shmenv.spaces import dtype_of, observation_space, space_from_json
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
@@ -47,6 +45,19 @@ def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     env = [("PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))]
     return sys.executable, ["-m", "shmenv.worker"], env
+
+
+def _worker_command(resolved, worker_program) -> tuple[str, list[str], list[tuple[str, str]]]:
+    """The workers' program, arguments and environment: ``python -m shmenv.worker`` for
+    every env but a native one with its own ``worker_program``."""
+    if worker_program is None:
+        return python_worker_command()
+    if resolved.python:
+        raise InvalidArgumentError(
+            f"{resolved.label} is a Python env: it runs in Python workers (python -m shmenv.worker); "
+            "worker_program is for native worker binaries"
+        )
+    return os.fspath(worker_program), [], []
 
 
 class ShmVectorEnv(VectorEnv):
@@ -87,10 +98,10 @@ class ShmVectorEnv(VectorEnv):
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
-        self._infos: InfoFlags | None = None
+        self._infos: InfoArea | None = None
         mode = _autoreset_mode(autoreset_mode)
         resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
-        _pass_render_mode(resolved, render_mode)
+        pass_render_mode(resolved, render_mode)
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
         if resolved.config.get("kind") == "factory" and resolved.python:
@@ -107,37 +118,13 @@ class ShmVectorEnv(VectorEnv):
         zero_copy_async = batch < num_envs and not copy
         if ring_depth is None:
             ring_depth = 3 if zero_copy_async else 2
-        if worker_program is None:
-            program, args, worker_env = python_worker_command()
-        elif resolved.python:
-            raise InvalidArgumentError(
-                f"{resolved.label} is a Python env: it runs in Python workers (python -m shmenv.worker); "
-                "worker_program is for native worker binaries"
-            )
-        else:
-            program, args, worker_env = os.fspath(worker_program), [], []
-        if resolved.python and 1 <= num_workers <= num_envs:
-            from shmenv.calls import CallChannel
-
-            self._calls = CallChannel(num_workers)
-            worker_env = worker_env + self._calls.worker_env()
-        options = dict(
-            num_workers=num_workers, batch_size=batch_size, seed=seed, config_json=json.dumps(resolved.config),
-            autoreset=mode.value, max_episode_steps=max_episode_steps, worker_program=program, worker_args=args,
-            worker_env=worker_env, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
-            step_timeout=step_timeout, max_restarts=max_restarts, copy=bool(copy),
-            retain_batches=1 if zero_copy_async else 0, fair_scheduling=bool(fair_scheduling),
+        self._start_pool(
+            resolved, num_envs, worker_program, num_workers=num_workers, batch_size=batch_size, seed=seed,
+            config_json=json.dumps(resolved.config), autoreset=mode.value, max_episode_steps=max_episode_steps,
+            wait=wait, ring_depth=ring_depth, pin_workers=pin_workers, step_timeout=step_timeout,
+            max_restarts=max_restarts, copy=bool(copy), retain_batches=1 if zero_copy_async else 0,
+            fair_scheduling=bool(fair_scheduling),
         )
-        try:
-            self._pool = _shmenv.Pool(resolved.engine_id, num_envs, **options)
-        except BaseException:
-            if self._calls is not None:
-                self._calls.close()
-            raise
-        self.closed = False
-        if self._calls is not None:
-            # A changed pid is a restarted worker: the call channel then takes its replacement's connection.
-            self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
         self.python_env = resolved.python
         spec = json.loads(self._pool.spec_json)
         self.env_id = resolved.label
@@ -145,37 +132,22 @@ class ShmVectorEnv(VectorEnv):
         self.num_workers = num_workers
         self.batch_size = batch
         self.is_async = self.batch_size < self.num_envs
-        self.single_observation_space, self._obs_names = observation_space(spec)
-        self._dict_obs = isinstance(self.single_observation_space, spaces.Dict)
-        self.single_action_space = space_from_json(spec["action"])
+        self._shards = [tuple(r) for r in self._pool.shards()]
+        env0 = self._env0_attrs() if self.python_env else {}
+        self._assembly = Assembly(spec, env0.get("spaces"))
+        self.single_observation_space = self._assembly.single_observation_space
+        self.single_action_space = self._assembly.single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
         self.spec = resolved.gym_spec
         gym_limit = getattr(self.spec, "max_episode_steps", None)
         self.max_episode_steps = max_episode_steps or spec.get("max_episode_steps") or gym_limit
-        self._shards = [tuple(r) for r in self._pool.shards()]
-        self.render_mode = None
         self.metadata = {"autoreset_mode": mode, "render_modes": []}
-        if self.python_env:
-            # As Gymnasium's vector envs: render_mode and metadata are env 0's.
-            env_metadata, env_render_mode = self._env0_render_info()
-            self.metadata["render_modes"] = list(env_metadata.get("render_modes") or [])
-            if "render_fps" in env_metadata:
-                self.metadata["render_fps"] = env_metadata["render_fps"]
-            if render_mode is not None and env_render_mode != render_mode:
-                self.close()
-                raise InvalidArgumentError(
-                    f"{self.env_id} was built with render_mode={render_mode!r} but its render_mode is "
-                    f"{env_render_mode!r}: the env ignores the render_mode keyword (its metadata['render_modes'] "
-                    f"is {self.metadata['render_modes']!r})"
-                )
-            self.render_mode = env_render_mode
+        self.render_mode = self._take_render_info(env0, render_mode) if self.python_env else None
         self.autoreset_mode = mode
         self._infos = self._start_infos()
         self.copy = bool(copy)
         self.episode_stats_key = episode_stats_key
-        self._action_dtype = dtype_of(spec["action"])
-        self._action_shape = tuple(self.single_action_space.shape or ())
         self._restart = max_restarts is not None
         self._has_reset = False
         self._env_seeds: list[int | None] = [None] * num_envs
@@ -195,7 +167,12 @@ class ShmVectorEnv(VectorEnv):
             raise ClosedError("the pool is closed (close() was called); build a new one")
         mask = None
         if options and "reset_mask" in options:
-            mask = self._reset_mask(options["reset_mask"])
+            mask = _reset_mask(options["reset_mask"], self.num_envs)
+            if self.is_async:
+                raise UsageError(
+                    "reset_mask works in sync mode; an async pool resets envs when they end (autoreset_mode) "
+                    "or all at once with reset()"
+                )
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
         if self.is_async and len(commands) > 1:
@@ -237,7 +214,7 @@ class ShmVectorEnv(VectorEnv):
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
-        res = self._pool.step(self._actions(actions, self.num_envs))
+        res = self._pool.step(self._assembly.actions(actions, self.num_envs))
         self._follow_restarts()
         return self._note_restarts(self._unpack(res))
 
@@ -247,6 +224,7 @@ class ShmVectorEnv(VectorEnv):
         infos (this batch's reset infos included) and calls reach the trainer."""
         if self._restart and self._calls is not None and self._pool.restarted_envs:
             self._calls.refresh()
+            self._infos.forget_tables()
 
     def _note_restarts(self, result):
         """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
@@ -309,18 +287,63 @@ class ShmVectorEnv(VectorEnv):
             "action_space": self.single_action_space,
         }[name]
 
-    def _env0_render_info(self) -> tuple[dict, str | None]:
-        """Env 0's ``metadata`` and ``render_mode`` (through its worker's call channel)."""
+    def _start_pool(self, resolved, num_envs: int, worker_program, **options: Any) -> None:
+        """Starts the workers (and, for Python envs, the call channel they connect to)."""
+        program, args, worker_env = _worker_command(resolved, worker_program)
+        num_workers = options["num_workers"]
+        if resolved.python and 1 <= num_workers <= num_envs:
+            from shmenv.calls import CallChannel
+
+            self._calls = CallChannel(num_workers)
+            worker_env = worker_env + self._calls.worker_env()
+        try:
+            self._pool = _shmenv.Pool(
+                resolved.engine_id, num_envs, worker_program=program, worker_args=args, worker_env=worker_env,
+                **options,
+            )
+        except BaseException:
+            if self._calls is not None:
+                self._calls.close()
+            raise
+        self.closed = False
+        if self._calls is not None:
+            # A changed pid is a restarted worker: the call channel then takes its replacement's connection.
+            self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
+
+    def _take_render_info(self, env0: dict, render_mode: str | None) -> str | None:
+        """As Gymnasium's vector envs: ``metadata``'s render modes and fps are env 0's, and
+        so is the render mode, which must be the one asked for; returns it."""
+        env_metadata, env_render_mode = env0["metadata"], env0["render_mode"]
+        self.metadata["render_modes"] = list(env_metadata.get("render_modes") or [])
+        if "render_fps" in env_metadata:
+            self.metadata["render_fps"] = env_metadata["render_fps"]
+        if render_mode is not None and env_render_mode != render_mode:
+            self.close()
+            raise InvalidArgumentError(
+                f"{self.env_id} was built with render_mode={render_mode!r} but its render_mode is "
+                f"{env_render_mode!r}: the env ignores the render_mode keyword (its metadata['render_modes'] "
+                f"is {self.metadata['render_modes']!r})"
+            )
+        return env_render_mode
+
+    def _env0_attrs(self) -> dict:
+        """Env 0's ``metadata``, ``render_mode`` and ``spaces`` (its observation and action
+        spaces, which say whether they nest), through its worker's call channel."""
         try:
             metadata = self.env_call("get", "metadata", [0])[0]
             try:
                 render_mode = self.env_call("get", "render_mode", [0])[0]
             except WorkerError:
                 render_mode = None  # an env without the attribute (not a gym.Env) does not render
+            try:
+                env_spaces = tuple(self.env_call("get", name, [0])[0] for name in ("observation_space", "action_space"))
+            except WorkerError:
+                env_spaces = None  # unpicklable spaces: the spec's (composite spaces need them picklable)
         except BaseException:
             self.close()
             raise
-        return (metadata if isinstance(metadata, dict) else {}), render_mode
+        metadata = metadata if isinstance(metadata, dict) else {}
+        return {"metadata": metadata, "render_mode": render_mode, "spaces": env_spaces}
 
     def render(self) -> tuple:
         """Every env's ``render()``, in env order, as Gymnasium's vector envs return it: for
@@ -352,7 +375,7 @@ class ShmVectorEnv(VectorEnv):
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs (async
         mode), as EnvPool's ``send(action, env_id)``."""
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        self._pool.send(self._actions(actions, len(ids)), ids)
+        self._pool.send(self._assembly.actions(actions, len(ids)), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -403,56 +426,8 @@ class ShmVectorEnv(VectorEnv):
 
     # --- internals -------------------------------------------------------------------
 
-    def _reset_mask(self, mask) -> list[bool]:
-        m = np.asarray(mask)
-        if m.dtype != np.bool_:  # the exception types are AsyncVectorEnv's
-            raise InvalidArgumentTypeError(
-                f"reset_mask must be a bool array of shape ({self.num_envs},), one per env; got dtype {m.dtype}"
-            )
-        if m.shape != (self.num_envs,) or not m.any():
-            raise InvalidArgumentError(
-                f"reset_mask must be a bool array of shape ({self.num_envs},) with at least one True (the envs "
-                f"to reset); got shape {m.shape} with {int(m.sum())} True"
-            )
-        if self.is_async:
-            raise UsageError(
-                "reset_mask works in sync mode; an async pool resets envs when they end (autoreset_mode) "
-                "or all at once with reset()"
-            )
-        return m.tolist()
-
-    def _actions(self, actions, count: int) -> np.ndarray:
-        a = np.asarray(actions)
-        want = (count, *self._action_shape)
-        if a.ndim == 0:
-            raise ActionTypeError(
-                f"actions must be a batch, one per env: an array of shape {want} for {count} env(s) of "
-                f"{self.single_action_space}; got the single value {actions!r}"
-            )
-        if a.shape != want:
-            raise ActionError(
-                f"actions have shape {a.shape}; {count} env(s) of {self.single_action_space} need an array "
-                f"of shape {want}"
-            )
-        if a.dtype != self._action_dtype:
-            if a.dtype.kind == "f" and self._action_dtype.kind in "iu":
-                # Like Gymnasium's spaces: an integer space takes integral values only.
-                bad = ~np.isfinite(a) | (a != np.round(a))
-                info = np.iinfo(self._action_dtype)
-                bad |= (a < info.min) | (a > info.max)
-                if np.any(bad):
-                    raise ActionError(
-                        f"actions must be integers for {self.single_action_space}, got {a[bad].flat[0]!r} "
-                        f"(at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
-                    )
-            elif a.dtype.kind not in "biuf":
-                raise ActionError(f"actions must be numbers for {self.single_action_space}, got dtype {a.dtype}")
-            a = a.astype(self._action_dtype)
-        return np.ascontiguousarray(a)
-
     def _unpack(self, res):
-        obs_t = res.obs
-        obs = dict(zip(self._obs_names, obs_t)) if self._dict_obs else obs_t[0]
+        obs = self._assembly.observations(res.obs)
         infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step}
         if res.any_done:
             done = np.logical_or(res.terminated, res.truncated)
@@ -464,8 +439,7 @@ class ShmVectorEnv(VectorEnv):
             if res.final_obs is not None:
                 final = np.full(len(done), None, dtype=object)
                 for i in np.flatnonzero(done):
-                    rows = [np.array(a[i]) for a in res.final_obs]
-                    final[i] = dict(zip(self._obs_names, rows)) if self._dict_obs else rows[0]
+                    final[i] = self._assembly.final_observation(res.final_obs, i)
                 infos["final_obs"] = final
                 infos["_final_obs"] = done
                 infos["final_info"] = {}
@@ -474,66 +448,28 @@ class ShmVectorEnv(VectorEnv):
             self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
 
-    def _start_infos(self) -> InfoFlags | None:
-        """Python envs: the flag area through which workers say an env returned infos."""
+    def _start_infos(self) -> InfoArea | None:
+        """Python envs: the shared area through which workers pass infos (``infos.py``)."""
         if self._calls is None:
             return None
-        flags = InfoFlags(self._shards)
+        area = InfoArea(self._shards)
         try:
-            self._calls.share_fd("map_infos", flags.fd, str(flags.stride).encode())
+            self._calls.share_fd("map_infos", area.fd, area.data())
         except BaseException:
-            flags.close()
+            area.close()
             raise
-        flags.close_fd()
-        return flags
+        area.close_fd()
+        return area
 
     def _merge_infos(self, res, infos: dict[str, Any]) -> None:
-        """Adds the infos hosted envs returned for this batch's rows (only when a worker
-        flagged some: one ``find`` otherwise)."""
-        rows = self._infos.flagged(res.env_id)
-        if rows is None or rows.size == 0:
-            return
-        slots = self._calls.request(self._shards, res.env_id[rows].tolist(), "infos", "")
-        done = np.logical_or(res.terminated, res.truncated)
+        """Adds the infos hosted envs returned for this batch's rows (one ``find`` when
+        none did)."""
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        extra: dict[str, Any] = {}
-        self._infos.merge(extra, rows, slots, done, res.elapsed_step, same_step)
-        if "final_info" in extra:
-            infos["final_info"] = extra.pop("final_info")
-        for key, value in extra.items():
-            infos.setdefault(key, value)  # shmenv's own keys (env_id, ...) win
+        self._infos.merge(infos, res, self._calls, self._shards, same_step)
 
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
-
-
-def _pass_render_mode(resolved, render_mode: str | None) -> None:
-    """Puts ``render_mode`` into the kwargs the workers build each env with, or refuses it
-    (native envs, factories, a config that says otherwise), before any worker starts."""
-    if render_mode is None:
-        return
-    if not isinstance(render_mode, str):
-        raise InvalidArgumentError(f"render_mode must be a str (e.g. 'rgb_array') or None, got {render_mode!r}")
-    if not resolved.python:
-        raise InvalidArgumentError(
-            f"{resolved.label} is a native (Rust) shmenv env: native envs do not render, so render_mode must be "
-            f"None (got {render_mode!r}). To render Gymnasium's own {resolved.label} in Python workers, pass "
-            f"its spec: shmenv.make_vec(gymnasium.spec({resolved.label!r}), n, render_mode={render_mode!r})"
-        )
-    kind = resolved.config.get("kind")
-    if kind not in ("spec", "entry_point"):
-        raise InvalidArgumentError(
-            f"render_mode={render_mode!r} cannot reach an env factory ({resolved.label}): it is called with no "
-            f"arguments, so bind the mode inside it (lambda: gym.make(id, render_mode={render_mode!r})); the "
-            "pool's render_mode is then the env's"
-        )
-    kwargs = resolved.config.setdefault("kwargs", {})
-    if kwargs.get("render_mode", render_mode) != render_mode:
-        raise InvalidArgumentError(
-            f"render_mode={render_mode!r} and config['render_mode']={kwargs['render_mode']!r} disagree: pass one"
-        )
-    kwargs["render_mode"] = render_mode
 
 
 def make_vec(
@@ -604,11 +540,9 @@ def make_vec(
       (counts within a few steps of each other); False lets whichever worker runs step
       its envs as fast as it can (a few percent more throughput for the cheapest envs).
     - ``render_mode`` (hosted Python envs): passed to each env's construction in its worker
-      (``gym.make(spec, render_mode=...)`` for a Gymnasium id or spec, the ``render_mode``
-      keyword for an entry point); ``envs.render()`` then returns every env's frame, as
-      Gymnasium's vector envs do. A factory builds its env itself: bind the mode inside it
-      (``lambda: gym.make(id, render_mode="rgb_array")``); the pool's ``render_mode`` is env
-      0's. Native (Rust) envs do not render and refuse any mode but None.
+      (``gym.make(spec, render_mode=...)``, or an entry point's keyword); ``envs.render()``
+      returns every env's frame. A factory binds the mode itself (``lambda: gym.make(id,
+      render_mode="rgb_array")``). Native (Rust) envs do not render: None only.
     """
     return ShmVectorEnv(
         env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,

@@ -27,16 +27,6 @@ _FIRST_SPEC: tuple[str, str, str] | None = None
 # The global index of this worker's first env, when the config says (factories).
 _SHARD_START: int | None = None
 
-_DTYPE_NAMES = {
-    "float32": "f32",
-    "float64": "f64",
-    "uint8": "u8",
-    "int8": "i8",
-    "int16": "i16",
-    "int32": "i32",
-    "int64": "i64",
-}
-
 
 def load_entry_point(entry_point: str):
     """``"package.module:attr"`` (attr may be dotted) -> the object."""
@@ -109,53 +99,6 @@ def _from_factory(config: dict):
     return env
 
 
-def _space_json(space, what: str) -> dict:
-    import numpy as np
-    from gymnasium import spaces
-
-    def bound(v: float):
-        v = float(v)
-        if v == float("inf"):
-            return "inf"
-        if v == float("-inf"):
-            return "-inf"
-        return v
-
-    def bounds(b) -> list:
-        # One value when every element has the same bound (images: the whole frame shares
-        # 0..255), so the spec report stays small; else one value per element.
-        flat = np.asarray(b, dtype=np.float64).reshape(-1)
-        if flat.size > 0 and np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=True):
-            flat = flat[:1]
-        return [bound(v) for v in flat]
-
-    if isinstance(space, spaces.Box):
-        name = _DTYPE_NAMES.get(np.dtype(space.dtype).name)
-        if name is None:
-            raise TypeError(f"{what}: Box dtype {space.dtype} is not supported (use one of {sorted(_DTYPE_NAMES)})")
-        return {
-            "type": "Box",
-            "dtype": name,
-            "shape": list(space.shape),
-            "low": bounds(space.low),
-            "high": bounds(space.high),
-        }
-    if isinstance(space, spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.MultiDiscrete):
-        if np.asarray(space.nvec).ndim != 1 or np.any(np.asarray(space.start) != 0):
-            raise TypeError(f"{what}: only 1-D MultiDiscrete spaces starting at 0 are supported, got {space}")
-        return {"type": "MultiDiscrete", "nvec": [int(v) for v in space.nvec]}
-    if isinstance(space, spaces.MultiBinary):
-        if len(space.shape) != 1:
-            raise TypeError(f"{what}: only 1-D MultiBinary spaces are supported, got {space}")
-        return {"type": "MultiBinary", "n": int(space.shape[0])}
-    raise TypeError(
-        f"{what}: {type(space).__name__} spaces are not supported "
-        "(Box, Discrete, MultiDiscrete, MultiBinary, and a Dict of those for observations)"
-    )
-
-
 def spec_json(env) -> str:
     """The env's spaces as the engine's spec JSON. Every env of a worker must have the
     spaces of its first env (the engine checks workers against each other)."""
@@ -182,16 +125,46 @@ def spec_json(env) -> str:
 def _spec_json(env) -> str:
     from gymnasium import spaces
 
+    from shmenv import layout
+    from shmenv.spaces import space_to_json
+
     obs = env.observation_space
-    if isinstance(obs, spaces.Dict):
-        observations = [{"name": k, "space": _space_json(v, f"observation {k!r}")} for k, v in obs.spaces.items()]
+    if layout.is_nested(obs):
+        jsons = layout.leaf_json(obs, "observation")
+        observations = [{"name": n, "space": j} for n, j in zip(layout.leaf_names(obs), jsons)]
+    elif isinstance(obs, spaces.Dict):
+        observations = [{"name": k, "space": space_to_json(v, f"observation {k!r}")} for k, v in obs.spaces.items()]
     else:
-        observations = [{"name": "obs", "space": _space_json(obs, "observation space")}]
-    action = _space_json(env.action_space, "action space")
-    single_key_dict = isinstance(obs, spaces.Dict) and len(obs.spaces) == 1
+        observations = [{"name": "obs", "space": space_to_json(obs, "observation space")}]
+    act = env.action_space
+    if layout.is_composite(act):
+        action = layout.ActionPacking(act).engine_json()
+    else:
+        action = space_to_json(act, "action space")
+    single_key_dict = isinstance(obs, spaces.Dict) and len(obs.spaces) == 1 and not layout.is_nested(obs)
     return json.dumps(
         {"observations": observations, "action": action, "max_episode_steps": None, "single_key_dict": single_key_dict}
     )
+
+
+def obs_flattener(env):
+    """For a nested Dict/Tuple observation space, the function from an observation to its
+    arrays in spec order (the host calls it at every reset and step); else None."""
+    import functools
+
+    from shmenv import layout
+
+    space = env.observation_space
+    return functools.partial(layout.flatten, space) if layout.is_nested(space) else None
+
+
+def action_unpacker(env):
+    """For a Dict/Tuple action space, the function from the packed byte row the trainer
+    wrote to the action the env takes; else None."""
+    from shmenv import layout
+
+    space = env.action_space
+    return layout.ActionPacking(space).unpack if layout.is_composite(space) else None
 
 
 # --- the call side channel ------------------------------------------------------------

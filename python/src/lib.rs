@@ -3,6 +3,7 @@
 //! numpy arrays over the shared region (`views`), maps errors to `shmenv.errors`
 //! (`errors`), and runs the worker host inside `python -m shmenv.worker`.
 
+mod checks;
 mod errors;
 mod pool;
 mod pyenv;
@@ -40,6 +41,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Results>()?;
     m.add_class::<views::Lease>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;

@@ -490,6 +490,11 @@ enum Actions<'a> {
     I16(&'a [i16]),
     I32(&'a [i32]),
     I64(&'a [i64]),
+    Bool(&'a [shmenv_engine::spec::Bool8]),
+    F16(&'a [shmenv_engine::spec::F16]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+    U64(&'a [u64]),
 }
 
 impl Actions<'_> {
@@ -502,6 +507,11 @@ impl Actions<'_> {
             Actions::I16(a) => pool.step(a),
             Actions::I32(a) => pool.step(a),
             Actions::I64(a) => pool.step(a),
+            Actions::Bool(a) => pool.step(a),
+            Actions::F16(a) => pool.step(a),
+            Actions::U16(a) => pool.step(a),
+            Actions::U32(a) => pool.step(a),
+            Actions::U64(a) => pool.step(a),
         }
     }
 
@@ -514,6 +524,11 @@ impl Actions<'_> {
             Actions::I16(a) => pool.send(a, env_ids),
             Actions::I32(a) => pool.send(a, env_ids),
             Actions::I64(a) => pool.send(a, env_ids),
+            Actions::Bool(a) => pool.send(a, env_ids),
+            Actions::F16(a) => pool.send(a, env_ids),
+            Actions::U16(a) => pool.send(a, env_ids),
+            Actions::U32(a) => pool.send(a, env_ids),
+            Actions::U64(a) => pool.send(a, env_ids),
         }
     }
 }
@@ -543,5 +558,11 @@ fn with_actions<R>(dtype: DType, array: &Bound<'_, PyAny>, f: impl FnOnce(Action
         DType::I16 => slice(array, dtype, |s| f(Actions::I16(s))),
         DType::I32 => slice(array, dtype, |s| f(Actions::I32(s))),
         DType::I64 => slice(array, dtype, |s| f(Actions::I64(s))),
+        // Bool actions come as the bytes of the bool array (a uint8 view): never Rust `bool`s.
+        DType::Bool => slice::<u8, R>(array, DType::U8, |s| f(Actions::Bool(bytemuck::cast_slice(s)))),
+        DType::F16 => slice(array, dtype, |s| f(Actions::F16(s))),
+        DType::U16 => slice(array, dtype, |s| f(Actions::U16(s))),
+        DType::U32 => slice(array, dtype, |s| f(Actions::U32(s))),
+        DType::U64 => slice(array, dtype, |s| f(Actions::U64(s))),
     }
 }

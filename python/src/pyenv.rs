@@ -8,10 +8,11 @@
 //! host catches and reports as `EnvPanicked { env_id, message }` (the trainer raises it as
 //! `shmenv.WorkerError`).
 
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use crate::views;
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use shmenv_engine::spec::{DType, Element, EnvSpec, Space};
+use shmenv_engine::spec::{EnvSpec, Space};
 use shmenv_worker::{ActionIn, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 
 /// The id under which Python envs are registered in a Python worker; the config says
@@ -81,13 +82,24 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             note_info: note_info.unbind(),
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
-            as_array: py.import("numpy").and_then(|np| np.getattr("asarray")).map_err(fail)?.unbind(),
+            as_array: py
+                .import("numpy")
+                .and_then(|np| np.getattr("ascontiguousarray"))
+                .map_err(fail)?
+                .unbind(),
+            flatten_obs: optional(module.call_method1("obs_flattener", (&env,)).map_err(fail)?),
+            unpack_action: optional(module.call_method1("action_unpacker", (&env,)).map_err(fail)?),
             dict_obs: names.len() > 1 || spec.single_key_dict,
             rows: spec.observations.iter().map(|o| vec![0; o.space.value_bytes()]).collect(),
             names,
             spec,
         }))
     })
+}
+
+/// `value` unless it is None.
+fn optional(value: Bound<'_, PyAny>) -> Option<Py<PyAny>> {
+    (!value.is_none()).then(|| value.unbind())
 }
 
 /// A Python env and its last observation.
@@ -98,8 +110,15 @@ struct PyEnv {
     note_info: Py<PyAny>,
     step: Py<PyAny>,
     reset: Py<PyAny>,
-    /// `numpy.asarray`, for observations that are not already arrays of the right dtype.
+    /// `numpy.ascontiguousarray`, for observations that are not already C-contiguous
+    /// arrays of the right dtype.
     as_array: Py<PyAny>,
+    /// A nested Dict/Tuple observation space: `shmenv.worker`'s function from an
+    /// observation to its arrays in spec order.
+    flatten_obs: Option<Py<PyAny>>,
+    /// A Dict/Tuple action space: `shmenv.worker`'s function from the packed byte row to
+    /// the action the env takes.
+    unpack_action: Option<Py<PyAny>>,
     spec: EnvSpec,
     names: Vec<String>,
     dict_obs: bool,
@@ -109,34 +128,24 @@ struct PyEnv {
 }
 
 impl PyEnv {
-    /// The action as the Python value a Gymnasium env expects.
+    /// The action as the Python value a Gymnasium env expects: an int for `Discrete`, else
+    /// an array of the space's dtype and shape; a composite action (a Dict or Tuple space,
+    /// packed into a byte row by the trainer) unpacked by `shmenv.worker`.
     fn action<'py>(&self, py: Python<'py>, action: ActionIn<'_>) -> PyResult<Bound<'py, PyAny>> {
-        fn array<'py, T: Element + numpy::Element>(
-            py: Python<'py>,
-            a: &ActionIn<'_>,
-            shape: &[usize],
-        ) -> PyResult<Bound<'py, PyAny>> {
-            PyArray1::from_slice(py, a.as_slice::<T>()).reshape(shape.to_vec()).map(Bound::into_any)
-        }
         let space = action.space();
-        match space {
-            Space::Discrete { .. } => Ok(action.discrete().into_pyobject(py)?.into_any()),
-            _ => {
-                let shape = space.shape();
-                match space.dtype() {
-                    DType::F32 => array::<f32>(py, &action, &shape),
-                    DType::F64 => array::<f64>(py, &action, &shape),
-                    DType::U8 => array::<u8>(py, &action, &shape),
-                    DType::I8 => array::<i8>(py, &action, &shape),
-                    DType::I16 => array::<i16>(py, &action, &shape),
-                    DType::I32 => array::<i32>(py, &action, &shape),
-                    DType::I64 => array::<i64>(py, &action, &shape),
-                }
-            }
+        if let Space::Discrete { .. } = space {
+            return Ok(action.discrete().into_pyobject(py)?.into_any());
+        }
+        let array = views::owned(py, action.bytes(), views::descr(py, space.dtype()), &space.shape())?;
+        match &self.unpack_action {
+            Some(unpack) => unpack.bind(py).call1((array,)),
+            None => Ok(array),
         }
     }
 
-    /// Copies observation array `k` (`value`) into `rows[k]`.
+    /// Copies observation array `k` (`value`) into `rows[k]`: its bytes, once it is a
+    /// C-contiguous array of the space's dtype (converted with `numpy.ascontiguousarray`
+    /// when it is not).
     fn store(&mut self, py: Python<'_>, k: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let space = &self.spec.observations[k].space;
         if let Space::Discrete { .. } = space {
@@ -144,51 +153,35 @@ impl PyEnv {
             self.rows[k].copy_from_slice(&v.to_ne_bytes());
             return Ok(());
         }
-        fn copy<T: Element + numpy::Element>(
-            env: &mut PyEnv,
-            py: Python<'_>,
-            k: usize,
-            value: &Bound<'_, PyAny>,
-        ) -> PyResult<()> {
-            let converted;
-            let array = match value.cast::<PyArrayDyn<T>>() {
-                Ok(a) if a.is_c_contiguous() => a,
-                _ => {
-                    converted = env.as_array.bind(py).call1((value, numpy::dtype::<T>(py)))?;
-                    let a = converted.cast::<PyArrayDyn<T>>()?;
-                    if !a.is_c_contiguous() {
-                        return Err(pyo3::exceptions::PyValueError::new_err("observation is not contiguous"));
-                    }
-                    a
-                }
-            };
-            let row: &mut [T] = bytemuck::cast_slice_mut(&mut env.rows[k]);
-            if array.len() != row.len() {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "observation {:?} has {} elements, its space {} has {}",
-                    env.names[k],
-                    array.len(),
-                    env.spec.observations[k].space,
-                    row.len()
-                )));
+        let descr = views::descr(py, space.dtype());
+        let converted;
+        let array = match value.cast::<PyUntypedArray>() {
+            Ok(a) if a.is_c_contiguous() && a.dtype().is_equiv_to(&descr) => a,
+            _ => {
+                converted = self.as_array.bind(py).call1((value, &descr))?;
+                converted.cast::<PyUntypedArray>()?
             }
-            // SAFETY: the array is C-contiguous with `row.len()` elements of `T` (checked
-            // above); we hold the GIL for the whole copy, so no Python code can resize or
-            // write it meanwhile, and no Rust code in this process borrows it mutably (the
-            // worker only reads observations). This skips numpy's borrow tracking, a
-            // measurable cost per env step.
-            row.copy_from_slice(unsafe { array.as_slice() }?);
-            Ok(())
+        };
+        let row = &mut self.rows[k];
+        if !array.is_c_contiguous() || array.len() * descr.itemsize() != row.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "observation {:?} has {} elements, its space {} has {}",
+                self.names[k],
+                array.len(),
+                space,
+                space.num_elements()
+            )));
         }
-        match space.dtype() {
-            DType::F32 => copy::<f32>(self, py, k, value),
-            DType::F64 => copy::<f64>(self, py, k, value),
-            DType::U8 => copy::<u8>(self, py, k, value),
-            DType::I8 => copy::<i8>(self, py, k, value),
-            DType::I16 => copy::<i16>(self, py, k, value),
-            DType::I32 => copy::<i32>(self, py, k, value),
-            DType::I64 => copy::<i64>(self, py, k, value),
+        // SAFETY: the array is C-contiguous with `row.len()` bytes of data (checked above:
+        // its element count times the dtype's item size); we hold the GIL for the whole
+        // copy, so no Python code can resize or write it meanwhile, and `row` is our own
+        // buffer, which cannot overlap numpy's. Copying bytes never makes an invalid
+        // value: bool and f16 columns are bytes to Rust.
+        unsafe {
+            let data = (*array.as_array_ptr()).fields.data as *const u8;
+            std::ptr::copy_nonoverlapping(data, row.as_mut_ptr(), row.len());
         }
+        Ok(())
     }
 
     /// Hands a non-empty `info` of a `reset` or `step` ("kind") to `shmenv.infos`, which
@@ -200,17 +193,23 @@ impl PyEnv {
         Ok(())
     }
 
-    /// Copies the observation `obs` (an array, or a dict of arrays) into `rows`.
+    /// Copies the observation `obs` (an array, a dict of arrays, or a nested Dict/Tuple
+    /// observation flattened by `shmenv.worker` into its arrays in spec order) into `rows`.
     fn store_obs(&mut self, py: Python<'_>, obs: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.dict_obs {
+        if let Some(flatten) = &self.flatten_obs {
+            let leaves = flatten.bind(py).call1((obs,))?;
+            for k in 0..self.names.len() {
+                self.store(py, k, &leaves.get_item(k)?)?;
+            }
+        } else if self.dict_obs {
             for k in 0..self.names.len() {
                 let value = obs.get_item(&self.names[k])?;
                 self.store(py, k, &value)?;
             }
-            Ok(())
         } else {
-            self.store(py, 0, obs)
+            self.store(py, 0, obs)?;
         }
+        Ok(())
     }
 }
 

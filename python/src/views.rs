@@ -39,6 +39,11 @@ pub(crate) fn descr(py: Python<'_>, dtype: DType) -> Bound<'_, PyArrayDescr> {
         DType::I16 => numpy::dtype::<i16>(py),
         DType::I32 => numpy::dtype::<i32>(py),
         DType::I64 => numpy::dtype::<i64>(py),
+        DType::Bool => numpy::dtype::<bool>(py),
+        DType::F16 => numpy::dtype::<half::f16>(py),
+        DType::U16 => numpy::dtype::<u16>(py),
+        DType::U32 => numpy::dtype::<u32>(py),
+        DType::U64 => numpy::dtype::<u64>(py),
     }
 }
 

@@ -63,3 +63,48 @@ def test_sb3_trains_on_shmenv():  # pragma: no cover - needs torch
     model.learn(total_timesteps=2048)
     assert len(model.ep_info_buffer) > 0
     venv.close()
+
+
+def _paint_frames(seed: int, n: int) -> list[np.ndarray]:
+    """What SB3's DummyVecEnv's ``get_images`` gives for ``n`` PaintEnvs reset with
+    ``seed + i``: each env's ``render()``."""
+    from shmenv_fixtures.rendering import PaintEnv
+
+    frames = []
+    for i in range(n):
+        env = PaintEnv(render_mode="rgb_array")
+        env.reset(seed=seed + i)
+        frames.append(env.render())
+    return frames
+
+
+def test_render_mode_get_images_and_tiled_render_as_sb3_vec_envs_give_them(no_leaks):
+    with ShmVecEnv("shmenv_fixtures.rendering:PaintEnv", 3, num_workers=2, render_mode="rgb_array") as venv:
+        assert venv.render_mode == "rgb_array"
+        assert venv.metadata["render_modes"] == ["human", "rgb_array"]
+        venv.seed(11)
+        venv.reset()
+        want = _paint_frames(11, 3)
+        images = venv.get_images()
+        assert len(images) == 3
+        for got, expected in zip(images, want):
+            np.testing.assert_array_equal(got, expected)
+        tiled = venv.render()
+        h, w, c = want[0].shape
+        assert tiled.shape == (2 * h, 2 * w, c) and tiled.dtype == want[0].dtype  # 2x2 grid, one cell black
+        np.testing.assert_array_equal(tiled[:h, :w], want[0])
+        np.testing.assert_array_equal(tiled[:h, w:], want[1])
+        np.testing.assert_array_equal(tiled[h:, :w], want[2])
+        assert not tiled[h:, w:].any()
+        np.testing.assert_array_equal(venv.render("rgb_array"), tiled)
+        with pytest.warns(UserWarning, match="render mode"):
+            assert venv.render("depth_array") is None
+
+
+def test_without_a_render_mode_images_are_none_with_sb3s_warnings(no_leaks):
+    with ShmVecEnv("shmenv_fixtures.rendering:PaintEnv", 2, num_workers=1) as venv:
+        assert venv.render_mode is None and venv.metadata["render_modes"] == []
+        with pytest.warns(UserWarning, match="rgb_array"):
+            assert venv.get_images() == [None, None]
+        with pytest.warns(UserWarning, match="render_mode"):
+            assert venv.render() is None

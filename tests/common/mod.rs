@@ -152,21 +152,10 @@ pub fn batch_rows(batch: &shmenv::Batch<'_>) -> Vec<Row> {
     let same_step =
         !matches!(batch.final_obs::<u8>(&spec.observations[0].name), Err(shmenv::ViewError::NoFinalObs));
     let obs_bytes = |name: &str, final_obs: bool| -> Vec<u8> {
-        macro_rules! get {
-            ($t:ty) => {{
-                let v = if final_obs { batch.final_obs::<$t>(name) } else { batch.obs::<$t>(name) }.unwrap();
-                bytemuck::cast_slice::<$t, u8>(v.as_slice()).to_vec()
-            }};
-        }
-        match spec.observations[spec.obs_index(name).unwrap()].space.dtype() {
-            shmenv::DType::F32 => get!(f32),
-            shmenv::DType::F64 => get!(f64),
-            shmenv::DType::U8 => get!(u8),
-            shmenv::DType::I8 => get!(i8),
-            shmenv::DType::I16 => get!(i16),
-            shmenv::DType::I32 => get!(i32),
-            shmenv::DType::I64 => get!(i64),
-        }
+        shmenv::engine::with_element!(spec.observations[spec.obs_index(name).unwrap()].space.dtype(), T => {
+            let v = if final_obs { batch.final_obs::<T>(name) } else { batch.obs::<T>(name) }.unwrap();
+            bytemuck::cast_slice::<T, u8>(v.as_slice()).to_vec()
+        })
     };
     let arrays: Vec<Vec<u8>> = spec.observations.iter().map(|o| obs_bytes(&o.name, false)).collect();
     let finals: Vec<Vec<u8>> =

@@ -133,6 +133,12 @@ impl<'a> ActionIn<'a> {
         bytemuck::cast_slice(self.bytes)
     }
 
+    /// The action's bytes, as the trainer wrote them (the row of the action array).
+    #[inline]
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// The value of a `Discrete` action.
     #[inline]
     pub fn discrete(&self) -> i64 {

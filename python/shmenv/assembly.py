@@ -1,0 +1,104 @@
+"""The trainer's side of the spaces: how the engine's arrays become observations of the
+env's space (one array, a flat dict, or nested dicts and tuples) and how a batch of
+actions becomes the engine's action array (checked, converted, packed when composite)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from shmenv import _shmenv, layout
+from shmenv.errors import ActionError, ActionTypeError, BuildError
+from shmenv.spaces import dtype_of, observation_space, space_from_json
+
+
+class Assembly:
+    """The single-env spaces of a pool and the conversions between them and the engine's
+    arrays. ``env_spaces``: env 0's own ``(observation_space, action_space)`` (hosted
+    Python envs, over the call channel), which say whether they nest; None for native envs."""
+
+    def __init__(self, spec: dict, env_spaces: tuple[spaces.Space, spaces.Space] | None):
+        self.single_observation_space, self.obs_names = observation_space(spec)
+        self.single_action_space = space_from_json(spec["action"])
+        self.nested_obs = False
+        self.packing: layout.ActionPacking | None = None
+        env_obs, env_action = env_spaces if env_spaces is not None else (None, None)
+        if env_obs is not None and layout.is_nested(env_obs):
+            if layout.leaf_names(env_obs) != self.obs_names:
+                raise BuildError(
+                    f"the workers report the observation arrays {self.obs_names}, but env 0's observation space "
+                    f"{env_obs} has the leaves {layout.leaf_names(env_obs)}: its space changed after it was built"
+                )
+            self.single_observation_space, self.nested_obs = env_obs, True
+        if env_action is not None and layout.is_composite(env_action):
+            packing = layout.ActionPacking(env_action)
+            if spec["action"].get("shape") != [packing.row_bytes]:
+                raise BuildError(
+                    f"the workers report the action space {self.single_action_space}, but env 0's action space "
+                    f"{env_action} packs into {packing.row_bytes} bytes: its space changed after it was built"
+                )
+            self.single_action_space, self.packing = env_action, packing
+        self.dict_obs = isinstance(self.single_observation_space, spaces.Dict) and not self.nested_obs
+        self.action_dtype = dtype_of(spec["action"])
+        self.action_shape = tuple(self.single_action_space.shape or ())
+
+    def observations(self, arrays: tuple) -> Any:
+        """A batch's observation arrays (one per engine array) as the space nests them."""
+        if self.nested_obs:
+            return layout.unflatten(self.single_observation_space, iter(arrays))
+        return dict(zip(self.obs_names, arrays)) if self.dict_obs else arrays[0]
+
+    def final_observation(self, arrays: tuple, row: int) -> Any:
+        """Row ``row`` of a batch's final-observation arrays, copied, as the space nests it."""
+        return self.observations(tuple(np.array(a[row]) for a in arrays))
+
+    def actions(self, actions: Any, count: int) -> np.ndarray:
+        """``count`` envs' actions as the engine's array: converted to the space's dtype
+        and shape (integral floats are accepted for integer spaces, as Gymnasium's spaces
+        take them); a Dict/Tuple action checked leaf by leaf and packed into byte rows."""
+        if self.packing is not None:
+            return self.packing.pack(actions, count, as_action_array, _check)
+        a = as_action_array(actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions")
+        # Bool actions go as their bytes: the engine never reads them as Rust bools.
+        return a.view(np.uint8) if a.dtype == np.bool_ else a
+
+
+def _check(space_json: str, array: np.ndarray, count: int, what: str) -> None:
+    """A leaf's actions checked by the engine's rules (``ActionError`` naming ``what``)."""
+    _shmenv.check_actions(space_json, array, count, what)
+
+
+def as_action_array(
+    actions: Any, count: int, space: spaces.Space, dtype: np.dtype, shape: tuple, what: str
+) -> np.ndarray:
+    """``actions`` (a batch of ``count`` values of ``space``) as a C-contiguous array of
+    ``dtype`` and shape ``(count, *shape)``, or an ``ActionError`` saying what is wrong."""
+    a = np.asarray(actions)
+    want = (count, *shape)
+    if a.ndim == 0:
+        raise ActionTypeError(
+            f"{what} must be a batch, one per env: an array of shape {want} for {count} env(s) of {space}; got the "
+            f"single value {actions!r}"
+        )
+    if a.shape != want:
+        raise ActionError(f"{what} have shape {a.shape}; {count} env(s) of {space} need an array of shape {want}")
+    if a.dtype != dtype:
+        if a.dtype.kind not in "biuf":
+            raise ActionError(f"{what} must be numbers for {space}, got dtype {a.dtype}")
+        if dtype.kind in "iub" and a.dtype.kind != "b":
+            # Like Gymnasium's spaces: an integer space takes integral values only, and a
+            # value must fit the dtype before the cast (which would wrap it).
+            bad = ~np.isfinite(a) | (a != np.round(a)) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
+            low, high = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+            with np.errstate(invalid="ignore"):
+                bad |= (a < low) | (a > high)
+            if np.any(bad):
+                expected = "0 or 1 (False or True)" if dtype.kind == "b" else f"integers in [{low}, {high}] ({dtype})"
+                raise ActionError(
+                    f"{what} must be {expected} for {space}, got {a[bad].flat[0]!r} "
+                    f"(at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
+                )
+        a = a.astype(dtype)
+    return np.ascontiguousarray(a)
