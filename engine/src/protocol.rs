@@ -464,6 +464,10 @@ pub struct PoolParams {
     /// stop at the pause gate, so the trainer can find a dead worker's rows).
     #[serde(default)]
     pub restart: bool,
+    /// Absolute path of a plugin library (the C ABI of `shmenv_env.h`) that every worker
+    /// loads for itself and takes the env from, instead of its registry.
+    #[serde(default)]
+    pub plugin: Option<String>,
 }
 
 /// The trace rings (with `PoolParams::trace`): per worker a row of [`trace::ROW_BYTES`],
@@ -775,6 +779,7 @@ mod tests {
             stats: true,
             trace: false,
             restart: false,
+            plugin: None,
         }
     }
 
