@@ -94,7 +94,7 @@ struct shmenv_env {
 /* CartPole-v1's bounds (twice the x and theta thresholds, rounded to f32), written out exactly. */
 static const char SPEC[] =
     "{\"observations\":[{\"name\":\"obs\",\"space\":{\"type\":\"Box\",\"dtype\":\"f32\",\"shape\":[4],"
-    "\"low\":[-4.800000190734863,\"-inf\",-0.4188790321350098,\"-inf\"],\"high\":[4.800000190734863,\"inf\",0.4188790321350098,\"inf\"]}}],"
+    "\"low\":[-4.800000190734863,\"-inf\",-0.41887903213500977,\"-inf\"],\"high\":[4.800000190734863,\"inf\",0.41887903213500977,\"inf\"]}}],"
     "\"action\":{\"type\":\"Discrete\",\"n\":2,\"start\":0}}";
 
 static const char *create(const char *id, const char *config_json, shmenv_env **out) {

@@ -225,7 +225,7 @@ impl Plugin {
         let error = unsafe { (self.functions.create)(c_id.as_ptr(), c_config.as_ptr(), &mut handle) };
         // SAFETY: a non-NULL result is the library's NUL-terminated message (ABI).
         if let Some(message) = unsafe { message_of(error) } {
-            return Err(failed(format!("create failed: {message}")));
+            return Err(failed(message));
         }
         let handle = NonNull::new(handle).ok_or_else(|| failed("create returned no env and no error".into()))?;
         // From here on the env is destroyed on every path (OwnedHandle's Drop).
