@@ -44,7 +44,11 @@ fn cpp_grid_world_writes_u8_images_into_shared_memory() {
     assert_eq!(pool.spec().max_episode_steps, Some(100));
     let mut goals = 0;
     for t in 0..300 {
-        let batch = if t == 0 { pool.reset().unwrap() } else { pool.step(&(0..4).map(|e| ((t * 7 + e * 3 + t / 3) % 4) as i64).collect::<Vec<_>>()).unwrap() };
+        let batch = if t == 0 {
+            pool.reset().unwrap()
+        } else {
+            pool.step(&(0..4).map(|e| ((t * 7 + e * 3 + t / 3) % 4) as i64).collect::<Vec<_>>()).unwrap()
+        };
         let images = batch.observations::<u8>().unwrap();
         assert_eq!(images.shape(), &[4, 8, 8]);
         for (e, image) in images.rows().enumerate() {
@@ -76,7 +80,9 @@ fn a_library_allowing_one_env_per_process_runs_one_env_per_worker() {
     drop(pool);
 
     let err = builder("Single-v0").plugin(&lib).num_envs(2).num_workers(1).build().unwrap_err();
-    let BuildError::WorkerFailed { worker: 0, message } = &err else { panic!("expected WorkerFailed: {err:?}") };
+    let BuildError::WorkerFailed { worker: 0, message } = &err else {
+        panic!("expected WorkerFailed: {err:?}")
+    };
     assert!(message.contains("cannot create Single-v0: Single-v0 keeps process-global state"), "{message}");
     assert!(message.contains("num_workers = num_envs; envs_per_worker=1 in Python"), "{message}");
 }
@@ -95,12 +101,18 @@ fn loading_errors_are_reported_before_any_step() {
 
     let bad_abi = plugin_library("tests/plugins/bad_abi.c");
     let err = builder("X-v0").plugin(&bad_abi).build().unwrap_err();
-    assert!(err.to_string().contains("implements shmenv ABI version 99, this shmenv implements version 1"), "{err}");
+    assert!(
+        err.to_string().contains("implements shmenv ABI version 99, this shmenv implements version 1"),
+        "{err}"
+    );
 
     let cartpole = plugin_library("examples/c/cartpole.c");
     match builder("CartPole-v1").plugin(&cartpole).build().unwrap_err() {
         BuildError::UnknownEnv { id, registered, closest } => {
-            assert_eq!((id.as_str(), registered, closest.as_deref()), ("CartPole-v1", vec!["CartPoleC-v1".into()], Some("CartPoleC-v1")));
+            assert_eq!(
+                (id.as_str(), registered, closest.as_deref()),
+                ("CartPole-v1", vec!["CartPoleC-v1".into()], Some("CartPoleC-v1"))
+            );
         }
         other => panic!("expected UnknownEnv, got {other:?}"),
     }

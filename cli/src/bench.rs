@@ -87,8 +87,11 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let pool = builder.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
-    let baseline =
-        if args.baseline { Some(Baseline { registry, params: serial_params(&args, &config)? }) } else { None };
+    let baseline = if args.baseline {
+        Some(Baseline { registry, params: serial_params(&args, &config)? })
+    } else {
+        None
+    };
     let (contender, serial) = contenders(pool, args.seed, baseline)?;
     let (ours, baseline, profile) = race(&args, contender, serial)?;
     let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());

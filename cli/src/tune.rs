@@ -38,14 +38,7 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let slice = Duration::from_secs_f64(args.seconds);
     let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
-        let pool = args
-            .envs
-            .builder()?
-            .num_workers(workers)
-            .batch_size(batch)
-            .wait(wait)
-            .seed(0)
-            .build()?;
+        let pool = args.envs.builder()?.num_workers(workers).batch_size(batch).wait(wait).seed(0).build()?;
         trial(pool, slice)
     };
     let workers: Vec<usize> = (1..=2 * cores).filter(|&w| w <= n).collect();

@@ -178,9 +178,8 @@ impl Plugin {
         let entry = {
             // SAFETY: the symbol's type is the ABI's `const shmenv_plugin *(*)(void)`; a
             // library exporting this name with another type breaks the ABI.
-            let symbol = unsafe {
-                library.get::<unsafe extern "C" fn() -> *const RawPlugin>(ENTRY_SYMBOL.as_bytes())
-            };
+            let symbol =
+                unsafe { library.get::<unsafe extern "C" fn() -> *const RawPlugin>(ENTRY_SYMBOL.as_bytes()) };
             *symbol.map_err(|_| PluginError::MissingEntry { path: path.clone() })?
         };
         // SAFETY: the entry function takes nothing and returns a pointer to a static table.
@@ -227,7 +226,8 @@ impl Plugin {
         if let Some(message) = unsafe { message_of(error) } {
             return Err(failed(message));
         }
-        let handle = NonNull::new(handle).ok_or_else(|| failed("create returned no env and no error".into()))?;
+        let handle =
+            NonNull::new(handle).ok_or_else(|| failed("create returned no env and no error".into()))?;
         // From here on the env is destroyed on every path (OwnedHandle's Drop).
         let handle = OwnedHandle { handle, destroy: self.functions.destroy };
         // SAFETY: the handle is live; the ABI says the string is the env's, valid until destroy.
@@ -267,7 +267,9 @@ fn read_table(table: *const RawPlugin, path: &Path) -> Result<RawPlugin, PluginE
 fn functions_of(raw: &RawPlugin, path: &Path) -> Result<Functions, PluginError> {
     let missing = |name: &str| PluginError::BadTable {
         path: path.to_path_buf(),
-        problem: format!("the function `{name}` is NULL (every function of version {ABI_VERSION} is required)"),
+        problem: format!(
+            "the function `{name}` is NULL (every function of version {ABI_VERSION} is required)"
+        ),
     };
     Ok(Functions {
         create: raw.create.ok_or_else(|| missing("create"))?,

@@ -259,8 +259,9 @@ impl Startup {
 /// the file system: a different working directory).
 fn plugin_path(path: &std::path::Path) -> Result<String, BuildError> {
     let refused = |message: String| BuildError::Plugin { path: path.to_path_buf(), message };
-    let absolute = std::fs::canonicalize(path)
-        .map_err(|e| refused(format!("{e}; pass the path of the shared library (.so) built from your env")))?;
+    let absolute = std::fs::canonicalize(path).map_err(|e| {
+        refused(format!("{e}; pass the path of the shared library (.so) built from your env"))
+    })?;
     if !absolute.is_file() {
         return Err(refused("not a file; pass the path of the shared library (.so)".into()));
     }
