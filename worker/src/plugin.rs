@@ -424,3 +424,26 @@ impl Env for PluginEnv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_copied_and_cut_at_a_character_boundary() {
+        // SAFETY: NULL is allowed.
+        assert_eq!(unsafe { message_of(std::ptr::null()) }, None);
+        let long = CString::new("\u{e9}".repeat(MAX_MESSAGE)).unwrap();
+        // SAFETY: a NUL-terminated string that lives for the call.
+        let cut = unsafe { message_of(long.as_ptr()) }.unwrap();
+        assert_eq!(cut.len(), MAX_MESSAGE);
+        assert!(cut.chars().all(|c| c == '\u{e9}'));
+    }
+
+    #[test]
+    fn a_missing_library_is_a_load_error_naming_the_path() {
+        let err = Plugin::load(Path::new("/nonexistent/libx.so")).unwrap_err();
+        assert!(matches!(err, PluginError::Load { .. }), "{err}");
+        assert!(err.to_string().starts_with("cannot load plugin /nonexistent/libx.so: "), "{err}");
+    }
+}
