@@ -7,7 +7,8 @@
 
 mod common;
 
-use common::{batch_rows, builder, plugin_library, Watchdog};
+use common::plugin_library::plugin_library;
+use common::{batch_rows, builder, Watchdog};
 use serde_json::json;
 use shmenv::{BuildError, FailurePolicy, StepError, WorkerExit};
 use std::time::Duration;

@@ -7,7 +7,6 @@ use shmenv::{AutoReset, Pool, PoolBuilder};
 
 pub mod plugin_library;
 pub mod watchdog;
-pub use plugin_library::plugin_library;
 pub use watchdog::Watchdog;
 
 pub const WORKER: &str = env!("CARGO_BIN_EXE_shmenv-worker");
