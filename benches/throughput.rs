@@ -32,6 +32,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         stats: false,
         trace: false,
         restart: false,
+        plugin: None,
     }
 }
 

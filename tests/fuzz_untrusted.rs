@@ -177,6 +177,7 @@ proptest! {
             stats: true,
             trace,
             restart: false,
+            plugin: None,
         };
         let layout = Layout::compute(&spec, &params);
         let mut ranges = layout.byte_ranges();

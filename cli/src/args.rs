@@ -1,7 +1,8 @@
 //! Arguments shared by several commands, and the parsers that refuse out-of-range numbers
 //! with a message naming the valid range (clap adds the argument and the value).
 
-use shmenv::{CpuAffinity, WaitStrategy};
+use shmenv::{CpuAffinity, Pool, PoolBuilder, WaitStrategy};
+use std::path::PathBuf;
 
 /// Which envs to run (shared by `bench`, `tune` and `soak`).
 #[derive(clap::Args)]
@@ -15,12 +16,25 @@ pub struct Envs {
     /// Number of envs.
     #[arg(long, default_value_t = 64, value_parser = count, allow_negative_numbers = true)]
     pub num_envs: usize,
+    /// Take the env from this plugin library (a shared library implementing
+    /// shmenv_env.h; see `shmenv list --plugin PATH` for its ids).
+    #[arg(long)]
+    pub plugin: Option<PathBuf>,
 }
 
 impl Envs {
     /// The `--config` JSON.
     pub fn config(&self) -> Result<serde_json::Value, String> {
         serde_json::from_str(&self.config).map_err(|e| format!("--config is not valid JSON: {e}"))
+    }
+
+    /// A pool builder for these envs: id, config, count and plugin.
+    pub fn builder(&self) -> Result<PoolBuilder, String> {
+        let builder = Pool::builder(&self.env).config(self.config()?).num_envs(self.num_envs);
+        Ok(match &self.plugin {
+            Some(path) => builder.plugin(path),
+            None => builder,
+        })
     }
 }
 

@@ -67,12 +67,12 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if args.profile && !stats {
         return Err("--profile reads the live stats: drop --stats off".into());
     }
-    let mut builder = Pool::builder(&args.envs.env)
+    let mut builder = args
+        .envs
+        .builder()?
         .stats(stats)
         .trace(args.trace.is_some())
         .cpu_affinity(args.affinity.setting())
-        .config(config.clone())
-        .num_envs(args.envs.num_envs)
         .seed(args.seed)
         .fair_scheduling(args.fair == OnOff::On)
         .wait(args.wait.strategy());
@@ -87,7 +87,11 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let pool = builder.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
-    let baseline = args.baseline.then(|| Baseline { registry, params: serial_params(&args, &config) });
+    let baseline = if args.baseline {
+        Some(Baseline { registry, params: serial_params(&args, &config)? })
+    } else {
+        None
+    };
     let (contender, serial) = contenders(pool, args.seed, baseline)?;
     let (ours, baseline, profile) = race(&args, contender, serial)?;
     let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
@@ -124,9 +128,19 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// The baseline's envs: all of them in one shard, as the pool would make them.
-fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> PoolParams {
-    PoolParams {
+/// The baseline's envs: all of them in one shard, as the pool would make them (from the
+/// same plugin library, loaded into this process, when the pool takes its env from one).
+fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolParams, Error> {
+    let plugin = match &args.envs.plugin {
+        Some(path) => Some(
+            std::fs::canonicalize(path)
+                .map_err(|e| format!("plugin library {}: {e}", path.display()))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    Ok(PoolParams {
         env_id: args.envs.env.clone(),
         config: config.clone(),
         num_envs: args.envs.num_envs,
@@ -139,7 +153,8 @@ fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> PoolParams {
         stats: false,
         trace: false,
         restart: false,
-    }
+        plugin,
+    })
 }
 
 type RaceResult = (Tally, Option<Tally>, Option<StatsReport>);

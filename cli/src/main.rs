@@ -13,7 +13,8 @@ mod tune;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use shmenv::worker::Registry;
+use shmenv::worker::{Plugin, Registry};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The error of a command, printed as `error: <message>`.
@@ -32,8 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List the registered envs with their spaces.
-    List,
+    /// List the registered envs with their spaces (or those of a plugin library).
+    List(ListArgs),
     /// Step an env with random actions through a pool and report steps per second.
     Bench(bench::BenchArgs),
     /// Step continuously while killing random workers (Restart policy); print RSS, fds and
@@ -51,7 +52,10 @@ fn main() -> ExitCode {
     shmenv::worker::serve_if_worker(Registry::with_builtins);
     let registry = Registry::with_builtins();
     let result = match Cli::parse().command {
-        Cmd::List => list(&registry),
+        Cmd::List(args) => match args.plugin {
+            Some(path) => list_plugin(&path),
+            None => list(&registry),
+        },
         Cmd::Bench(args) => bench::run(&registry, args),
         Cmd::Top(args) => top::run(args),
         Cmd::Tune(args) => tune::run(args),
@@ -64,6 +68,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `shmenv list` arguments.
+#[derive(clap::Args)]
+struct ListArgs {
+    /// List the envs of this plugin library (a shared library implementing shmenv_env.h)
+    /// instead of the built-in ones; the library is loaded into this process.
+    #[arg(long)]
+    plugin: Option<PathBuf>,
+}
+
+fn list_plugin(path: &Path) -> Result<(), Error> {
+    let plugin = Plugin::load(path)?;
+    println!("plugin {} (shmenv ABI version {})", path.display(), shmenv::worker::plugin::ABI_VERSION);
+    for info in plugin.envs() {
+        let env = plugin.make(&info.id, &json!({}))?;
+        let limit = info.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
+        println!("{:<14} {}{limit}\n{:<14} {}", info.id, env.spec(), "", info.description);
+    }
+    Ok(())
 }
 
 fn list(registry: &Registry) -> Result<(), Error> {

@@ -4,7 +4,7 @@
 use crate::args::{self, Envs};
 use crate::stepping::fmt_rate;
 use crate::Error;
-use shmenv::{DType, FailurePolicy, Pool};
+use shmenv::{DType, FailurePolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -61,9 +61,9 @@ fn killer(pids: Arc<Mutex<Vec<u32>>>, stop: Arc<AtomicBool>, every: Duration) ->
 
 /// Runs `shmenv soak`.
 pub fn run(args: SoakArgs) -> Result<(), Error> {
-    let mut pool = Pool::builder(&args.envs.env)
-        .config(args.envs.config()?)
-        .num_envs(args.envs.num_envs)
+    let mut pool = args
+        .envs
+        .builder()?
         .num_workers(args.workers)
         .seed(0)
         .batch_size(args.batch_size.unwrap_or(args.envs.num_envs))

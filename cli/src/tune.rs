@@ -46,14 +46,7 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     let cores = shmenv::engine::sync::available_cores();
     let slice = Duration::from_secs_f64(args.seconds);
     let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
-        let pool = Pool::builder(&args.envs.env)
-            .config(config.clone())
-            .num_envs(n)
-            .num_workers(workers)
-            .batch_size(batch)
-            .wait(wait)
-            .seed(0)
-            .build()?;
+        let pool = args.envs.builder()?.num_workers(workers).batch_size(batch).wait(wait).seed(0).build()?;
         trial(pool, slice)
     };
     let workers: Vec<usize> = (1..=2 * cores).filter(|&w| w <= n).collect();
@@ -95,7 +88,8 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     }
     finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
     let best = finals.first().ok_or("no configuration could run")?;
-    let rec = Recommendation { env: &args.envs.env, config: &config, num_envs: n, best };
+    let plugin = args.envs.plugin.as_deref();
+    let rec = Recommendation { env: &args.envs.env, plugin, config: &config, num_envs: n, best };
     if args.json {
         let recommended = json!({"cli": rec.cli(), "rust": rec.rust(), "python": rec.python()});
         println!(
@@ -156,6 +150,7 @@ fn trial(pool: Pool, slice: Duration) -> Result<f64, Error> {
 /// The fastest configuration, written for each front end.
 struct Recommendation<'a> {
     env: &'a str,
+    plugin: Option<&'a std::path::Path>,
     config: &'a Value,
     num_envs: usize,
     best: &'a Trial,
@@ -163,6 +158,7 @@ struct Recommendation<'a> {
 
 /// A setting the recommendation gives beyond env id, envs and workers.
 enum Setting<'a> {
+    Plugin(&'a std::path::Path),
     Config(&'a Value),
     BatchSize(usize),
     Wait(&'static str),
@@ -172,6 +168,9 @@ impl Recommendation<'_> {
     /// The settings that differ from their defaults.
     fn settings(&self) -> Vec<Setting<'_>> {
         let mut out = Vec::new();
+        if let Some(path) = self.plugin {
+            out.push(Setting::Plugin(path));
+        }
         if self.config.as_object().is_some_and(|o| !o.is_empty()) {
             out.push(Setting::Config(self.config));
         }
@@ -194,6 +193,7 @@ impl Recommendation<'_> {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
         let head = format!("shmenv bench --env {env} --num-envs {n} --workers {w}");
         let part = |s: Setting<'_>| match s {
+            Setting::Plugin(p) => format!(" --plugin {}", p.display()),
             Setting::Config(c) => format!(" --config '{c}'"),
             Setting::BatchSize(b) => format!(" --batch-size {b}"),
             Setting::Wait(w) => format!(" --wait {w}"),
@@ -206,6 +206,7 @@ impl Recommendation<'_> {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
         let head = format!("Pool::builder({env:?}).num_envs({n}).num_workers({w})");
         let part = |s: Setting<'_>| match s {
+            Setting::Plugin(p) => format!(".plugin({:?})", p.display().to_string()),
             Setting::Config(c) => format!(".config(serde_json::json!({c}))"),
             Setting::BatchSize(b) => format!(".batch_size({b})"),
             Setting::Wait(w) => format!(".wait(WaitStrategy::{}{})", w[..1].to_uppercase(), &w[1..]),
@@ -218,6 +219,7 @@ impl Recommendation<'_> {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
         let head = format!("shmenv.make_vec({env:?}, num_envs={n}, num_workers={w}");
         let part = |s: Setting<'_>| match s {
+            Setting::Plugin(p) => format!(", plugin={:?}", p.display().to_string()),
             Setting::Config(c) => format!(", config={}", python_literal(c)),
             Setting::BatchSize(b) => format!(", batch_size={b}"),
             Setting::Wait(w) => format!(", wait={w:?}"),
@@ -257,7 +259,7 @@ mod tests {
             steps_per_sec: 1.0,
         };
         let config = json!({"step_us": 5, "fast": true, "name": null});
-        let rec = Recommendation { env: "Burn-v0", config: &config, num_envs: 4, best: &best };
+        let rec = Recommendation { env: "Burn-v0", plugin: None, config: &config, num_envs: 4, best: &best };
         assert_eq!(
             rec.cli(),
             r#"shmenv bench --env Burn-v0 --num-envs 4 --workers 2 --config '{"fast":true,"name":null,"step_us":5}' --batch-size 2 --wait spin"#

@@ -2,6 +2,8 @@
 //! a message naming the argument, the value and the valid range; `list` prints bounds as
 //! their dtype holds them; the CLI is its own worker program, and its workers die with it.
 
+#[path = "../../tests/common/plugin_library.rs"]
+mod plugin_library;
 #[path = "../../tests/common/watchdog.rs"]
 mod watchdog;
 
@@ -185,4 +187,30 @@ fn pool_settings_out_of_range_are_refused_by_the_pool() {
         }
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn list_and_bench_take_a_plugin_library() {
+    let _w = Watchdog::new("cli plugin", Duration::from_secs(60));
+    let lib = plugin_library::plugin_library("examples/c/cartpole.c");
+    let lib = lib.to_str().unwrap();
+    let out = shmenv(&["list", "--plugin", lib]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("CartPoleC-v1   obs Box([-4.8, -inf, -0.41887903, -inf], [4.8, inf, 0.41887903, inf], [4], f32), action Discrete(2), limit 500 steps"),
+        "{stdout}"
+    );
+    let args = ["bench", "--plugin", lib, "--env", "CartPoleC-v1", "--num-envs", "8", "--workers", "2"];
+    let out = shmenv(&[&args[..], &["--seconds", "0.2", "--baseline", "--json"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        report["steps"].as_u64().unwrap() > 0 && report["baseline_steps"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let out = shmenv(&["bench", "--plugin", "/nonexistent/lib.so", "--env", "CartPoleC-v1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("plugin library /nonexistent/lib.so: No such file"), "{stderr}");
 }

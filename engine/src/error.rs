@@ -9,6 +9,16 @@ use std::time::Duration;
 /// Why [`crate::PoolBuilder::build`] failed.
 #[derive(thiserror::Error)]
 pub enum BuildError {
+    /// The plugin library named with `PoolBuilder::plugin` cannot be used (checked in the
+    /// trainer before any worker starts; what the workers find when they load it comes back
+    /// as [`BuildError::WorkerFailed`]).
+    #[error("plugin library {}: {message}", path.display())]
+    Plugin {
+        /// The path given.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// A builder argument is out of range.
     #[error("invalid pool setting: {0}")]
     InvalidArgument(String),

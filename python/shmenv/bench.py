@@ -38,6 +38,9 @@ More:
     python -m shmenv.bench --env CartPole-v1 --num-envs 32 --png bench.png   # bar chart (matplotlib)
     python -m shmenv.bench --env CartPole-v1 --python --num-envs 32          # Gymnasium's CartPole in shmenv
     python -m shmenv.bench --env shmenv.pyenvs:BurnEnv --config '{"step_us": 50}' --num-envs 8
+    # A C env (examples/c/cartpole.c built into libcartpole.so) against EnvPool's CartPole
+    python -m shmenv.bench --plugin ./libcartpole.so --env CartPoleC-v1 --envpool-env CartPole-v1 \\
+        --num-envs 32 --workers 2 --only shmenv,shmenv-nocopy,envpool,envpool-async
 """
 
 from __future__ import annotations
@@ -146,7 +149,9 @@ def _is_native(env_id: str, python: bool) -> bool:
     return env_id in shmenv.builtin_env_ids() and not python
 
 
-def _kind(env_id: str, python: bool) -> str:
+def _kind(env_id: str, python: bool, plugin: str | None = None) -> str:
+    if plugin is not None:
+        return "C plugin"
     return "native" if _is_native(env_id, python) else "Python env"
 
 
@@ -155,12 +160,20 @@ def _copy_label(copy: bool) -> str:
 
 
 def shmenv_sync(
-    env_id: str, n: int, workers: int, config: dict | None, python: bool = False, copy: bool = True
+    env_id: str,
+    n: int,
+    workers: int,
+    config: dict | None,
+    python: bool = False,
+    copy: bool = True,
+    plugin: str | None = None,
 ) -> Contestant:
     """shmenv in sync mode; `copy` is passed explicitly (True: owned arrays, False: views)."""
     import shmenv
 
-    envs = shmenv.make_vec(_target(env_id, python), n, num_workers=workers, seed=0, config=config, copy=copy)
+    envs = shmenv.make_vec(
+        _target(env_id, python), n, num_workers=workers, seed=0, config=config, copy=copy, plugin=plugin
+    )
     envs.reset()
     acts = _cycle(_actions(envs.single_action_space, n))
 
@@ -168,18 +181,26 @@ def shmenv_sync(
         envs.step(acts())
         return n
 
-    name = f"shmenv sync{_copy_label(copy)} ({workers} workers, {_kind(env_id, python)})"
+    name = f"shmenv sync{_copy_label(copy)} ({workers} workers, {_kind(env_id, python, plugin)})"
     return Contestant(name, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, n))
 
 
 def shmenv_async(
-    env_id: str, n: int, workers: int, batch: int, config: dict | None, python: bool, copy: bool = True
+    env_id: str,
+    n: int,
+    workers: int,
+    batch: int,
+    config: dict | None,
+    python: bool,
+    copy: bool = True,
+    plugin: str | None = None,
 ) -> Contestant:
     """shmenv in async mode (`batch` < `n`), EnvPool style: ``recv`` a batch, ``send`` its actions."""
     import shmenv
 
     envs = shmenv.make_vec(
-        _target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config, copy=copy
+        _target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config, copy=copy,
+        plugin=plugin,
     )
     envs.async_reset()
     acts = _cycle(_actions(envs.single_action_space, batch))
@@ -188,7 +209,7 @@ def shmenv_async(
         envs.send(acts(), envs.recv()[4]["env_id"])
         return batch
 
-    name = f"shmenv async{_copy_label(copy)} (batch {batch}, {workers} workers, {_kind(env_id, python)})"
+    name = f"shmenv async{_copy_label(copy)} (batch {batch}, {workers} workers, {_kind(env_id, python, plugin)})"
     return Contestant(name, step, envs.close, obs_bytes=_obs_bytes(envs.single_observation_space, batch))
 
 
@@ -292,6 +313,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the EnvPool env of the envpool contestants when it is not --env (e.g. CartPole-v1 for Burn-v0)",
     )
+    p.add_argument(
+        "--plugin",
+        default=None,
+        help="run --env from this plugin library (a C/C++ env, shmenv_env.h) in shmenv's contestants",
+    )
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3, help="rounds per pass")
     p.add_argument("--round-seconds", type=float, default=0.5)
@@ -362,12 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown contestant(s) {', '.join(unknown)} in --only: use {', '.join(KEYS)}")
 
-    env, cfg, py = args.env, args.config, args.python
+    env, cfg, py, lib = args.env, args.config, args.python, args.plugin
     makers: dict[str, Callable[[], Contestant]] = {
-        "shmenv": lambda: shmenv_sync(env, n, w, cfg, py, copy=True),
-        "shmenv-nocopy": lambda: shmenv_sync(env, n, w, cfg, py, copy=False),
-        "shmenv-async": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=True),
-        "shmenv-async-nocopy": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=False),
+        "shmenv": lambda: shmenv_sync(env, n, w, cfg, py, copy=True, plugin=lib),
+        "shmenv-nocopy": lambda: shmenv_sync(env, n, w, cfg, py, copy=False, plugin=lib),
+        "shmenv-async": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=True, plugin=lib),
+        "shmenv-async-nocopy": lambda: shmenv_async(env, n, w, batch, cfg, py, copy=False, plugin=lib),
         "sync": lambda: gymnasium_vec(env, n, "sync", cfg),
         "async": lambda: gymnasium_vec(env, n, "async", cfg),
         "envpool": lambda: envpool_vec(env, n, w, None, args.envpool_env),
@@ -384,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     found, pass_medians = _run_passes(makers, wanted, args, skipped, not_applicable)
     contestants = list(found.values())
 
-    native = _is_native(env, py)
+    native = _is_native(env, py) and lib is None
     overhead = None
     if args.overhead_rounds > 0 and native and ("shmenv" in wanted or "shmenv-nocopy" in wanted):
         try:

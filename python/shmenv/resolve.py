@@ -192,6 +192,21 @@ def _from_entry_point(entry: str, config: dict | None) -> Resolved:
     return Resolved("", {"kind": "entry_point", "entry_point": entry, "kwargs": config or {}}, True, entry)
 
 
+def resolve_plugin(env: Any, config: dict | None, plugin: Any) -> tuple[Resolved, str]:
+    """An env id of a plugin library (``make_vec(id, n, plugin=path)``): the library, a
+    shared object implementing ``shmenv_env.h``, is loaded by every worker; its path is
+    returned as a string."""
+    import os
+
+    if not isinstance(plugin, (str, os.PathLike)):
+        raise InvalidArgumentError(f"plugin must be the path of a shared library (str or os.PathLike), got {plugin!r}")
+    if not isinstance(env, str):
+        raise InvalidArgumentError(f"with plugin=..., env must be one of the library's env ids (a str), got {env!r}")
+    if config is not None:
+        _check_json(config, "config")
+    return Resolved(env, config or {}, False, env), os.fspath(plugin)
+
+
 def resolve(env: Any, config: dict | None) -> Resolved:
     """See the module docstring."""
     python_id = _shmenv.python_env_id()

@@ -33,7 +33,7 @@ from shmenv.errors import (
 )
 from shmenv.assembly import Assembly
 from shmenv.infos import InfoArea
-from shmenv.resolve import pass_render_mode, resolve
+from shmenv.resolve import pass_render_mode, resolve, resolve_plugin
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
@@ -95,12 +95,14 @@ class ShmVectorEnv(VectorEnv):
         max_restarts: int | None = None,
         fair_scheduling: bool = True,
         render_mode: str | None = None,
+        plugin: str | os.PathLike | None = None,
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
         self._infos: InfoArea | None = None
         mode = _autoreset_mode(autoreset_mode)
-        resolved = resolve(env, config)  # every argument mistake is raised here, before workers start
+        # Every argument mistake is raised here, before workers start.
+        resolved, plugin = resolve_plugin(env, config, plugin) if plugin is not None else (resolve(env, config), None)
         pass_render_mode(resolved, render_mode)
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
@@ -123,7 +125,7 @@ class ShmVectorEnv(VectorEnv):
             config_json=json.dumps(resolved.config), autoreset=mode.value, max_episode_steps=max_episode_steps,
             wait=wait, ring_depth=ring_depth, pin_workers=pin_workers, step_timeout=step_timeout,
             max_restarts=max_restarts, copy=bool(copy), retain_batches=1 if zero_copy_async else 0,
-            fair_scheduling=bool(fair_scheduling),
+            fair_scheduling=bool(fair_scheduling), plugin=plugin,
         )
         self.python_env = resolved.python
         spec = json.loads(self._pool.spec_json)
@@ -493,6 +495,7 @@ def make_vec(
     max_restarts: int | None = None,
     fair_scheduling: bool = True,
     render_mode: str | None = None,
+    plugin: str | os.PathLike | None = None,
 ) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
@@ -543,13 +546,15 @@ def make_vec(
       (``gym.make(spec, render_mode=...)``, or an entry point's keyword); ``envs.render()``
       returns every env's frame. A factory binds the mode itself (``lambda: gym.make(id,
       render_mode="rgb_array")``). Native (Rust) envs do not render: None only.
+    - ``plugin``: the path of a shared library implementing ``shmenv_env.h`` (a C or C++
+      env); ``env`` is then one of its ids. Every worker loads the library for itself.
     """
     return ShmVectorEnv(
         env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,
         config=config, autoreset_mode=autoreset_mode, copy=copy, worker_program=worker_program,
         max_episode_steps=max_episode_steps, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
         episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
-        fair_scheduling=fair_scheduling, render_mode=render_mode,
+        fair_scheduling=fair_scheduling, render_mode=render_mode, plugin=plugin,
     )
 
 

@@ -81,7 +81,8 @@ impl PyPool {
         env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
         autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
         worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
-        step_timeout=None, max_restarts=None, copy=true, retain_batches=0, fair_scheduling=true
+        step_timeout=None, max_restarts=None, copy=true, retain_batches=0, fair_scheduling=true,
+        plugin=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -106,6 +107,7 @@ impl PyPool {
         copy: bool,
         retain_batches: usize,
         fair_scheduling: bool,
+        plugin: Option<String>,
     ) -> PyResult<Self> {
         let config: serde_json::Value = serde_json::from_str(config_json)
             .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
@@ -127,6 +129,9 @@ impl PyPool {
         }
         if let Some(w) = num_workers {
             builder = builder.num_workers(w);
+        }
+        if let Some(path) = plugin {
+            builder = builder.plugin(path);
         }
         if let Some(b) = batch_size {
             builder = builder.batch_size(b);

@@ -5,6 +5,7 @@
 use shmenv::worker::{ActionIn, Env, ObsOut, Registry};
 use shmenv::{AutoReset, Pool, PoolBuilder};
 
+pub mod plugin_library;
 pub mod watchdog;
 pub use watchdog::Watchdog;
 

@@ -92,6 +92,14 @@ impl<'a, 'b> ObsOut<'a, 'b> {
         })
     }
 
+    /// This env's row of every observation array, as bytes, in spec order (for envs that
+    /// write raw rows, such as plugins: each row is aligned for its array's dtype).
+    #[inline]
+    pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + use<'_, 'a, 'b> {
+        let row = self.row;
+        self.arrays.iter_mut().zip(self.row_bytes).map(move |(a, &rb)| &mut a[row * rb..(row + 1) * rb])
+    }
+
     /// Number of observation arrays.
     pub fn len(&self) -> usize {
         self.arrays.len()

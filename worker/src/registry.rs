@@ -40,6 +40,14 @@ pub enum MakeError {
         /// The env's message.
         source: ConfigError,
     },
+    /// The env's constructor failed for another reason (a plugin's `create` error).
+    #[error("cannot create {id}: {message}")]
+    Failed {
+        /// The env id.
+        id: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 shmenv_engine::debug_as_display!(MakeError);

@@ -3,11 +3,14 @@
 //! region, and by in-process loops (the serial baseline), which point them at local memory.
 
 use crate::env::{ActionIn, Env, ObsOut, Transition};
+use crate::plugin::{Plugin, PluginError};
 use crate::registry::{MakeError, Registry};
 use shmenv_engine::protocol::{reset_flag, stats, AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
 use shmenv_engine::stats::{bucket, now_ns};
 use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
 
 /// The result rows of a shard, `[shard_len, ...]` each.
 pub struct ShardRows<'a> {
@@ -59,15 +62,16 @@ impl EnvShard {
         params: &PoolParams,
         range: Range<usize>,
     ) -> Result<EnvShard, ShardError> {
+        let source = match params.plugin.as_deref() {
+            Some(path) => Source::Plugin(Plugin::load(Path::new(path))?),
+            None => Source::Registry(registry),
+        };
         let mut envs = Vec::with_capacity(range.len());
-        for _ in range.clone() {
-            envs.push(registry.make(&params.env_id, &params.config)?);
+        for i in 0..range.len() {
+            envs.push(source.make(&params.env_id, &params.config, i)?);
         }
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
-        let spec = EnvSpec {
-            max_episode_steps: registry.get(&params.env_id).and_then(|e| e.max_episode_steps),
-            ..spec
-        };
+        let spec = EnvSpec { max_episode_steps: source.max_episode_steps(&params.env_id), ..spec };
         for (i, e) in envs.iter().enumerate().skip(1) {
             let other = e.spec();
             if other.observations != spec.observations || other.action != spec.action {
@@ -354,12 +358,50 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
+/// Where a shard's envs come from: the worker program's registry, or the plugin library
+/// the pool names (loaded by this process for itself).
+enum Source<'a> {
+    Registry(&'a Registry),
+    Plugin(Arc<Plugin>),
+}
+
+impl Source<'_> {
+    /// Makes the shard's env number `index`.
+    fn make(&self, id: &str, config: &serde_json::Value, index: usize) -> Result<Box<dyn Env>, MakeError> {
+        match self {
+            Source::Registry(r) => r.make(id, config),
+            Source::Plugin(p) => p.make(id, config).map_err(|e| match e {
+                MakeError::Failed { id, message } if index > 0 => MakeError::Failed {
+                    message: format!(
+                        "{message}; this worker had already created {index} env(s) of it: if the library allows \
+                         one env per process, give each env its own worker (num_workers = num_envs; \
+                         envs_per_worker=1 in Python)"
+                    ),
+                    id,
+                },
+                other => other,
+            }),
+        }
+    }
+
+    /// The env's time limit.
+    fn max_episode_steps(&self, id: &str) -> Option<u32> {
+        match self {
+            Source::Registry(r) => r.get(id).and_then(|e| e.max_episode_steps),
+            Source::Plugin(p) => p.env(id).and_then(|e| e.max_episode_steps),
+        }
+    }
+}
+
 /// Why a shard could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
     /// The registry refused.
     #[error(transparent)]
     Make(#[from] MakeError),
+    /// The pool's plugin library could not be loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
     /// A shard needs at least one env.
     #[error("a shard needs at least one env")]
     Empty,
@@ -494,6 +536,7 @@ mod tests {
             stats: true,
             trace: false,
             restart: false,
+            plugin: None,
         }
     }
 

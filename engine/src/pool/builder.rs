@@ -31,6 +31,7 @@ pub struct PoolBuilder {
     pub(super) trace: bool,
     pub(super) step_timeout: Option<Duration>,
     pub(super) failure_policy: FailurePolicy,
+    pub(super) plugin: Option<PathBuf>,
 }
 
 /// What a pool does when a worker process dies.
@@ -194,6 +195,16 @@ impl PoolBuilder {
     /// What happens when a worker dies (default [`FailurePolicy::Fail`]).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.failure_policy = policy;
+        self
+    }
+
+    /// Takes the env from a plugin: a shared library implementing the C ABI of
+    /// `worker/include/shmenv_env.h`, which every worker process loads for itself (the env
+    /// id must be one the library provides). The path is made absolute here, so every
+    /// worker loads the same file; a missing file is refused at `build`. See
+    /// `docs/plugins.md`.
+    pub fn plugin(mut self, path: impl Into<PathBuf>) -> Self {
+        self.plugin = Some(path.into());
         self
     }
 

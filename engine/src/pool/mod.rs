@@ -173,6 +173,7 @@ impl Pool {
             step_timeout: None,
             failure_policy: FailurePolicy::Fail,
             startup_timeout: Duration::from_secs(60),
+            plugin: None,
         }
     }
 

@@ -119,6 +119,7 @@ impl Startup {
             stats: b.stats,
             trace: b.trace,
             restart: b.failure_policy != FailurePolicy::Fail,
+            plugin: b.plugin.as_deref().map(plugin_path).transpose()?,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -254,6 +255,19 @@ impl Startup {
         self.region.atomic_u32(protocol::STATE_WORD).store(RegionState::Abandoned as u32, Ordering::Release);
         self.control().post_all();
     }
+}
+
+/// The plugin library's absolute path, as workers will load it (they may run elsewhere in
+/// the file system: a different working directory).
+fn plugin_path(path: &std::path::Path) -> Result<String, BuildError> {
+    let refused = |message: String| BuildError::Plugin { path: path.to_path_buf(), message };
+    let absolute = std::fs::canonicalize(path).map_err(|e| {
+        refused(format!("{e}; pass the path of the shared library (.so) built from your env"))
+    })?;
+    if !absolute.is_file() {
+        return Err(refused("not a file; pass the path of the shared library (.so)".into()));
+    }
+    absolute.into_os_string().into_string().map_err(|_| refused("the path is not valid UTF-8".into()))
 }
 
 fn build_error(worker: usize, report: WorkerReport) -> BuildError {

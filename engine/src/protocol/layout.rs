@@ -331,6 +331,7 @@ mod tests {
             stats: true,
             trace: false,
             restart: false,
+            plugin: None,
         }
     }
 

@@ -49,6 +49,10 @@ pub struct PoolParams {
     /// stop at the pause gate, so the trainer can find a dead worker's rows).
     #[serde(default)]
     pub restart: bool,
+    /// Absolute path of a plugin library (the C ABI of `shmenv_env.h`) that every worker
+    /// loads for itself and takes the env from, instead of its registry.
+    #[serde(default)]
+    pub plugin: Option<String>,
 }
 
 /// What a worker writes in its report area.
