@@ -8,7 +8,10 @@ use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use shmenv_engine::{AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand};
+use shmenv_engine::action;
+use shmenv_engine::{
+    ActionError, AutoReset, Batch, CpuAffinity, DType, Pool, Space, StepError, WaitStrategy, WorkerCommand,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -459,6 +462,25 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
     }
 }
 
+/// Checks `num_envs` actions (a C-contiguous numpy array of the space's dtype) against an
+/// action space given as its spec JSON (`spec["action"]`), exactly as a pool's `step` and
+/// `send` do, without a pool: `shmenv.ray` checks a whole batch before it scatters it to
+/// its actors. Raises `ActionError` naming the env and element.
+#[pyfunction]
+pub(crate) fn validate_actions(
+    py: Python<'_>,
+    space_json: &str,
+    num_envs: usize,
+    actions: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let value: serde_json::Value = serde_json::from_str(space_json).map_err(|e| {
+        invalid_argument(format!("the action space is not JSON ({e}): pass spec[\"action\"]"))
+    })?;
+    let space = Space::from_json(&value).map_err(|e| invalid_argument(format!("bad action space: {e}")))?;
+    with_actions(space.dtype(), actions, |a| a.validate(&space, num_envs))?
+        .map_err(|e| step_error(py, StepError::Action(e), None))
+}
+
 /// A `shmenv.InvalidArgumentError` with `message`.
 fn invalid_argument(message: String) -> PyErr {
     Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
@@ -485,6 +507,18 @@ impl Actions<'_> {
             Actions::I16(a) => pool.step(a),
             Actions::I32(a) => pool.step(a),
             Actions::I64(a) => pool.step(a),
+        }
+    }
+
+    fn validate(&self, space: &Space, num_envs: usize) -> Result<(), ActionError> {
+        match *self {
+            Actions::F32(a) => action::validate(space, num_envs, a),
+            Actions::F64(a) => action::validate(space, num_envs, a),
+            Actions::U8(a) => action::validate(space, num_envs, a),
+            Actions::I8(a) => action::validate(space, num_envs, a),
+            Actions::I16(a) => action::validate(space, num_envs, a),
+            Actions::I32(a) => action::validate(space, num_envs, a),
+            Actions::I64(a) => action::validate(space, num_envs, a),
         }
     }
 
