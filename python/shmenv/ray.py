@@ -109,7 +109,15 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                 settings.update(actor_options or {})
                 pool_options = dict(options, seed=(self.seed + lo) % SEED_RANGE, num_workers=workers[k])
                 self._actors.append(host.options(**settings).remote(env, hi - lo, lo, pool_options))
-            self._described = self._gather([h.describe.remote() for h in self._actors], range(num_actors))
+            refs = [h.describe.remote() for h in self._actors]
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=placement_timeout)
+            if waiting:
+                raise BuildError(
+                    f"{len(waiting)} of {num_actors} actors did not start within placement_timeout={placement_timeout} s "
+                    f"(each asks for {cpus[0]} CPUs; the cluster has {ray.cluster_resources().get('CPU', 0)} CPUs, "
+                    f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
+                )
+            self._described = self._gather(refs, range(num_actors))
         except BaseException:
             self._release()
             raise
@@ -541,8 +549,9 @@ def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spre
     - ``num_cpus_per_actor``: the CPUs each actor reserves (default: its worker count, or 1).
     - ``actor_options``: more ``ray.remote`` options for the actors (``runtime_env``,
       ``resources``, ...).
-    - ``placement_timeout``: seconds to wait for the placement group; ``restart_timeout``:
-      seconds to wait for Ray to recreate a dead actor.
+    - ``placement_timeout``: seconds to wait for the placement group, and then for the
+      actors to start their pools; ``restart_timeout``: seconds to wait for Ray to recreate
+      a dead actor.
 
     Results are arrays the caller owns (joined from the actors' batches); with
     ``copy=False`` and one actor they are the arrays Ray returned, which may be read-only.
