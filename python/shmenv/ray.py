@@ -469,7 +469,10 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         except Exception:
             pass  # an actor that is gone has no pool left to close
         for h in actors:
-            ray.kill(h, no_restart=True)
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:
+                pass  # already gone
         if self._placement_group is not None:
             from ray.util.placement_group import remove_placement_group
 
