@@ -62,6 +62,24 @@ class WorkerDiedError(StepError):
     output: str  # the last lines the worker wrote to stdout/stderr
 
 
+class ActorDiedError(WorkerDiedError):
+    """A Ray actor of a :func:`shmenv.ray.make_vec` env ended (killed, crashed, its node
+    lost) and had no restarts left. ``actor`` (its index), ``actor_id``, ``node_id``,
+    ``pid`` (of the actor process, on its node) and ``env_ids`` (the global env ids it
+    hosted) say which; ``exit`` is Ray's account of the death. ``worker`` is ``actor``. The
+    env is closed: its other actors are released."""
+
+    actor: int
+    actor_id: str
+    node_id: str
+
+    def __init__(self, message: str, *, actor=None, actor_id=None, node_id=None, pid=None, env_ids=None, exit=""):
+        super().__init__(message)
+        self.actor = self.worker = actor
+        self.actor_id, self.node_id, self.pid = actor_id, node_id, pid
+        self.env_ids, self.exit, self.output = env_ids, exit, ""
+
+
 class WorkerError(StepError):
     """An env failed inside its worker (a Rust panic or a Python exception); ``env_id``
     names it when known, ``worker`` otherwise, and ``traceback`` holds the worker's full
@@ -117,6 +135,7 @@ __all__ = [
     "ActionError",
     "ActionTypeError",
     "WorkerDiedError",
+    "ActorDiedError",
     "WorkerError",
     "WorkerTimeoutError",
     "ClosedError",

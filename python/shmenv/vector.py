@@ -411,6 +411,12 @@ class ShmVectorEnv(VectorEnv):
         return self._pool.worker_pids
 
     @property
+    def engine_spec(self) -> dict:
+        """The env's spec as the workers reported it: observation arrays, the action space
+        and the time limit, in the engine's JSON form."""
+        return json.loads(self._pool.spec_json)
+
+    @property
     def mapping_range(self) -> tuple[int, int]:
         """Addresses ``(start, end)`` of the shared region in this process."""
         return self._pool.lease.address_range()

@@ -481,6 +481,9 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
     }
 }
 
+/// Checks `num_envs` actions (a C-contiguous numpy array of the space's dtype) against an
+/// action space given as its spec JSON (`spec["action"]`), exactly as a pool's `step` and
+/// `send` do, without a pool: `shmenv.ray` checks a whole batch before it scatters it to
 /// A `shmenv.InvalidArgumentError` with `message`.
 fn invalid_argument(message: String) -> PyErr {
     Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
@@ -502,39 +505,33 @@ enum Actions<'a> {
     U64(&'a [u64]),
 }
 
+/// `$body` with `$a` bound to the typed slice of whichever variant `$actions` is.
+macro_rules! each_dtype {
+    ($actions:expr, $a:ident => $body:expr) => {
+        match $actions {
+            Actions::F32($a) => $body,
+            Actions::F64($a) => $body,
+            Actions::U8($a) => $body,
+            Actions::I8($a) => $body,
+            Actions::I16($a) => $body,
+            Actions::I32($a) => $body,
+            Actions::I64($a) => $body,
+            Actions::Bool($a) => $body,
+            Actions::F16($a) => $body,
+            Actions::U16($a) => $body,
+            Actions::U32($a) => $body,
+            Actions::U64($a) => $body,
+        }
+    };
+}
+
 impl Actions<'_> {
     fn step<'p>(&self, pool: &'p mut Pool) -> Result<Batch<'p>, StepError> {
-        match *self {
-            Actions::F32(a) => pool.step(a),
-            Actions::F64(a) => pool.step(a),
-            Actions::U8(a) => pool.step(a),
-            Actions::I8(a) => pool.step(a),
-            Actions::I16(a) => pool.step(a),
-            Actions::I32(a) => pool.step(a),
-            Actions::I64(a) => pool.step(a),
-            Actions::Bool(a) => pool.step(a),
-            Actions::F16(a) => pool.step(a),
-            Actions::U16(a) => pool.step(a),
-            Actions::U32(a) => pool.step(a),
-            Actions::U64(a) => pool.step(a),
-        }
+        each_dtype!(*self, a => pool.step(a))
     }
 
     fn send(&self, pool: &mut Pool, env_ids: &[usize]) -> Result<(), StepError> {
-        match *self {
-            Actions::F32(a) => pool.send(a, env_ids),
-            Actions::F64(a) => pool.send(a, env_ids),
-            Actions::U8(a) => pool.send(a, env_ids),
-            Actions::I8(a) => pool.send(a, env_ids),
-            Actions::I16(a) => pool.send(a, env_ids),
-            Actions::I32(a) => pool.send(a, env_ids),
-            Actions::I64(a) => pool.send(a, env_ids),
-            Actions::Bool(a) => pool.send(a, env_ids),
-            Actions::F16(a) => pool.send(a, env_ids),
-            Actions::U16(a) => pool.send(a, env_ids),
-            Actions::U32(a) => pool.send(a, env_ids),
-            Actions::U64(a) => pool.send(a, env_ids),
-        }
+        each_dtype!(*self, a => pool.send(a, env_ids))
     }
 }
 

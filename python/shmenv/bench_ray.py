@@ -1,0 +1,164 @@
+"""``python -m shmenv.bench_ray``: what the Ray path costs per batch, against one local pool
+of the same size, measured in the same run on a Ray cluster of 2 nodes simulated on this
+machine (``ray.cluster_utils.Cluster``), plus the figures ``docs/scaling.md`` builds on.
+
+Cases (random actions): CartPole-v1 with 64 envs and Burn-v0 with ``step_us`` 1000 (16
+envs), sync ``step``; the Burn-v0 case again in async mode (batch 8, EnvPool loop). The Ray env has 2 actors, one per node, each a pool of half the
+envs with 1 worker; the local pool has the same envs and 2 workers. Rounds alternate
+between the two (so the machine's noise hits both alike) and the figures are medians.
+Also measured: the round trip of an empty Ray actor call, the local pool's per-batch time
+for a 1-env no-op env, and the bytes of one batch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+CASES = [
+    ("CartPole-v1", 64, None, None),
+    ("Burn-v0", 16, {"step_us": 1000}, None),
+    ("Burn-v0", 16, {"step_us": 1000}, 8),
+]
+"""(env, num_envs, config, batch_size): None is sync mode."""
+
+
+def _time_batches(envs, state: dict, seconds: float) -> float:
+    """Seconds per batch over a round of about ``seconds``: a sync ``step``, or in async
+    mode ``step(actions, ids)`` (``send`` + ``recv``) of the envs the last batch returned,
+    kept in ``state["ids"]``. The first batch warms up (the idle pool's workers went to
+    sleep while the other contender ran)."""
+    actions = [envs.action_space.sample() for _ in range(8)]
+    n, start = -1, 0.0
+    while n < 0 or time.perf_counter() - start < seconds:
+        state["ids"] = envs.step(actions[n % 8], state["ids"] if envs.is_async else None)[4]["env_id"]
+        n += 1
+        if n == 0:
+            start = time.perf_counter()
+    return (time.perf_counter() - start) / n
+
+
+def batch_bytes(batch: tuple) -> int:
+    """Bytes of a batch's arrays (observations, rewards, flags, per-row infos)."""
+    def size(x: Any) -> int:
+        if isinstance(x, np.ndarray):
+            return x.nbytes
+        if isinstance(x, dict):
+            return sum(size(v) for v in x.values())
+        return 0
+
+    return sum(size(x) for x in batch)
+
+
+def compare(env_id: str, num_envs: int, config: dict | None, batch_size: int | None, rounds: int,
+            seconds: float) -> dict:
+    import shmenv
+    import shmenv.ray
+
+    kwargs = dict(num_workers=2, seed=0, config=config, batch_size=batch_size)
+    ray_envs = shmenv.ray.make_vec(env_id, num_envs, num_actors=2, placement="strict_spread", num_cpus_per_actor=1,
+                                   **kwargs)
+    local = shmenv.make_vec(env_id, num_envs, **kwargs)
+    times: dict[str, list[float]] = {"ray": [], "local": []}
+    states = {"ray": {}, "local": {}}
+    try:
+        for name, envs in (("ray", ray_envs), ("local", local)):
+            states[name]["ids"] = envs.reset()[1]["env_id"]
+        nbytes = batch_bytes(local.step(local.action_space.sample(), states["local"]["ids"] if local.is_async else None))
+        states["local"]["ids"] = local.recv()[4]["env_id"] if local.is_async else None
+        for _ in range(rounds):
+            times["ray"].append(_time_batches(ray_envs, states["ray"], seconds))
+            times["local"].append(_time_batches(local, states["local"], seconds))
+    finally:
+        ray_envs.close()
+        local.close()
+    ray_s, local_s = statistics.median(times["ray"]), statistics.median(times["local"])
+    rows = batch_size or num_envs
+    return {
+        "env": env_id, "num_envs": num_envs, "config": config or {}, "batch_size": rows, "rounds": rounds,
+        "local_us_per_batch": local_s * 1e6, "ray_us_per_batch": ray_s * 1e6,
+        "ray_overhead_us_per_batch": (ray_s - local_s) * 1e6,
+        "local_steps_per_sec": rows / local_s, "ray_steps_per_sec": rows / ray_s,
+        "ratio": local_s / ray_s, "bytes_per_batch": nbytes,
+        "ratios_per_round": [lo / r for lo, r in zip(times["local"], times["ray"])],
+    }
+
+
+def ray_round_trip_us(rounds: int = 5, calls: int = 300) -> float:
+    """Median microseconds of an empty actor call (``ray.get(actor.ping.remote())``) to an
+    actor on the other simulated node."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def ping(self, x=None):
+            return x
+
+    actor = Echo.remote()
+    ray.get(actor.ping.remote())
+    out = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            ray.get(actor.ping.remote())
+        out.append((time.perf_counter() - start) / calls * 1e6)
+    ray.kill(actor)
+    return statistics.median(out)
+
+
+def local_handoff_us(rounds: int = 5, seconds: float = 0.2) -> float:
+    """Median microseconds per ``step`` of a 1-env, 1-worker local pool of a no-op env."""
+    import shmenv
+
+    envs = shmenv.make_vec("Burn-v0", 1, num_workers=1, seed=0)
+    try:
+        envs.reset()
+        return statistics.median(_time_batches(envs, {}, seconds) * 1e6 for _ in range(rounds))
+    finally:
+        envs.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="shmenv's Ray path against one local pool of the same size")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=0.5, help="seconds per round")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the simulated nodes on 127.0.0.1
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        cluster.wait_for_nodes()
+        report = {
+            "ray_round_trip_us": ray_round_trip_us(),
+            "local_handoff_us": local_handoff_us(),
+            "cases": [compare(env, n, cfg, batch, args.rounds, args.seconds) for env, n, cfg, batch in CASES],
+        }
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return
+    print(f"empty Ray actor call: {report['ray_round_trip_us']:.0f} us; local 1-env handoff: "
+          f"{report['local_handoff_us']:.1f} us")
+    for c in report["cases"]:
+        mode = f"async batch {c['batch_size']}" if c["batch_size"] < c["num_envs"] else "sync"
+        print(f"{c['env']} {c['config'] or ''} {c['num_envs']} envs {mode}: local {c['local_us_per_batch']:.0f} us/batch "
+              f"({c['local_steps_per_sec']:,.0f} steps/s), Ray {c['ray_us_per_batch']:.0f} us/batch "
+              f"({c['ray_steps_per_sec']:,.0f} steps/s), overhead {c['ray_overhead_us_per_batch']:.0f} us/batch, "
+              f"Ray/local {c['ratio']:.2f}x (rounds {', '.join(f'{r:.2f}' for r in c['ratios_per_round'])}), "
+              f"{c['bytes_per_batch']} bytes/batch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,552 @@
+"""``shmenv.ray.make_vec``: one Gymnasium ``VectorEnv`` over shmenv pools in Ray actors,
+for more envs than one machine's cores can step. Inside a node, each actor's envs run in
+a shmenv pool (worker processes, shared memory); across nodes, Ray carries actions and
+results. Ray is imported when a pool is made (``pip install 'shmenv[ray]'``)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import batch_space
+from gymnasium.vector.vector_env import AutoresetMode
+
+from shmenv import _shmenv
+from shmenv.assembly import as_action_array
+from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optional_int
+from shmenv.errors import (
+    ActionError,
+    ActionTypeError,
+    ActorDiedError,
+    BuildError,
+    ClosedError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    UsageError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+from shmenv.ray_async import AsyncBatches
+from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, split_evenly
+from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
+from shmenv.vector import make_vec as _local_make_vec
+
+__all__ = ["make_vec", "RayVectorEnv"]
+
+PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
+"""``placement`` names and the Ray placement group strategies they stand for."""
+
+RESTART_SEED_STRIDE = 2**32
+"""The ``k``-th restart of an actor reseeds its env ``i`` with ``seed + i + k * 2**32``."""
+
+_POOL_KEYWORDS = [p for p in inspect.signature(_local_make_vec).parameters if p not in ("env", "num_envs")]
+_FATAL = (WorkerDiedError, WorkerError, WorkerTimeoutError, BuildError)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("shmenv.ray needs Ray: pip install 'shmenv[ray]' (or pip install ray)") from e
+    return ray
+
+
+class RayVectorEnv(AsyncBatches, VectorEnv):
+    """A Gymnasium ``VectorEnv`` whose envs live in ``num_actors`` Ray actors, each owning
+    one shmenv pool on its node. Made by :func:`make_vec`, whose docstring describes every
+    argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
+    trajectories, same infos. Sync ``step`` scatters the actions and joins the actors'
+    results in env order; async mode (``batch_size < num_envs``) is EnvPool's
+    ``send``/``recv``, a batch joining the actor batches that are ready first."""
+
+    def __init__(self, env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
+                 num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
+                 placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any):
+        self.closed = True  # until the actors exist, so __del__ has nothing to close
+        self._actors: list = []
+        self._placement_group = None
+        unknown = sorted(set(options) - set(_POOL_KEYWORDS))
+        if unknown:
+            raise InvalidArgumentTypeError(
+                f"shmenv.ray.make_vec got unknown keyword(s) {unknown}: it takes num_actors, placement, "
+                f"num_cpus_per_actor, actor_options, placement_timeout, restart_timeout and shmenv.make_vec's {_POOL_KEYWORDS}"
+            )
+        self.num_envs = _count("num_envs", num_envs)
+        num_actors = _count("num_actors", num_actors)
+        if num_actors > self.num_envs:
+            raise InvalidArgumentError(f"num_actors={num_actors} is more than num_envs={num_envs}: each actor needs an env")
+        self._shards = split_evenly(self.num_envs, num_actors)
+        self._owner = np.repeat(np.arange(num_actors), [b - a for a, b in self._shards])
+        seed = options.pop("seed", None)
+        self.seed = int.from_bytes(os.urandom(8), "little") if seed is None else seed_value(_integer("seed", seed), "seed")
+        batch = options.pop("batch_size", None)
+        self.batch_size = self.num_envs if batch is None else _count("batch_size", batch)
+        self.is_async = self.batch_size < self.num_envs
+        self._actor_batch = self._actor_batch_size(num_actors) if self.is_async else None
+        self._max_restarts = _optional_int("max_restarts", options.get("max_restarts"), 0) or 0
+        self.autoreset_mode = _autoreset_mode(options.pop("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self.copy = bool(options.pop("copy", True))
+        self._restart_timeout = float(restart_timeout)
+        workers = self._workers_per_actor(options.pop("num_workers", None), num_actors)
+        options.setdefault("pin_workers", False)
+        options.update(autoreset_mode=self.autoreset_mode, copy=False, batch_size=self._actor_batch)
+        self._ray = ray = _import_ray()
+        if not ray.is_initialized():
+            ray.init()
+        cpus = [num_cpus_per_actor or w or 1 for w in workers]
+        try:
+            strategies = self._placement(placement, cpus, placement_timeout)
+            host = ray.remote(PoolHost)
+            for k, (lo, hi) in enumerate(self._shards):
+                settings = dict(num_cpus=cpus[k], max_restarts=self._max_restarts, max_task_retries=0)
+                if strategies[k] is not None:
+                    settings["scheduling_strategy"] = strategies[k]
+                settings.update(actor_options or {})
+                pool_options = dict(options, seed=(self.seed + lo) % SEED_RANGE, num_workers=workers[k])
+                self._actors.append(host.options(**settings).remote(env, hi - lo, lo, pool_options))
+            refs = [h.describe.remote() for h in self._actors]
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=placement_timeout)
+            if waiting:
+                raise BuildError(
+                    f"{len(waiting)} of {num_actors} actors did not start within placement_timeout={placement_timeout} s "
+                    f"(each asks for {cpus[0]} CPUs; the cluster has {ray.cluster_resources().get('CPU', 0)} CPUs, "
+                    f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
+                )
+            self._described = self._gather(refs, range(num_actors))
+        except BaseException:
+            self._release()
+            raise
+        self.closed = False
+        self._take_spaces(self._described)
+        self._restarts = [0] * num_actors
+        self._has_reset = False
+        self._last: list[tuple | None] = [None] * num_actors
+        self._clear_async_state()
+
+    # --- construction ------------------------------------------------------------------
+
+    def _actor_batch_size(self, num_actors: int) -> int:
+        smallest = min(b - a for a, b in self._shards)
+        if self.batch_size % num_actors:
+            raise InvalidArgumentError(
+                f"batch_size={self.batch_size} must be a multiple of num_actors={num_actors}: a batch joins "
+                f"{num_actors} actor batches of batch_size / num_actors rows"
+            )
+        per_actor = self.batch_size // num_actors
+        if per_actor >= smallest:
+            raise InvalidArgumentError(
+                f"batch_size / num_actors = {per_actor} must be below the smallest actor's {smallest} envs "
+                "(an actor's pool is async only when its batch is smaller than its envs): lower batch_size or num_actors"
+            )
+        return per_actor
+
+    def _workers_per_actor(self, num_workers: Any, num_actors: int) -> list:
+        """Each actor's worker count: ``num_workers`` (the total) split like the envs, or
+        None (each actor's pool decides: one per core of its node, or ``envs_per_worker``)."""
+        if num_workers is None:
+            return [None] * num_actors
+        num_workers = _count("num_workers", num_workers)
+        if num_workers < num_actors:
+            raise InvalidArgumentError(
+                f"num_workers={num_workers} (the total over all actors) is fewer than num_actors={num_actors}: "
+                "each actor's pool needs at least one worker"
+            )
+        return [b - a for a, b in split_evenly(num_workers, num_actors)]
+
+    def _placement(self, placement: Any, cpus: list, timeout: float) -> list:
+        """One Ray scheduling strategy per actor: a placement group bundle per actor
+        (``"spread"``, ``"strict_spread"``, ``"pack"``, ``"strict_pack"``), a node per actor
+        (a list of node ids: node affinity), or None (Ray's default scheduling)."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        if placement is None:
+            return [None] * len(cpus)
+        if isinstance(placement, str):
+            if placement not in PLACEMENTS:
+                raise InvalidArgumentError(
+                    f"unknown placement {placement!r}: use one of {list(PLACEMENTS)}, a list of one Ray node id per "
+                    "actor, or None"
+                )
+            self._placement_group = group = placement_group([{"CPU": c} for c in cpus], strategy=PLACEMENTS[placement])
+            try:
+                self._ray.get(group.ready(), timeout=timeout)
+            except self._ray.exceptions.GetTimeoutError:
+                raise BuildError(
+                    f"Ray could not place {len(cpus)} actors of {cpus} CPUs with strategy {PLACEMENTS[placement]} in "
+                    f"{timeout} s (the cluster has {self._ray.cluster_resources().get('CPU', 0)} CPUs): lower "
+                    "num_actors or num_cpus_per_actor, add nodes, or use placement='pack' or None"
+                ) from None
+            return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k) for k in range(len(cpus))]
+        nodes = list(placement)
+        if len(nodes) != len(cpus):
+            raise InvalidArgumentError(f"placement lists {len(nodes)} node ids for {len(cpus)} actors: give one per actor")
+        return [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in nodes]
+
+    def _take_spaces(self, described: list[dict]) -> None:
+        first = described[0]
+        for k, d in enumerate(described[1:], 1):
+            if (d["single_observation_space"], d["single_action_space"]) != (
+                first["single_observation_space"], first["single_action_space"]
+            ):
+                self.close()
+                raise BuildError(
+                    f"actor {k} reports spaces {d['single_observation_space']} / {d['single_action_space']} but actor 0 "
+                    f"{first['single_observation_space']} / {first['single_action_space']}: every node must build the same env"
+                )
+        self.env_id = first["env_id"]
+        self.single_observation_space = first["single_observation_space"]
+        self.single_action_space = first["single_action_space"]
+        self.observation_space = batch_space(self.single_observation_space, self.batch_size)
+        self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.metadata = dict(first["metadata"], autoreset_mode=self.autoreset_mode)
+        self.render_mode, self.spec = first["render_mode"], first["spec"]
+        self.max_episode_steps = first["max_episode_steps"]
+        self._action_json = json.dumps(first["action_json"])
+        self._action_dtype = np.dtype(self.single_action_space.dtype)
+        self._action_shape = tuple(self.single_action_space.shape or ())
+
+    # --- Gymnasium API ------------------------------------------------------------------
+
+    def reset(self, *, seed: Any = None, options: dict | None = None):
+        """As :meth:`shmenv.ShmVectorEnv.reset`: ``seed`` None, an int (env ``i`` gets
+        ``seed + i``) or a list of one int or None per env; ``options={"reset_mask": mask}``
+        in sync mode. In async mode returns the first ``batch_size`` envs to finish."""
+        self._check_open()
+        seeds = per_env_seeds(seed, self.num_envs) if seed is not None else None
+        mask = self._reset_mask(options["reset_mask"]) if options and "reset_mask" in options else None
+        if self.is_async:
+            self._start_reset(seeds)
+            obs, _, _, _, infos = self.recv()
+            return obs, infos
+        refs: dict[int, Any] = {}
+        for k, (lo, hi) in enumerate(self._shards):
+            part_seed = None if seeds is None else seeds[lo:hi]
+            if mask is None or mask[lo:hi].any():
+                part_options = None if mask is None else {"reset_mask": mask[lo:hi]}
+                refs[k] = self._actors[k].reset.remote(seed=part_seed, options=part_options)
+            elif not self._has_reset:  # a pool's first reset resets every env
+                refs[k] = self._actors[k].reset.remote(seed=part_seed)
+        done = dict(zip(refs, self._gather(list(refs.values()), list(refs), self._revive_sync)))
+        parts = [(done[k][0], done[k][-1]) if k in done else self._unchanged(k) for k in range(len(self._actors))]
+        self._last = [(obs, {"env_id": i["env_id"], "elapsed_step": i["elapsed_step"]}) for obs, i in parts]
+        self._has_reset = True
+        return self._join(parts)
+
+    def step(self, actions, env_ids=None):
+        """Sync: steps every env (row ``i`` is env ``i``). Async: ``send`` then ``recv``."""
+        if self.is_async:
+            self.send(actions, env_ids)
+            return self.recv()
+        self._check_reset()
+        batch = self._actions(actions, self.num_envs)
+        refs = [h.step.remote(batch[lo:hi]) for h, (lo, hi) in zip(self._actors, self._shards)]
+        parts = self._gather(refs, range(len(refs)), self._revive_sync)
+        self._last = [(p[0], {"env_id": p[4]["env_id"], "elapsed_step": p[4]["elapsed_step"]}) for p in parts]
+        return self._join(parts)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._release()
+
+    # --- async API (EnvPool convention) ---------------------------------------------------
+
+    def async_reset(self) -> None:
+        """Starts a reset of every env (async mode); ``recv()`` returns the results."""
+        self._check_open()
+        self._start_reset(None)
+
+    def send(self, actions, env_ids=None) -> None:
+        """Hands one action per env in ``env_ids`` (all envs if None) to those envs' actors."""
+        self._check_reset()
+        if not self.is_async:
+            raise UsageError("send() is for async pools (batch_size < num_envs); this pool is sync: use step()")
+        ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
+        batch = self._actions(actions, len(ids))
+        busy = self._at_actor[ids] | self._buffered[ids]
+        if busy.any() or len(np.unique(ids)) != len(ids):
+            env = int(ids[np.flatnonzero(busy)[0]]) if busy.any() else int(ids[0])
+            raise UsageError(
+                f"env {env} already has an action in flight (or is named twice): recv() its result before sending it another"
+            )
+        stashed = np.array([int(i) in self._stash for i in ids], dtype=bool)
+        for i in ids[stashed].tolist():  # restarted while the trainer held it: its reset row is ready
+            self._buffer.append(self._stash.pop(i))
+            self._buffered[i] = True
+        owners = self._owner[ids]
+        for k in np.unique(owners[~stashed]).tolist():
+            sel = (owners == k) & ~stashed
+            self._actors[k].send.remote(batch[sel], ids[sel])
+            self._at_actor[ids[sel]] = True
+            self._at_count[k] += int(sel.sum())
+        self._issue_recvs()
+
+    def recv(self):
+        """The next ``batch_size`` results, from the actor batches ready first, EnvPool
+        style, with ``infos["env_id"]`` saying which env each row is."""
+        self._check_open()
+        if not self.is_async:
+            raise UsageError("recv() is for async pools (batch_size < num_envs); this pool is sync: use step()")
+        ray = self._ray
+        while self._buffered_rows() < self.batch_size:
+            if not self._pending:
+                self._cannot_fill()
+            wanted = -(-(self.batch_size - self._buffered_rows()) // self._actor_batch)
+            ready, _ = ray.wait(list(self._pending), num_returns=min(wanted, len(self._pending)))
+            for ref in ready:
+                k = self._pending.pop(ref, None)
+                if k is None:
+                    continue  # a future of an actor that died and was revived meanwhile
+                self._pending_count[k] -= 1
+                batch = self._gather([ref], [k], self._revive_async)[0]
+                if batch is not None:
+                    self._arrive(k, batch)
+        return self._take(self.batch_size)
+
+    # --- calls into the envs --------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """``call`` on every env (in its actor's pool), results in env order."""
+        return self._everywhere("call", name, *args, **kwargs)
+
+    def get_attr(self, name: str) -> tuple:
+        return self._everywhere("get_attr", name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
+        refs = [h.invoke.remote("set_attr", name, list(values[lo:hi])) for h, (lo, hi) in zip(self._actors, self._shards)]
+        self._gather(refs, range(len(refs)))
+
+    def render(self) -> tuple:
+        return self._everywhere("render")
+
+    @property
+    def np_random_seed(self) -> tuple:
+        return self._everywhere("np_random_seed")
+
+    def stats(self) -> list[dict]:
+        """Each actor's pool :meth:`shmenv.ShmVectorEnv.stats`, with its node."""
+        stats = self._gather([h.invoke.remote("stats") for h in self._actors], range(len(self._actors)))
+        return [dict(s, actor=k, node_id=self._described[k]["node_id"]) for k, s in enumerate(stats)]
+
+    @property
+    def actors(self) -> list[dict]:
+        """Per actor: its node, process id, envs ``[first, end)`` and worker pids."""
+        return [
+            {"actor": k, "node_id": d["node_id"], "pid": d["pid"], "envs": self._shards[k], "worker_pids": d["worker_pids"]}
+            for k, d in enumerate(self._described)
+        ]
+
+    @property
+    def restarts(self) -> list[int]:
+        """Restarts so far, per actor (with ``max_restarts``)."""
+        return list(self._restarts)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
+        return f"RayVectorEnv({getattr(self, 'env_id', '?')!r}, num_envs={self.num_envs}, actors={len(self._actors)}, {mode})"
+
+    # --- internals: results and faults ---------------------------------------------------
+
+    def _gather(self, refs: list, actors, on_death=None) -> list:
+        """``ray.get`` of one call per actor in ``actors``. A shmenv error is raised as it
+        is (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
+        death)``, whose return value stands for its result; without one (calls into the
+        envs) it raises :class:`ActorDiedError`."""
+        ray = self._ray
+        try:
+            return ray.get(refs)
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
+            pass
+        out = []
+        for ref, k in zip(refs, actors):
+            try:
+                out.append(ray.get(ref))
+                continue
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause
+                if not isinstance(cause, ActorRestarted):
+                    if isinstance(cause, _FATAL):
+                        self.close()
+                    raise cause from None
+                death: Exception = e
+            except ray.exceptions.RayActorError as e:
+                death = e
+            if on_death is None:
+                self._die(k, _reason(death), "")
+            out.append(on_death(k, death))
+        return out
+
+    def _revive(self, k: int, death: Exception) -> None:
+        """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
+        if self._restarts[k] >= self._max_restarts:
+            spent = "its restart budget is spent" if self._max_restarts else "pass max_restarts=n"
+            self._die(k, _reason(death), f"{spent} to have Ray recreate it (its envs then come back truncated, "
+                      "listed in infos['restarted_envs'])")
+        self._restarts[k] += 1
+        deadline = time.monotonic() + self._restart_timeout
+        while True:
+            try:
+                self._described[k] = self._ray.get(self._actors[k].describe.remote(), timeout=1.0)
+                return
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    self._die(k, f"Ray did not recreate it within restart_timeout={self._restart_timeout} s", "")
+                time.sleep(0.05)
+
+    def _die(self, k: int, reason: str, advice: str) -> None:
+        """Closes the env and raises :class:`ActorDiedError` for actor ``k``."""
+        lo, hi = self._shards[k]
+        d = self._described[k] if k < len(getattr(self, "_described", [])) else {"node_id": "?", "pid": None}
+        actor_id = self._actors[k]._actor_id.hex() if k < len(self._actors) else "?"
+        self.close()
+        raise ActorDiedError(
+            f"Ray actor {k} (node {d['node_id']}, pid {d['pid']}) hosting envs {lo}..{hi - 1} died: {reason}"
+            + (f"; {advice}" if advice else "") + ". The env is closed: build a new one",
+            actor=k, actor_id=actor_id, node_id=d["node_id"], pid=d["pid"], env_ids=list(range(lo, hi)), exit=reason,
+        )
+
+    def _revive_sync(self, k: int, death: Exception) -> tuple:
+        self._revive(k, death)
+        return self._restarted_part(k)
+
+    def _restart_seed(self, k: int) -> int:
+        return (self.seed + self._shards[k][0] + self._restarts[k] * RESTART_SEED_STRIDE) % SEED_RANGE
+
+    def _restarted_part(self, k: int) -> tuple:
+        """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
+        lo, hi = self._shards[k]
+        reset = self._gather([self._actors[k].reset.remote(seed=self._restart_seed(k))], [k], self._revive_sync)[0]
+        if len(reset) == 5:  # it died again while resetting, and was revived again
+            return reset
+        obs, infos = reset
+        n = hi - lo
+        infos["restarted_envs"] = list(range(lo, hi))
+        return obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.ones(n, np.bool_), infos
+
+    def _unchanged(self, k: int) -> tuple:
+        if self._last[k] is None:
+            raise UsageError("reset(options={'reset_mask': ...}) needs a first full reset(): call reset() first")
+        obs, infos = self._last[k]
+        return obs, dict(infos)
+
+    def _join(self, parts: list) -> tuple:
+        if not self.copy and len(parts) == 1:
+            return parts[0]
+        return concat_batches(parts)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError("the env is closed (close() was called, or an actor failed); build a new one")
+
+    def _check_reset(self) -> None:
+        self._check_open()
+        if not self._has_reset:
+            raise UsageError("step() called before reset(): call reset() first")
+
+    def _release(self) -> None:
+        """Closes every actor's pool, then the actors and the placement group."""
+        ray = getattr(self, "_ray", None)
+        if ray is None or not ray.is_initialized():
+            return
+        actors, self._actors = self._actors, []
+        try:
+            ray.wait([h.close.remote() for h in actors], num_returns=len(actors), timeout=30.0)
+        except Exception:
+            pass  # an actor that is gone has no pool left to close
+        for h in actors:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:
+                pass  # already gone
+        if self._placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self._placement_group)
+            self._placement_group = None
+
+    def _actions(self, actions, count: int) -> np.ndarray:
+        """The actions as one contiguous array of the space's dtype, converted and checked
+        as a local pool does, before any actor sees them."""
+        space, dtype, shape = self.single_action_space, self._action_dtype, self._action_shape
+        a = as_action_array(actions, count, space, dtype, shape, "actions")
+        _shmenv.check_actions(self._action_json, a, count, "actions")
+        return a
+
+    def _reset_mask(self, mask) -> np.ndarray:
+        m = np.asarray(mask)
+        if m.dtype != np.bool_:
+            raise InvalidArgumentTypeError(f"reset_mask must be a bool array of shape ({self.num_envs},); got dtype {m.dtype}")
+        if m.shape != (self.num_envs,) or not m.any():
+            raise InvalidArgumentError(
+                f"reset_mask must be a bool array of shape ({self.num_envs},) with at least one True; got shape {m.shape}"
+            )
+        if self.is_async:
+            raise UsageError("reset_mask works in sync mode; an async pool resets all envs with reset()")
+        return m
+
+    def _everywhere(self, method: str, *args: Any, **kwargs: Any) -> tuple:
+        self._check_open()
+        refs = [h.invoke.remote(method, *args, **kwargs) for h in self._actors]
+        return tuple(x for part in self._gather(refs, range(len(refs))) for x in part)
+
+
+def _reason(death: Exception) -> str:
+    """The first line of Ray's account of an actor's death."""
+    text = str(death).strip()
+    return text.splitlines()[0] if text else type(death).__name__
+
+
+def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
+             num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
+             placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any) -> RayVectorEnv:
+    """Starts ``num_envs`` envs in ``num_actors`` Ray actors, each owning one shmenv pool
+    (its workers on the actor's node), and returns them as one Gymnasium ``VectorEnv``
+    (:class:`RayVectorEnv`). Call ``ray.init(address=...)`` first to use a cluster
+    (otherwise Ray starts a local one).
+
+    - ``env`` and every other keyword are :func:`shmenv.make_vec`'s, with the same meaning
+      for the whole env: ``seed`` (env ``i`` is seeded ``seed + i``, whichever actor hosts
+      it), ``batch_size`` (async mode; a multiple of ``num_actors``: each batch joins
+      ``num_actors`` actor batches of ``batch_size / num_actors`` rows, from whichever
+      actors are ready first), ``autoreset_mode``, ``episode_stats_key``, ``max_restarts``
+      (also each actor's budget: Ray recreates a dead actor that many times, and its envs
+      come back truncated and listed in ``infos["restarted_envs"]``), ``config``, ...
+      ``num_workers`` is the total, split among the actors like the envs (default: each
+      actor's pool takes one worker per core of its node). ``pin_workers`` defaults to False
+      (actors sharing a node cannot see each other's pins).
+    - ``num_actors``: actors (pools); actor ``k`` hosts a contiguous shard of envs, as the
+      engine splits envs among workers.
+    - ``placement``: ``"spread"`` (default: a Ray placement group with one bundle per actor,
+      spread over nodes), ``"strict_spread"`` (one actor per node), ``"pack"``,
+      ``"strict_pack"``; a list of one Ray node id per actor (node affinity); or None
+      (Ray's default scheduling).
+    - ``num_cpus_per_actor``: the CPUs each actor reserves (default: its worker count, or 1).
+    - ``actor_options``: more ``ray.remote`` options for the actors (``runtime_env``,
+      ``resources``, ...).
+    - ``placement_timeout``: seconds to wait for the placement group, and then for the
+      actors to start their pools; ``restart_timeout``: seconds to wait for Ray to recreate
+      a dead actor.
+
+    Results are arrays the caller owns (joined from the actors' batches); with
+    ``copy=False`` and one actor they are the arrays Ray returned, which may be read-only.
+    """
+    return RayVectorEnv(
+        env, num_envs, num_actors=num_actors, placement=placement, num_cpus_per_actor=num_cpus_per_actor,
+        actor_options=actor_options, placement_timeout=placement_timeout, restart_timeout=restart_timeout, **options,
+    )
