@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
+from shmenv import _shmenv
 from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 def _count(name: str, value: Any) -> int:
@@ -88,16 +89,10 @@ _ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    """``mode`` as Gymnasium's enum; names are parsed by the engine (one source)."""
     if isinstance(mode, AutoresetMode):
         return mode
-    names = {m.value.lower(): m for m in AutoresetMode}
-    found = names.get(str(mode).replace("_", "").lower())
-    if found is None:
-        raise InvalidArgumentError(
-            f"unknown autoreset_mode {mode!r}: use 'next_step', 'same_step' or 'disabled' "
-            "(or gymnasium.vector.AutoresetMode)"
-        )
-    return found
+    return AutoresetMode(_shmenv.autoreset_name(str(mode)))
 
 
 def _reset_mask(mask, num_envs: int) -> list[bool]:

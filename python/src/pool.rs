@@ -8,7 +8,7 @@ use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use shmenv_engine::protocol::{Column, ColumnKind};
+use shmenv_engine::protocol::{Column, ColumnKind, UnknownAutoReset};
 use shmenv_engine::{AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,15 +34,16 @@ pub(crate) struct PyPool {
     interrupted: Arc<Mutex<Option<PyErr>>>,
 }
 
-fn autoreset_from(name: &str) -> PyResult<AutoReset> {
-    match name {
-        "next_step" | "NextStep" => Ok(AutoReset::NextStep),
-        "same_step" | "SameStep" => Ok(AutoReset::SameStep),
-        "disabled" | "Disabled" => Ok(AutoReset::Disabled),
-        other => Err(PyValueError::new_err(format!(
-            "unknown autoreset_mode {other:?}: use \"next_step\", \"same_step\" or \"disabled\""
-        ))),
-    }
+/// The auto-reset mode named `name` (any spelling `AutoReset` parses), by its Gymnasium
+/// value name (`"NextStep"`, ...): `shmenv.arguments` turns it into `AutoresetMode`, so the
+/// names are parsed here only.
+#[pyfunction]
+pub(crate) fn autoreset_name(name: &str) -> PyResult<&'static str> {
+    Ok(parse_autoreset(name)?.name())
+}
+
+fn parse_autoreset(name: &str) -> PyResult<AutoReset> {
+    name.parse().map_err(|e: UnknownAutoReset| invalid_argument(format!("autoreset_mode: {e}")))
 }
 
 /// A worker command: `program`, its arguments, extra environment.
@@ -117,7 +118,7 @@ impl PyPool {
         let mut builder = Pool::builder(env_id)
             .num_envs(num_envs)
             .config(config)
-            .autoreset(autoreset_from(autoreset)?)
+            .autoreset(parse_autoreset(autoreset)?)
             .wait(wait)
             .ring_depth(ring_depth)
             .retain_batches(retain_batches)

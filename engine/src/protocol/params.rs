@@ -18,6 +18,38 @@ pub enum AutoReset {
     Disabled,
 }
 
+impl AutoReset {
+    /// Every mode, in declaration order.
+    pub const ALL: [AutoReset; 3] = [AutoReset::NextStep, AutoReset::SameStep, AutoReset::Disabled];
+
+    /// The mode's name as Gymnasium's `AutoresetMode` values spell it (`"NextStep"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            AutoReset::NextStep => "NextStep",
+            AutoReset::SameStep => "SameStep",
+            AutoReset::Disabled => "Disabled",
+        }
+    }
+}
+
+/// An auto-reset mode name that is none of [`AutoReset::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown autoreset mode {0:?}: use \"next_step\", \"same_step\" or \"disabled\" (or NextStep, SameStep, Disabled)")]
+pub struct UnknownAutoReset(pub String);
+
+impl std::str::FromStr for AutoReset {
+    type Err = UnknownAutoReset;
+
+    /// Parses `next_step`, `NextStep`, `nextstep` (case and underscores ignored), ...
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let key = s.replace('_', "").to_ascii_lowercase();
+        AutoReset::ALL
+            .into_iter()
+            .find(|m| m.name().to_ascii_lowercase() == key)
+            .ok_or_else(|| UnknownAutoReset(s.to_owned()))
+    }
+}
+
 /// Parameters the trainer writes into the params area as JSON, read by every worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,4 +119,20 @@ pub enum WorkerReport {
         /// What went wrong.
         message: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AutoReset;
+
+    #[test]
+    fn autoreset_names_parse_in_every_spelling_and_unknown_ones_say_what_to_use() {
+        for m in AutoReset::ALL {
+            assert_eq!(m.name().parse::<AutoReset>(), Ok(m));
+        }
+        assert_eq!("same_step".parse::<AutoReset>(), Ok(AutoReset::SameStep));
+        assert_eq!("DISABLED".parse::<AutoReset>(), Ok(AutoReset::Disabled));
+        let err = "sometimes".parse::<AutoReset>().unwrap_err().to_string();
+        assert!(err.contains("\"sometimes\"") && err.contains("next_step"), "{err}");
+    }
 }
