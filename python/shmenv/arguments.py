@@ -3,7 +3,6 @@ is refused with a message naming the argument, the value and the valid range."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
             )
         return implied
     if num_workers is None:
-        return max(1, min(len(os.sched_getaffinity(0)), num_envs))
+        return _shmenv.default_num_workers(num_envs)
     return _count("num_workers", num_workers)
 
 

@@ -43,6 +43,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(pool::autoreset_name, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::default_num_workers, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;

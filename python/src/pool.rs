@@ -46,6 +46,13 @@ fn parse_autoreset(name: &str) -> PyResult<AutoReset> {
     name.parse().map_err(|e: UnknownAutoReset| invalid_argument(format!("autoreset_mode: {e}")))
 }
 
+/// The worker count a pool of `num_envs` envs gets by default (one per core this process
+/// may use, at most one per env), as the engine computes it.
+#[pyfunction]
+pub(crate) fn default_num_workers(num_envs: usize) -> usize {
+    shmenv_engine::pool::default_num_workers(num_envs, shmenv_engine::sync::available_cores())
+}
+
 /// A worker command: `program`, its arguments, extra environment.
 fn worker_command(program: String, args: Vec<String>, env: Vec<(String, String)>) -> WorkerCommand {
     let command = args.into_iter().fold(WorkerCommand::new(program), WorkerCommand::arg);

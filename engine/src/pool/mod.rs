@@ -30,7 +30,7 @@ pub use crate::memory::{CgroupLimit, MemoryRoom};
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 use ring_state::RingState;
-pub use settings::MAX_WORKERS;
+pub use settings::{default_num_workers, MAX_WORKERS};
 
 use send_order::SendOrder;
 

@@ -32,13 +32,19 @@ pub(super) fn check_region(size: usize, num_envs: usize, room: &MemoryRoom) -> R
     }
 }
 
+/// The number of workers a pool of `num_envs` envs gets when none is given: one per core
+/// this process may use, at most one per env.
+pub fn default_num_workers(num_envs: usize, cores: usize) -> usize {
+    cores.min(num_envs).max(1)
+}
+
 /// Checks every setting; returns the number of workers and the batch size.
 pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), BuildError> {
     let invalid = |m: String| Err(BuildError::InvalidArgument(m));
     if b.num_envs == 0 || b.num_envs > MAX_ENVS {
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
-    let num_workers = b.num_workers.unwrap_or(cores.min(b.num_envs));
+    let num_workers = b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores));
     let most = if b.num_envs <= MAX_WORKERS {
         format!("num_envs ({})", b.num_envs)
     } else {
