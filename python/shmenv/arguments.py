@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError
+from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
 
 def _count(name: str, value: Any) -> int:
     """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
@@ -92,6 +92,21 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     if isinstance(mode, AutoresetMode):
         return mode
     return AutoresetMode(_shmenv.autoreset_name(str(mode)))
+
+
+def _reset_options(options: dict | None, num_envs: int, is_async: bool) -> tuple[list[bool] | None, dict]:
+    """``reset``'s ``options``: the ``reset_mask`` (sync mode only) and the others, which go
+    to the envs' ``reset``."""
+    options = dict(options or {})
+    if "reset_mask" not in options:
+        return None, options
+    mask = _reset_mask(options.pop("reset_mask"), num_envs)
+    if is_async:
+        raise UsageError(
+            "reset_mask works in sync mode; an async pool resets envs when they end (autoreset_mode) "
+            "or all at once with reset()"
+        )
+    return mask, options
 
 
 def _reset_mask(mask, num_envs: int) -> list[bool]:

@@ -16,7 +16,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from shmenv import _shmenv
 from shmenv.arguments import (
     _autoreset_mode,
-    _reset_mask,
+    _reset_options,
     _count,
     _env_ids,
     _integer,
@@ -162,21 +162,17 @@ class ShmVectorEnv(VectorEnv):
         ``i`` gets ``seed + i``) or a list of one int or None per env. With
         ``options={"reset_mask": mask}`` (sync mode; a bool array, one per env) resets only
         the masked envs; the others keep their episode and their row holds their current
-        observation, as with ``SyncVectorEnv``. In async mode returns the first
+        observation, as with ``SyncVectorEnv``. Other ``options`` go to each reset env's
+        ``reset`` (hosted Python envs). In async mode returns the first
         ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
         if self.closed:
             raise ClosedError("the pool is closed (close() was called); build a new one")
-        mask = None
-        if options and "reset_mask" in options:
-            mask = _reset_mask(options["reset_mask"], self.num_envs)
-            if self.is_async:
-                raise UsageError(
-                    "reset_mask works in sync mode; an async pool resets envs when they end (autoreset_mode) "
-                    "or all at once with reset()"
-                )
+        mask, env_options = _reset_options(options, self.num_envs, self.is_async)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
+        if env_options:
+            self._send_reset_options(env_options, mask)
         if self.is_async and len(commands) > 1:
             raise InvalidArgumentError(
                 f"an async pool seeds env i with seed + i: pass None, one int or a list [s, s + 1, ...]; got {seed!r}"
@@ -189,6 +185,17 @@ class ShmVectorEnv(VectorEnv):
             self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
         return obs, infos
+
+    def _send_reset_options(self, options: dict, mask: list[bool] | None) -> None:
+        """Hands ``options`` to every env this reset resets (over the call channel): each
+        takes them at that reset, as ``SyncVectorEnv`` passes them to ``env.reset``."""
+        if self._calls is None:
+            raise InvalidArgumentError(
+                f"{self.env_id} is a native shmenv env: its reset takes no options (got {sorted(options)}); "
+                "pass settings through config=..."
+            )
+        targets = [i for i in range(self.num_envs) if mask is None or mask[i]]
+        self.env_call("reset_options", "", targets, values=[options] * len(targets))
 
     def _note_seeds(self, mask: list[bool] | None, base: int | None) -> None:
         """Tracks each native env's seed after a reset command (``np_random_seed``)."""

@@ -22,6 +22,8 @@ from typing import Any
 
 # This worker's Python envs, in shard order (local index = position).
 _ENVS: list[Any] = []
+# Reset options the trainer sent for env `local` (op "reset_options"), taken by its next reset.
+RESET_OPTIONS: dict[int, dict] = {}
 # The spec JSON and spaces of this worker's first env, which every later one must match.
 _FIRST_SPEC: tuple[str, str, str] | None = None
 # The global index of this worker's first env, when the config says (factories).
@@ -226,7 +228,8 @@ def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> 
 def _serve_calls(address: str, token: str, index: int) -> None:
     # Run as `python -m shmenv.worker`, this file is `__main__`; the envs were registered
     # in the `shmenv.worker` module the host imported.
-    envs = importlib.import_module("shmenv.worker")._ENVS
+    module = importlib.import_module("shmenv.worker")
+    envs, reset_options = module._ENVS, module.RESET_OPTIONS
     from shmenv import infos
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -249,6 +252,10 @@ def _serve_calls(address: str, token: str, index: int) -> None:
             for k, i in enumerate(local):
                 if op == "infos":
                     results.append((True, infos.take(i)))
+                    continue
+                if op == "reset_options":
+                    reset_options[i] = values[k]
+                    results.append((True, None))
                     continue
                 try:
                     results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))

@@ -77,9 +77,12 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
         // `make_env` appended the env to the worker's list: its index there is its local id.
         let local = module.getattr("_ENVS").and_then(|l| l.len()).map_err(fail)? - 1;
         let note_info = py.import("shmenv.infos").and_then(|m| m.getattr("note_info")).map_err(fail)?;
+        let reset_options =
+            module.getattr("RESET_OPTIONS").and_then(|d| Ok(d.cast_into::<PyDict>()?)).map_err(fail)?;
         Ok(Box::new(PyEnv {
             local,
             note_info: note_info.unbind(),
+            reset_options: reset_options.unbind(),
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
             as_array: py
@@ -108,6 +111,9 @@ struct PyEnv {
     local: usize,
     /// `shmenv.infos.note_info`, called only when the env returns a non-empty info dict.
     note_info: Py<PyAny>,
+    /// `shmenv.worker.RESET_OPTIONS`: the options of `reset(options=...)` the trainer sent
+    /// for an env, taken (removed) by that env's next reset.
+    reset_options: Py<PyDict>,
     step: Py<PyAny>,
     reset: Py<PyAny>,
     /// `numpy.ascontiguousarray`, for observations that are not already C-contiguous
@@ -245,6 +251,13 @@ impl Env for PyEnv {
             let kwargs = PyDict::new(py);
             let result = (|| -> PyResult<()> {
                 kwargs.set_item("seed", seed)?;
+                let pending = self.reset_options.bind(py);
+                if !pending.is_empty() {
+                    if let Some(options) = pending.get_item(self.local)? {
+                        pending.del_item(self.local)?;
+                        kwargs.set_item("options", options)?;
+                    }
+                }
                 let out = self.reset.call(py, (), Some(&kwargs))?;
                 let out = out.bind(py).cast::<PyTuple>()?;
                 self.store_obs(py, &out.get_item(0)?)?;

@@ -193,6 +193,28 @@ def test_misuse_raises_the_exception_types_of_async_vector_env(no_leaks):
 
 # --- 4. sub-env infos -------------------------------------------------------------------
 
+@pytest.mark.timeout(60)
+def test_reset_options_reach_the_envs_reset_as_sync_does(no_leaks):
+    from shmenv_fixtures.counter import CounterEnv
+
+    n = 4
+    ref = gym.vector.SyncVectorEnv([CounterEnv for _ in range(n)])
+    with shmenv.make_vec("shmenv_fixtures.counter:CounterEnv", n, num_workers=2) as envs:
+        for seed, options in [(1, {"start": 42}), (None, None), (None, {"start": 7, "reset_mask": [1, 0, 1, 0]})]:
+            if options is not None and "reset_mask" in options:
+                options["reset_mask"] = np.array(options["reset_mask"], dtype=bool)
+            obs, _ = envs.reset(seed=seed, options=None if options is None else dict(options))
+            want, _ = ref.reset(seed=seed, options=None if options is None else dict(options))
+            np.testing.assert_array_equal(obs, want)
+            envs.step(np.ones(n, dtype=np.int64))
+            ref.step(np.ones(n, dtype=np.int64))
+        assert list(obs[:, 2]) == [7, want[1, 2], 7, want[3, 2]]  # the masked envs took the option
+    ref.close()
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1) as native:
+        with pytest.raises(shmenv.InvalidArgumentError, match="native shmenv env.*no options"):
+            native.reset(options={"start": 1})
+
+
 SHMENV_KEYS = {"env_id", "elapsed_step", "episode_stats", "_episode_stats", "final_obs", "_final_obs"}
 
 
