@@ -20,8 +20,6 @@ from shmenv import _shmenv
 from shmenv.assembly import as_action_array
 from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optional_int
 from shmenv.errors import (
-    ActionError,
-    ActionTypeError,
     ActorDiedError,
     BuildError,
     ClosedError,

@@ -32,6 +32,7 @@ from shmenv.errors import (
     WorkerError,
 )
 from shmenv.assembly import Assembly
+from shmenv.env_calls import EnvCalls
 from shmenv.infos import InfoArea
 from shmenv.resolve import pass_render_mode, resolve, resolve_plugin
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
@@ -60,7 +61,7 @@ def _worker_command(resolved, worker_program) -> tuple[str, list[str], list[tupl
     return os.fspath(worker_program), [], []
 
 
-class ShmVectorEnv(VectorEnv):
+class ShmVectorEnv(EnvCalls, VectorEnv):
     """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
     docstring describes every argument.
 
@@ -171,12 +172,12 @@ class ShmVectorEnv(VectorEnv):
         mask, env_options = _reset_options(options, self.num_envs, self.is_async)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
-        if env_options:
-            self._send_reset_options(env_options, mask)
         if self.is_async and len(commands) > 1:
             raise InvalidArgumentError(
                 f"an async pool seeds env i with seed + i: pass None, one int or a list [s, s + 1, ...]; got {seed!r}"
             )
+        if env_options:
+            self._send_reset_options(env_options, mask)
         for k, (env_mask, base) in enumerate(commands):
             if k > 0 and self._infos is not None:
                 self._merge_infos(res, {})  # an earlier command's infos are stale
@@ -185,17 +186,6 @@ class ShmVectorEnv(VectorEnv):
             self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
         return obs, infos
-
-    def _send_reset_options(self, options: dict, mask: list[bool] | None) -> None:
-        """Hands ``options`` to every env this reset resets (over the call channel): each
-        takes them at that reset, as ``SyncVectorEnv`` passes them to ``env.reset``."""
-        if self._calls is None:
-            raise InvalidArgumentError(
-                f"{self.env_id} is a native shmenv env: its reset takes no options (got {sorted(options)}); "
-                "pass settings through config=..."
-            )
-        targets = [i for i in range(self.num_envs) if mask is None or mask[i]]
-        self.env_call("reset_options", "", targets, values=[options] * len(targets))
 
     def _note_seeds(self, mask: list[bool] | None, base: int | None) -> None:
         """Tracks each native env's seed after a reset command (``np_random_seed``)."""
@@ -251,50 +241,6 @@ class ShmVectorEnv(VectorEnv):
             self._infos.close()
 
     # --- calls into the envs (a side channel, not the step path) ---------------------
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
-        """Calls method `name` of every env with the given (picklable) arguments, or reads
-        the attribute when it is not callable; returns the results in env order. Native
-        envs answer the attributes of :data:`NATIVE_ATTRS` and ``render`` (None)."""
-        if self._calls is None and name == "render":
-            return tuple(None for _ in range(self.num_envs))
-        return tuple(self.env_call("call", name, range(self.num_envs), args=args, kwargs=kwargs))
-
-    def get_attr(self, name: str) -> tuple:
-        """Attribute `name` of every env, in env order."""
-        return tuple(self.env_call("get", name, range(self.num_envs)))
-
-    def set_attr(self, name: str, values: Any) -> None:
-        """Sets attribute `name` of every env: `values` is one value per env (a list or
-        tuple of num_envs values) or a single value for all."""
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
-        self.env_call("set", name, range(self.num_envs), values=values)
-
-    def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
-        """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
-        Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`."""
-        if self.closed:
-            raise ClosedError("the pool is closed (close() was called); build a new one")
-        if self._calls is None:
-            if op in ("get", "call") and name in NATIVE_ATTRS:
-                return [self._native_attr(name) for _ in env_ids]
-            raise AttributeError(
-                f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
-                f"(it answers {', '.join(NATIVE_ATTRS)}; pass settings through config=...)"
-            )
-        return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
-
-    def _native_attr(self, name: str) -> Any:
-        return {
-            "render_mode": None,
-            "spec": self.spec,
-            "metadata": {"render_modes": []},
-            "observation_space": self.single_observation_space,
-            "action_space": self.single_action_space,
-        }[name]
 
     def _start_pool(self, resolved, num_envs: int, worker_program, **options: Any) -> None:
         """Starts the workers (and, for Python envs, the call channel they connect to)."""
@@ -481,10 +427,6 @@ class ShmVectorEnv(VectorEnv):
         none did)."""
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._infos.merge(infos, res, self._calls, self._shards, same_step)
-
-
-NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
-"""Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
 
 
 def make_vec(

@@ -215,6 +215,33 @@ def test_reset_options_reach_the_envs_reset_as_sync_does(no_leaks):
             native.reset(options={"start": 1})
 
 
+@pytest.mark.timeout(60)
+def test_call_async_call_wait_and_np_random_as_async_vector_env(no_leaks):
+    from shmenv_fixtures.counter import CounterEnv
+
+    ref = gym.vector.SyncVectorEnv([CounterEnv for _ in range(4)])
+    with shmenv.make_vec("shmenv_fixtures.counter:CounterEnv", 4, num_workers=2) as envs:
+        envs.reset(seed=3)
+        ref.reset(seed=3)
+        envs.call_async("bump", 2)
+        with pytest.raises(gym.error.AlreadyPendingCallError):
+            envs.call_async("bump", 2)
+        assert envs.call_wait(timeout=1) == ref.call("bump", 2)
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.call_wait()
+        envs.call_async("no_such_method")
+        with pytest.raises(shmenv.WorkerError, match="no_such_method"):
+            envs.call_wait()
+        # Copies of each env's generator, in the state the env's own draws left it.
+        got = [g.integers(0, 2**31) for g in envs.np_random]
+        want = [g.integers(0, 2**31) for g in ref.np_random]
+        assert got == want
+    ref.close()
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1) as native:
+        with pytest.raises(AttributeError, match="native shmenv env"):
+            native.np_random
+
+
 SHMENV_KEYS = {"env_id", "elapsed_step", "episode_stats", "_episode_stats", "final_obs", "_final_obs"}
 
 
