@@ -209,8 +209,16 @@ pub fn open_fds() -> usize {
 
 /// Entries in /dev/shm.
 pub fn dev_shm_entries() -> Vec<String> {
+    // POSIX named semaphores (`sem.*`) are left out: shmenv has none (its semaphores are
+    // futex words in the memfd region), and other programs on a shared machine (Python
+    // multiprocessing, Boost.Interprocess users) create and leak them during a test.
     std::fs::read_dir("/dev/shm")
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| !name.starts_with("sem."))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
