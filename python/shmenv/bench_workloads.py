@@ -16,7 +16,8 @@ and ``send`` (or between ``step`` calls), as a trainer that computes would. ``--
 prints one JSON object per system and size.
 
     python -m shmenv.bench --workload atari
-    python -m shmenv.bench --workload mujoco --plugin target/release/libshmenv_mujoco.so
+    bash examples/c/build_mujoco.sh target/release/libmujoco_locomotion.so
+    python -m shmenv.bench --workload mujoco --plugin target/release/libmujoco_locomotion.so
     python -m shmenv.bench --workload atari --num-envs 16 --batch-size 8 --trainer-us 1000 \\
         --only shmenv-async,envpool-async,ale-async
 """
@@ -149,7 +150,8 @@ class Runner:
         if native:
             if not a.plugin or not w.plugin_id:
                 raise NotApplicable("needs --plugin (a native build of this workload's env)")
-            env, config, kind = w.plugin_id, None, "native plugin"
+            env, kind = w.plugin_id, "native plugin"
+            config = w.plugin_config() if w.plugin_config else None
         elif w.shmenv_native_id:
             env, config, kind = w.shmenv_native_id, None, "native"
         else:

@@ -19,7 +19,8 @@ that every engine steps the same env with the same preprocessing.
 
 **mujoco**: ``HalfCheetah-v5`` (Gymnasium, ``mujoco`` from PyPI) hosted in shmenv and in
 Gymnasium's vector envs; EnvPool has only ``HalfCheetah-v4`` (on its own MuJoCo build);
-a native C env (``examples/c/mujoco``, ``--plugin``) runs as ``HalfCheetahC-v5``.
+a native C env (``examples/c/mujoco_locomotion.c``, ``--plugin``) runs as
+``HalfCheetahC-v5`` (``HopperC-v5`` with ``--mujoco-env Hopper``).
 
 **classic**: ``CartPole-v1``: shmenv's native (Rust) env, EnvPool's C++ one, Gymnasium's.
 """
@@ -35,6 +36,9 @@ ATARI_NOOP_MAX = 30
 ATARI_SCREEN = 84
 ATARI_STACK = 4
 ATARI_MAX_FRAMES = 108_000
+
+#: Gymnasium's model file of each MuJoCo env name.
+MODEL_FILES = {"HalfCheetah": "half_cheetah.xml", "Hopper": "hopper.xml", "Ant": "ant.xml"}
 
 
 def make_atari(game: str = "Pong") -> Any:
@@ -86,8 +90,9 @@ class Workload:
     frames_per_step: int | None = None
     #: (num_envs, batch_size or None for sync) measured by default.
     sizes: tuple[tuple[int, int | None], ...] = ()
-    #: The id a native plugin provides for this workload (``--plugin``).
+    #: The id a native plugin provides for this workload (``--plugin``), and its config.
     plugin_id: str | None = None
+    plugin_config: Callable[[], dict[str, Any]] | None = None
 
 
 def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, Workload]:
@@ -111,6 +116,7 @@ def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, 
             envpool_id=f"{mujoco_env}-v4",
             sizes=((8, None), (32, None), (32, 16)),
             plugin_id=f"{mujoco_env}C-v5",
+            plugin_config=lambda: {"model": gymnasium_model(MODEL_FILES.get(mujoco_env, f"{mujoco_env.lower()}.xml"))},
         ),
         "classic": Workload(
             name="classic",
@@ -145,3 +151,13 @@ def ale_vector_env(game: str, num_envs: int, batch_size: int | None, threads: in
         reward_clipping=False,
         use_fire_reset=True,
     )
+
+
+def gymnasium_model(xml_file: str) -> str:
+    """The path of one of Gymnasium's MuJoCo model files (``half_cheetah.xml``, ...), the
+    ``model`` config of the native MuJoCo plugin (``examples/c/mujoco_locomotion.c``)."""
+    import os
+
+    import gymnasium.envs.mujoco as gym_mujoco
+
+    return os.path.join(os.path.dirname(gym_mujoco.__file__), "assets", xml_file)
