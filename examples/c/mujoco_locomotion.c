@@ -1,20 +1,22 @@
 /*
- * Gymnasium's HalfCheetah-v5 and Hopper-v5 as a shmenv plugin, in C99 against the MuJoCo C
+ * Gymnasium's HalfCheetah-v5, Hopper-v5 and Ant-v5 as a shmenv plugin, in C99 against the MuJoCo C
  * API of the `mujoco` PyPI wheel (its headers and libmujoco.so), loading Gymnasium's model
  * files. Observation, reward, termination and time limit are Gymnasium's v5 ones with the
  * default arguments; the reset noise has the same distributions (uniform qpos noise;
- * normal (HalfCheetah) or uniform (Hopper) qvel noise) but its own random stream, so a
+ * normal (HalfCheetah, Ant) or uniform (Hopper) qvel noise) but its own random stream, so a
  * seeded episode starts elsewhere than Gymnasium's. With "reset_noise_scale": 0 both
  * start from the model's qpos0 and zero velocity, and follow the same trajectory.
  *
  *   bash examples/c/build_mujoco.sh target/release/libmujoco_locomotion.so
  *
  * Config (JSON object): "model" (required): the path of the model XML (Gymnasium's
- * gymnasium/envs/mujoco/assets/half_cheetah.xml or hopper.xml); "reset_noise_scale"
- * (optional number, default Gymnasium's: 0.1 HalfCheetah, 0.005 Hopper).
+ * gymnasium/envs/mujoco/assets/half_cheetah.xml, hopper.xml or ant.xml);
+ * "reset_noise_scale" (optional number, default Gymnasium's: 0.1 HalfCheetah and Ant,
+ * 0.005 Hopper).
  *
  * Rewards are computed as Gymnasium computes them under NumPy 2: the control cost in
- * float32 (the action's dtype), the forward and healthy rewards in float64.
+ * float32 (the action's dtype), the forward, healthy and contact terms in float64, sums in
+ * NumPy's pairwise order.
  */
 #include "shmenv_env.h"
 
@@ -26,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { HALF_CHEETAH, HOPPER } env_kind;
+typedef enum { HALF_CHEETAH, HOPPER, ANT } env_kind;
 
 /* Per env id: Gymnasium v5's defaults. */
 typedef struct {
@@ -39,11 +41,13 @@ typedef struct {
 static const env_params PARAMS[] = {
     {HALF_CHEETAH, 5, 0.1, 0.1},
     {HOPPER, 4, 1e-3, 5e-3},
+    {ANT, 5, 0.5, 0.1},
 };
 
 static const shmenv_env_info ENVS[] = {
     {"HalfCheetahC-v5", "Gymnasium's HalfCheetah-v5 in C on MuJoCo (config: model, reset_noise_scale)", 1000, 0},
     {"HopperC-v5", "Gymnasium's Hopper-v5 in C on MuJoCo (config: model, reset_noise_scale)", 1000, 0},
+    {"AntC-v5", "Gymnasium's Ant-v5 in C on MuJoCo (config: model, reset_noise_scale)", 1000, 0},
 };
 
 #define NUM_ENVS (sizeof ENVS / sizeof ENVS[0])
@@ -148,7 +152,7 @@ static const char *parse_config(shmenv_env *env, const char *json, char *model, 
 
 static void write_spec(shmenv_env *env) {
     const mjModel *m = env->model;
-    int obs = (int)(m->nq - 1 + m->nv);
+    int obs = env->params.kind == ANT ? (int)(m->nq - 2 + m->nv + 6 * (m->nbody - 1)) : (int)(m->nq - 1 + m->nv);
     int n = snprintf(env->spec, sizeof env->spec,
                      "{\"observations\":[{\"name\":\"obs\",\"space\":{\"type\":\"Box\",\"dtype\":\"f64\",\"shape\":[%d],"
                      "\"low\":\"-inf\",\"high\":\"inf\"}}],\"action\":{\"type\":\"Box\",\"dtype\":\"f32\",\"shape\":[%d],\"low\":[",
@@ -171,7 +175,7 @@ static const char *create(const char *id, const char *config_json, shmenv_env **
     static char error[1200];
     size_t which = 0;
     while (which < NUM_ENVS && strcmp(ENVS[which].id, id) != 0) which++;
-    if (which == NUM_ENVS) return "unknown env id (HalfCheetahC-v5, HopperC-v5)";
+    if (which == NUM_ENVS) return "unknown env id (HalfCheetahC-v5, HopperC-v5, AntC-v5)";
     shmenv_env *env = calloc(1, sizeof *env);
     if (!env) return "out of memory";
     env->params = PARAMS[which];
@@ -184,6 +188,12 @@ static const char *create(const char *id, const char *config_json, shmenv_env **
             snprintf(error, sizeof error, "cannot load the model %s: %s", model, load_error);
             bad = error;
         }
+    }
+    if (!bad && (env->model->nu > 64 || env->model->nbody > 256 || env->model->nq < 3)) {
+        snprintf(error, sizeof error, "the model %s has %ld actuators, %ld bodies and %ld position coordinates: "
+                 "this plugin takes at most 64 actuators and 256 bodies, and at least 3 coordinates (Gymnasium's models)",
+                 model, (long)env->model->nu, (long)env->model->nbody, (long)env->model->nq);
+        bad = error;
     }
     if (!bad && !(env->data = mj_makeData(env->model))) bad = "mj_makeData failed (out of memory)";
     if (bad) {
@@ -210,16 +220,62 @@ static const char *reset(shmenv_env *env, int has_seed, uint64_t seed) {
     mj_resetData(m, d);
     for (int i = 0; i < m->nq; i++) d->qpos[i] = m->qpos0[i] + (-s + 2.0 * s * rng_uniform(env->rng));
     for (int i = 0; i < m->nv; i++)
-        d->qvel[i] = env->params.kind == HALF_CHEETAH ? s * rng_normal(env->rng) : -s + 2.0 * s * rng_uniform(env->rng);
+        d->qvel[i] = env->params.kind == HOPPER ? -s + 2.0 * s * rng_uniform(env->rng) : s * rng_normal(env->rng);
     mj_forward(m, d);
     return NULL;
 }
 
+/* NumPy's pairwise summation (np.sum of a contiguous array), for float and double. */
+#define PAIRWISE_SUM(name, type)                                                        \
+    static type name(const type *a, long n) {                                           \
+        if (n < 8) {                                                                    \
+            type res = 0;                                                               \
+            for (long i = 0; i < n; i++) res += a[i];                                   \
+            return res;                                                                 \
+        }                                                                               \
+        if (n <= 128) {                                                                 \
+            type r[8];                                                                  \
+            long i;                                                                     \
+            for (int j = 0; j < 8; j++) r[j] = a[j];                                    \
+            for (i = 8; i < n - n % 8; i += 8)                                          \
+                for (int j = 0; j < 8; j++) r[j] += a[i + j];                           \
+            type res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])); \
+            for (; i < n; i++) res += a[i];                                             \
+            return res;                                                                 \
+        }                                                                               \
+        long half = n / 2;                                                              \
+        half -= half % 8;                                                               \
+        return name(a, half) + name(a + half, n - half);                                \
+    }
+PAIRWISE_SUM(sum_float, float)
+PAIRWISE_SUM(sum_double, double)
+
 /* Gymnasium's control cost: ctrl_cost_weight * np.sum(np.square(action)) in float32. */
 static float control_cost(const env_params *p, const float *action, long nu) {
-    float sum = 0.0f;
-    for (int i = 0; i < nu; i++) sum += action[i] * action[i];
-    return (float)p->ctrl_cost_weight * sum;
+    float squares[64];
+    for (long i = 0; i < nu; i++) squares[i] = action[i] * action[i];
+    return (float)p->ctrl_cost_weight * sum_float(squares, nu);
+}
+
+static double clip(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Ant-v5's contact cost: 5e-4 * np.sum(np.square(np.clip(cfrc_ext, -1, 1))). */
+static double ant_contact_cost(const mjModel *m, const mjData *d) {
+    double squares[6 * 256];
+    long n = 6 * m->nbody;
+    for (long i = 0; i < n; i++) {
+        double c = clip(d->cfrc_ext[i], -1.0, 1.0);
+        squares[i] = c * c;
+    }
+    return 5e-4 * sum_double(squares, n);
+}
+
+static int ant_healthy(const mjModel *m, const mjData *d) {
+    for (int i = 0; i < m->nq; i++)
+        if (!isfinite(d->qpos[i])) return 0;
+    for (int i = 0; i < m->nv; i++)
+        if (!isfinite(d->qvel[i])) return 0;
+    return 0.2 <= d->qpos[2] && d->qpos[2] <= 1.0;
 }
 
 static int hopper_healthy(const mjModel *m, const mjData *d) {
@@ -236,13 +292,19 @@ static const char *step(shmenv_env *env, const void *action, shmenv_transition *
     mjData *d = env->data;
     const float *a = action;
     for (int i = 0; i < m->nu; i++) d->ctrl[i] = a[i];
-    double x_before = d->qpos[0];
+    /* Ant-v5 measures the torso's (body 1) xpos; the others the root joint's qpos. */
+    int ant = env->params.kind == ANT;
+    double x_before = ant ? d->xpos[3] : d->qpos[0];
     for (int k = 0; k < env->params.frame_skip; k++) mj_step(m, d);
     mj_rnePostConstraint(m, d);
-    double x_velocity = (d->qpos[0] - x_before) / (m->opt.timestep * env->params.frame_skip);
+    double x_velocity = ((ant ? d->xpos[3] : d->qpos[0]) - x_before) / (m->opt.timestep * env->params.frame_skip);
     double ctrl_cost = control_cost(&env->params, a, m->nu);
     out->truncated = 0;
-    if (env->params.kind == HOPPER) {
+    if (ant) {
+        int healthy = ant_healthy(m, d);
+        out->reward = (float)((x_velocity + (healthy ? 1.0 : 0.0)) - (ctrl_cost + ant_contact_cost(m, d)));
+        out->terminated = (uint8_t)!healthy;
+    } else if (env->params.kind == HOPPER) {
         int healthy = hopper_healthy(m, d);
         out->reward = (float)((x_velocity + (healthy ? 1.0 : 0.0)) - ctrl_cost);
         out->terminated = (uint8_t)!healthy;
@@ -257,12 +319,11 @@ static const char *observe(shmenv_env *env, void *const *rows) {
     const mjModel *m = env->model;
     const mjData *d = env->data;
     double *obs = rows[0];
-    for (int i = 1; i < m->nq; i++) *obs++ = d->qpos[i];
-    for (int i = 0; i < m->nv; i++) {
-        double v = d->qvel[i];
-        if (env->params.kind == HOPPER) v = v < -10.0 ? -10.0 : v > 10.0 ? 10.0 : v;
-        *obs++ = v;
-    }
+    int ant = env->params.kind == ANT;
+    for (int i = ant ? 2 : 1; i < m->nq; i++) *obs++ = d->qpos[i];
+    for (int i = 0; i < m->nv; i++) *obs++ = env->params.kind == HOPPER ? clip(d->qvel[i], -10.0, 10.0) : d->qvel[i];
+    if (ant)
+        for (long i = 6; i < 6 * m->nbody; i++) *obs++ = clip(d->cfrc_ext[i], -1.0, 1.0);
     return NULL;
 }
 

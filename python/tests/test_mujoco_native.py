@@ -1,6 +1,6 @@
 """Native MuJoCo envs through the plugin ABI (``examples/c/mujoco_locomotion.c``, built
 against the ``mujoco`` wheel's C API): from the same initial qpos/qvel, HalfCheetahC-v5
-and HopperC-v5 follow Gymnasium's HalfCheetah-v5 and Hopper-v5 step for step (same MuJoCo
+HopperC-v5 and AntC-v5 follow Gymnasium's HalfCheetah-v5, Hopper-v5 and Ant-v5 step for step (same MuJoCo
 library), and bad config is refused with a message. Skipped when ``mujoco`` (or
 Gymnasium's MuJoCo envs) cannot be imported."""
 
@@ -40,7 +40,11 @@ def library(tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("native", "reference", "model"),
-    [("HalfCheetahC-v5", "HalfCheetah-v5", "half_cheetah.xml"), ("HopperC-v5", "Hopper-v5", "hopper.xml")],
+    [
+        ("HalfCheetahC-v5", "HalfCheetah-v5", "half_cheetah.xml"),
+        ("HopperC-v5", "Hopper-v5", "hopper.xml"),
+        ("AntC-v5", "Ant-v5", "ant.xml"),
+    ],
 )
 def test_native_trajectory_equals_gymnasium(library, no_leaks, native, reference, model):
     config = {"model": gymnasium_model(model), "reset_noise_scale": 0.0}
