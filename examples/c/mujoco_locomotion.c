@@ -148,6 +148,15 @@ static const char *parse_config(shmenv_env *env, const char *json, char *model, 
     return NULL;
 }
 
+/* MuJoCo's warnings (e.g. a model attribute it deprecates) go to stderr, each text once per
+ * process, instead of MuJoCo's default: stdout and a MUJOCO_LOG.TXT in the working directory. */
+static void warn_once(const char *message) {
+    static char last[512];
+    if (strncmp(last, message, sizeof last - 1) == 0) return;
+    snprintf(last, sizeof last, "%s", message);
+    fprintf(stderr, "MuJoCo warning: %s\n", message);
+}
+
 /* ---- The env --------------------------------------------------------------------------- */
 
 static void write_spec(shmenv_env *env) {
@@ -181,6 +190,7 @@ static const char *create(const char *id, const char *config_json, shmenv_env **
     env->params = PARAMS[which];
     env->noise = env->params.reset_noise_scale;
     char model[1024], load_error[1000] = "";
+    mju_user_warning = warn_once;
     const char *bad = parse_config(env, config_json, model, sizeof model);
     if (!bad) {
         env->model = mj_loadXML(model, NULL, load_error, sizeof load_error);

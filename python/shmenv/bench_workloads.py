@@ -158,7 +158,7 @@ class Runner:
             env, config, kind = w.factory, w.kwargs, "Python env"
         envs = shmenv.make_vec(
             env, self.n, num_workers=a.workers, batch_size=self.batch, seed=0, config=config,
-            plugin=a.plugin if native else None,
+            plugin=a.plugin if native else None, pin_workers=not a.no_pin,
         )
         space = envs.single_action_space
         if self.batch is None:
@@ -367,6 +367,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="shmenv workers, EnvPool and ALE threads")
     p.add_argument("--plugin", default=None, help="a native plugin library of the workload's env (MuJoCo)")
     p.add_argument("--trainer-us", type=float, default=0.0, help="CPU time the trainer spends per batch (us)")
+    p.add_argument(
+        "--no-pin", action="store_true", help="do not pin shmenv's workers to cores (make_vec(pin_workers=False))"
+    )
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="rounds per pass")
     p.add_argument("--round-seconds", type=float, default=1.0)

@@ -66,7 +66,8 @@ def test_atari_smoke(capsys):
     assert all(rows[k, 2]["steps_per_sec"] > 0 for k in ("shmenv", "ale", "gym-sync"))
 
 
-def test_mujoco_smoke_with_the_native_plugin(capsys, tmp_path):
+def test_mujoco_smoke_with_the_native_plugin(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo appends its warnings to MUJOCO_LOG.TXT in the working directory
     pytest.importorskip("mujoco", reason="mujoco is not installed (pip install 'gymnasium[mujoco]')")
     pytest.importorskip("gymnasium.envs.mujoco", reason="Gymnasium's MuJoCo envs cannot be imported")
     lib = str(tmp_path / "libmujoco_locomotion.so")

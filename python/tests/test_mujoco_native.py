@@ -28,6 +28,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture(autouse=True)
+def in_tmp_dir(tmp_path, monkeypatch):
+    """MuJoCo appends its warnings (Gymnasium's models use a deprecated attribute) to
+    MUJOCO_LOG.TXT in the working directory: keep it out of the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
     if shutil.which(os.environ.get("CC", "cc")) is None:
