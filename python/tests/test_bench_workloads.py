@@ -1,7 +1,8 @@
 """``python -m shmenv.bench --workload`` in miniature, one smoke per workload with real
 packages (Atari: ``ale-py`` and OpenCV for Gymnasium's AtariPreprocessing; MuJoCo:
 ``gymnasium[mujoco]``, and the native plugin built against the ``mujoco`` wheel); each is
-skipped with a message when its packages are not installed."""
+skipped with a message when its packages are not installed. The hosted Atari env also steps
+as SyncVectorEnv does, frames and `lives` infos included."""
 
 from __future__ import annotations
 
@@ -80,3 +81,30 @@ def test_mujoco_smoke_with_the_native_plugin(capsys, tmp_path, monkeypatch):
     rows = by_system(run_lines(capsys, "mujoco", "--num-envs", "4", "--batch-size", "2", "--plugin", lib,
                                "--only", "shmenv-native-async", "--mujoco-env", "Hopper"))
     assert rows["shmenv-native-async", 2]["steps_per_sec"] > 0
+
+
+def test_hosted_atari_matches_sync_vector_env_with_its_infos(no_leaks):
+    pytest.importorskip("ale_py", reason="ale-py is not installed (pip install ale-py)")
+    pytest.importorskip("cv2", reason="OpenCV is not installed (pip install opencv-python-headless)")
+    import gymnasium as gym
+    import numpy as np
+
+    import shmenv
+    from shmenv.workloads import make_atari
+
+    n = 2
+    ref = gym.vector.SyncVectorEnv([make_atari] * n)
+    with shmenv.make_vec(make_atari, n, num_workers=2, seed=5, config={"game": "Pong"}) as envs:
+        obs, info = envs.reset()
+        want, want_info = ref.reset(seed=[5 + i for i in range(n)])
+        assert obs.shape == (n, 4, 84, 84) and obs.dtype == np.uint8
+        np.testing.assert_array_equal(obs, want)
+        rng = np.random.default_rng(0)
+        for t in range(40):
+            actions = rng.integers(0, 6, n)
+            got, exp = envs.step(actions), ref.step(actions)
+            for a, b in zip(got[:4], exp[:4]):
+                np.testing.assert_array_equal(a, b, err_msg=f"step {t}")
+            for key in ("lives", "episode_frame_number", "frame_number"):
+                np.testing.assert_array_equal(got[4][key], exp[4][key], err_msg=f"info {key!r}, step {t}")
+    ref.close()
