@@ -41,6 +41,9 @@ More:
     # A C env (examples/c/cartpole.c built into libcartpole.so) against EnvPool's CartPole
     python -m shmenv.bench --plugin ./libcartpole.so --env CartPoleC-v1 --envpool-env CartPole-v1 \\
         --num-envs 32 --workers 2 --only shmenv,shmenv-nocopy,envpool,envpool-async
+    # Real workloads (Atari, MuJoCo, classic) against EnvPool, ALE and Gymnasium: see
+    # shmenv.bench_workloads
+    python -m shmenv.bench --workload atari
 """
 
 from __future__ import annotations
@@ -379,6 +382,11 @@ def _run_passes(
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--workload" or a.startswith("--workload=") for a in argv):
+        from shmenv.bench_workloads import main as workload_main
+
+        return workload_main(argv)
     p = _parser()
     args = p.parse_args(argv)
     n, w = args.num_envs, args.workers

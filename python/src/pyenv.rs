@@ -1,6 +1,7 @@
 //! Python envs (Gymnasium API) hosted by the worker host: [`PyEnv`] implements the worker's
-//! `Env` trait by calling the env's `reset`/`step` and copying its observation into the
-//! env's row of the region. It runs in `python -m shmenv.worker`: the env is built there
+//! `Env` trait by calling the env's `reset`/`step`, keeping a reference to the observation
+//! arrays it returned, and copying them straight into the env's row of the region in
+//! `observe` (one copy, no intermediate buffer: a 4x84x84 frame stack is copied once). It runs in `python -m shmenv.worker`: the env is built there
 //! by `shmenv.worker.make_env` from JSON config (a Gymnasium spec, or an entry point with
 //! kwargs), never pickled.
 //!
@@ -93,7 +94,8 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             flatten_obs: optional(module.call_method1("obs_flattener", (&env,)).map_err(fail)?),
             unpack_action: optional(module.call_method1("action_unpacker", (&env,)).map_err(fail)?),
             dict_obs: names.len() > 1 || spec.single_key_dict,
-            rows: spec.observations.iter().map(|o| vec![0; o.space.value_bytes()]).collect(),
+            row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
+            held: spec.observations.iter().map(|_| Held::Int(0)).collect(),
             names,
             spec,
         }))
@@ -128,9 +130,20 @@ struct PyEnv {
     spec: EnvSpec,
     names: Vec<String>,
     dict_obs: bool,
-    /// The last observation, one row per observation array, copied out of Python while
-    /// `reset`/`step` hold the GIL, so `observe` is a plain copy without it.
-    rows: Vec<Vec<u8>>,
+    /// Bytes of each observation array's row.
+    row_bytes: Vec<usize>,
+    /// The last observation, one entry per observation array: the (checked) array the env
+    /// returned, copied into the region by `observe`, which the host calls right after the
+    /// `reset`/`step` that returned it.
+    held: Vec<Held>,
+}
+
+/// One observation array of the last observation.
+enum Held {
+    /// A C-contiguous array of the space's dtype and size.
+    Array(Py<PyUntypedArray>),
+    /// A `Discrete` observation.
+    Int(i64),
 }
 
 impl PyEnv {
@@ -149,14 +162,13 @@ impl PyEnv {
         }
     }
 
-    /// Copies observation array `k` (`value`) into `rows[k]`: its bytes, once it is a
-    /// C-contiguous array of the space's dtype (converted with `numpy.ascontiguousarray`
-    /// when it is not).
+    /// Keeps observation array `k` (`value`) for `observe`, once it is a C-contiguous array
+    /// of the space's dtype and size (converted with `numpy.ascontiguousarray` when it is
+    /// not; an array that already is one is kept as is, not copied).
     fn store(&mut self, py: Python<'_>, k: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let space = &self.spec.observations[k].space;
         if let Space::Discrete { .. } = space {
-            let v = value.extract::<i64>()?;
-            self.rows[k].copy_from_slice(&v.to_ne_bytes());
+            self.held[k] = Held::Int(value.extract::<i64>()?);
             return Ok(());
         }
         let descr = views::descr(py, space.dtype());
@@ -168,8 +180,7 @@ impl PyEnv {
                 converted.cast::<PyUntypedArray>()?
             }
         };
-        let row = &mut self.rows[k];
-        if !array.is_c_contiguous() || array.len() * descr.itemsize() != row.len() {
+        if !array.is_c_contiguous() || array.len() * descr.itemsize() != self.row_bytes[k] {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "observation {:?} has {} elements, its space {} has {}",
                 self.names[k],
@@ -178,11 +189,35 @@ impl PyEnv {
                 space.num_elements()
             )));
         }
-        // SAFETY: the array is C-contiguous with `row.len()` bytes of data (checked above:
-        // its element count times the dtype's item size); we hold the GIL for the whole
-        // copy, so no Python code can resize or write it meanwhile, and `row` is our own
-        // buffer, which cannot overlap numpy's. Copying bytes never makes an invalid
-        // value: bool and f16 columns are bytes to Rust.
+        self.held[k] = Held::Array(array.clone().unbind());
+        Ok(())
+    }
+
+    /// Copies the kept observation array `k` into `row` (exactly its bytes).
+    fn copy_held(&self, py: Python<'_>, k: usize, row: &mut [u8]) -> PyResult<()> {
+        let array = match &self.held[k] {
+            Held::Int(v) => {
+                row.copy_from_slice(&v.to_ne_bytes());
+                return Ok(());
+            }
+            Held::Array(array) => array.bind(py),
+        };
+        // Checked again: Python code may have reshaped or resized the array since `store`.
+        let itemsize = array.dtype().itemsize();
+        if !array.is_c_contiguous() || array.len() * itemsize != row.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "observation {:?} changed size after the env returned it: {} elements, {} bytes each; its row holds {} bytes",
+                self.names[k],
+                array.len(),
+                itemsize,
+                row.len()
+            )));
+        }
+        // SAFETY: the array is C-contiguous with `row.len()` bytes of data (checked just
+        // above: its element count times its dtype's item size); we hold the GIL for the whole copy, so no Python code can resize
+        // or write it meanwhile; `row` is this env's row of the shared region, which numpy's
+        // buffer cannot overlap. Copying bytes never makes an invalid value: bool and f16
+        // columns are bytes to Rust.
         unsafe {
             let data = (*array.as_array_ptr()).fields.data as *const u8;
             std::ptr::copy_nonoverlapping(data, row.as_mut_ptr(), row.len());
@@ -199,8 +234,8 @@ impl PyEnv {
         Ok(())
     }
 
-    /// Copies the observation `obs` (an array, a dict of arrays, or a nested Dict/Tuple
-    /// observation flattened by `shmenv.worker` into its arrays in spec order) into `rows`.
+    /// Keeps the observation `obs` (an array, a dict of arrays, or a nested Dict/Tuple
+    /// observation flattened by `shmenv.worker` into its arrays in spec order) for `observe`.
     fn store_obs(&mut self, py: Python<'_>, obs: &Bound<'_, PyAny>) -> PyResult<()> {
         if let Some(flatten) = &self.flatten_obs {
             let leaves = flatten.bind(py).call1((obs,))?;
@@ -294,8 +329,13 @@ impl Env for PyEnv {
     }
 
     fn observe(&self, out: &mut ObsOut<'_, '_>) {
-        for (k, row) in self.rows.iter().enumerate() {
-            out.array::<u8>(k).copy_from_slice(row);
-        }
+        // Nearly free inside a sync batch, whose scope holds the GIL already (`GilScope`).
+        Python::attach(|py| {
+            for k in 0..self.held.len() {
+                if let Err(e) = self.copy_held(py, k, out.array::<u8>(k)) {
+                    raise(py, "observe", e)
+                }
+            }
+        })
     }
 }

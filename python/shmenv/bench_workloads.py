@@ -1,0 +1,397 @@
+"""``python -m shmenv.bench --workload atari|mujoco|classic``: real workloads, every engine
+side by side in one run (the envs and their matching preprocessing: :mod:`shmenv.workloads`).
+
+Systems (``--only``): the single env stepped in-process (its rate times the cores in use is
+the N-core ideal), shmenv sync and async hosting the Python env (the native env for
+classic), shmenv with a native plugin (``--plugin``, MuJoCo), EnvPool sync and async (when
+installed), ALE's ``AtariVectorEnv`` sync and async (Atari, ``ale-py`` 0.12+), Gymnasium's
+``SyncVectorEnv`` and ``AsyncVectorEnv``. Each size of the workload runs every system once
+per pass, one at a time, in ``--passes`` passes; a system's figure is the median of its
+rounds. Actions are random (the same sequence for everybody).
+
+Columns: env steps/s, frames/s (Atari: steps x frame skip), the fraction of the ideal, and
+the trainer's and workers' resident memory (VmRSS at the end of the rounds; engines with
+threads have no workers). ``--trainer-us T`` spends T us of CPU per batch between ``recv``
+and ``send`` (or between ``step`` calls), as a trainer that computes would. ``--json``
+prints one JSON object per system and size.
+
+    python -m shmenv.bench --workload atari
+    bash examples/c/build_mujoco.sh target/release/libmujoco_locomotion.so
+    python -m shmenv.bench --workload mujoco --plugin target/release/libmujoco_locomotion.so
+    python -m shmenv.bench --workload atari --num-envs 16 --batch-size 8 --trainer-us 1000 \\
+        --only shmenv-async,envpool-async,ale-async
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any, Callable
+
+from shmenv.bench import Contestant, NotApplicable, _actions, _cycle, _settle
+from shmenv.workloads import Workload, ale_vector_env, workloads
+
+SYSTEMS = (
+    "single",
+    "shmenv",
+    "shmenv-async",
+    "shmenv-native",
+    "shmenv-native-async",
+    "envpool",
+    "envpool-async",
+    "ale",
+    "ale-async",
+    "gym-sync",
+    "gym-async",
+)
+#: Systems that only have a sync mode (measured at the sync sizes).
+SYNC_ONLY = ("single", "gym-sync", "gym-async")
+
+
+def burner(trainer_us: float) -> Callable[[], None]:
+    """A function spending `trainer_us` microseconds of CPU (a trainer's per-batch work)."""
+    if trainer_us <= 0:
+        return lambda: None
+    span = int(trainer_us * 1000)
+
+    def burn() -> None:
+        end = time.perf_counter_ns() + span
+        while time.perf_counter_ns() < end:
+            pass
+
+    return burn
+
+
+def _rss_kib(pid: int | str = "self") -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(pid: int | str = "self") -> list[int]:
+    """Every process below `pid` (read from /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            found.append(kid)
+            found.extend(_descendants(kid))
+    return found
+
+
+def memory() -> tuple[int, int]:
+    """(trainer RSS, sum of its descendants' RSS) in KiB."""
+    return _rss_kib(), sum(_rss_kib(p) for p in _descendants())
+
+
+class Runner:
+    """Builds one system's contestant for one size of a workload."""
+
+    def __init__(self, w: Workload, args: argparse.Namespace, n: int, batch: int | None):
+        self.w, self.args, self.n, self.batch = w, args, n, batch
+        self.burn = burner(args.trainer_us)
+
+    def _sync(self, name: str, envs: Any, space: Any, close: Callable[[], None]) -> Contestant:
+        acts, burn, n = _cycle(_actions(space, self.n)), self.burn, self.n
+
+        def step() -> int:
+            envs.step(acts())
+            burn()
+            return n
+
+        return Contestant(name, step, close)
+
+    def _async(self, name: str, envs: Any, space: Any, recv: Callable, send: Callable) -> Contestant:
+        acts, burn, b = _cycle(_actions(space, self.batch)), self.burn, self.batch
+
+        def step() -> int:
+            info = recv()[-1]
+            burn()
+            send(acts(), info["env_id"])
+            return b
+
+        return Contestant(name, step, envs.close)
+
+    def single(self) -> Contestant:
+        env = self.w.factory(**self.w.kwargs)
+        env.reset(seed=0)
+        acts = _cycle(_actions(env.action_space, 1))
+        burn = self.burn
+
+        def step() -> int:
+            _, _, term, trunc, _ = env.step(acts()[0])
+            if term or trunc:
+                env.reset()
+            burn()
+            return 1
+
+        return Contestant("single env, in-process", step, env.close)
+
+    def shmenv(self, native: bool = False) -> Contestant:
+        import shmenv
+
+        w, a = self.w, self.args
+        if native:
+            if not a.plugin or not w.plugin_id:
+                raise NotApplicable("needs --plugin (a native build of this workload's env)")
+            env, kind = w.plugin_id, "native plugin"
+            config = w.plugin_config() if w.plugin_config else None
+        elif w.shmenv_native_id:
+            env, config, kind = w.shmenv_native_id, None, "native"
+        else:
+            env, config, kind = w.factory, w.kwargs, "Python env"
+        envs = shmenv.make_vec(
+            env, self.n, num_workers=a.workers, batch_size=self.batch, seed=0, config=config,
+            plugin=a.plugin if native else None, pin_workers=not a.no_pin,
+        )
+        space = envs.single_action_space
+        if self.batch is None:
+            envs.reset()
+            return self._sync(f"shmenv sync ({a.workers} workers, {kind})", envs, space, envs.close)
+        envs.async_reset()
+        name = f"shmenv async (batch {self.batch}, {a.workers} workers, {kind})"
+        return self._async(name, envs, space, envs.recv, envs.send)
+
+    def envpool(self) -> Contestant:
+        import envpool
+
+        w, a = self.w, self.args
+        if w.envpool_id not in envpool.list_all_envs():
+            raise NotApplicable(f"EnvPool has no {w.envpool_id}")
+        b = self.batch or self.n
+        envs = envpool.make(
+            w.envpool_id, env_type="gymnasium", num_envs=self.n, batch_size=b, num_threads=a.workers, seed=0,
+            **w.envpool_kwargs,
+        )
+        label = f"EnvPool {envpool.__version__} {w.envpool_id}"
+        if self.batch is None:
+            envs.reset()
+            return self._sync(f"{label} sync ({a.workers} threads)", envs, envs.action_space, envs.close)
+        envs.async_reset()
+        name = f"{label} async (batch {b}, {a.workers} threads)"
+        return self._async(name, envs, envs.action_space, envs.recv, envs.send)
+
+    def ale(self) -> Contestant:
+        if self.w.ale_game is None:
+            raise NotApplicable("AtariVectorEnv runs Atari only")
+        import ale_py
+
+        threads = self.args.workers
+        envs = ale_vector_env(self.w.ale_game, self.n, self.batch, threads)
+        space = envs.single_action_space
+        label = f"ale_py {ale_py.__version__} AtariVectorEnv"
+        if self.batch is None:
+            envs.reset(seed=0)
+            return self._sync(f"{label} sync ({threads} threads)", envs, space, envs.close)
+        envs.reset(seed=0)  # the first batch is waiting; recv it, then send its actions
+        envs.send(_actions(space, self.batch)[0])
+
+        def send(actions: Any, env_ids: Any) -> None:
+            envs.send(actions)  # it acts on the envs of the batch just received
+
+        name = f"{label} async (batch {self.batch}, {threads} threads)"
+        return self._async(name, envs, space, envs.recv, send)
+
+    def gymnasium(self, mode: str) -> Contestant:
+        import gymnasium as gym
+
+        factory, kwargs = self.w.factory, self.w.kwargs
+        fns = [lambda: factory(**kwargs) for _ in range(self.n)]
+        if mode == "async":
+            envs = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+        else:
+            envs = gym.vector.SyncVectorEnv(fns)
+        envs.reset(seed=0)
+        label = "gymnasium AsyncVectorEnv(shared_memory=True)" if mode == "async" else "gymnasium SyncVectorEnv"
+        return self._sync(label, envs, envs.single_action_space, envs.close)
+
+    def make(self, key: str) -> Contestant:
+        makers: dict[str, Callable[[], Contestant]] = {
+            "single": self.single,
+            "shmenv": self.shmenv,
+            "shmenv-native": lambda: self.shmenv(native=True),
+            "envpool": self.envpool,
+            "ale": self.ale,
+            "gym-sync": lambda: self.gymnasium("sync"),
+            "gym-async": lambda: self.gymnasium("async"),
+        }
+        return makers[key.removesuffix("-async") if key.endswith("-async") and key != "gym-async" else key]()
+
+
+def _applies(key: str, batch: int | None) -> bool:
+    """Whether system `key` runs at a size with this batch (None: sync)."""
+    if key in SYNC_ONLY:
+        return batch is None
+    return key.endswith("-async") == (batch is not None)
+
+
+def _measure(runner: Runner, key: str, args: argparse.Namespace, record: dict[str, Any]) -> None:
+    """One pass of system `key`: builds it, warms it up, times the rounds, closes it, and adds
+    the rates and memory to `record` (or the reason it could not run)."""
+    try:
+        c = runner.make(key)
+    except NotApplicable as e:
+        record["not_applicable"] = str(e)
+        return
+    except ImportError as e:
+        record["skipped"] = f"{e.name or e} not installed"
+        return
+    except Exception as e:  # noqa: BLE001 - a system that cannot run is reported, not fatal
+        record["skipped"] = f"{type(e).__name__}: {e}"
+        return
+    try:
+        c.round(min(0.3, args.round_seconds))  # warm-up
+        c.rates.clear()
+        for _ in range(args.rounds):
+            c.round(args.round_seconds)
+        trainer, workers = memory()
+    finally:
+        c.close()
+    record["name"] = c.name
+    record.setdefault("rates", []).extend(c.rates)
+    record["trainer_rss_kib"], record["worker_rss_kib"] = trainer, workers
+    del c
+    _settle()
+
+
+def _sizes(w: Workload, args: argparse.Namespace) -> list[tuple[int, int | None]]:
+    if args.num_envs is None:
+        return list(w.sizes)
+    return [(args.num_envs, args.batch_size if args.batch_size and args.batch_size < args.num_envs else None)]
+
+
+def run(w: Workload, args: argparse.Namespace, wanted: list[str]) -> list[dict[str, Any]]:
+    """Every size of `w`, every wanted system, in passes; one result row per system and size."""
+    records: dict[tuple[int, int | None, str], dict[str, Any]] = {}
+    single_key = (0, None, "single")
+    sizes = _sizes(w, args)
+    for _ in range(args.passes):
+        if "single" in wanted:  # once per pass: the same env at every size
+            _measure(Runner(w, args, 1, None), "single", args, records.setdefault(single_key, {}))
+        for n, batch in sizes:
+            for key in wanted:
+                rec = records.setdefault((n, batch, key), {})
+                if key == "single" or not _applies(key, batch) or "skipped" in rec or "not_applicable" in rec:
+                    continue
+                _measure(Runner(w, args, n, batch), key, args, rec)
+    single = records.get(single_key, {}).get("rates")
+    single_rate = statistics.median(single) if single else None
+    cores = min(args.workers, os.cpu_count() or 1)
+    rows = []
+    for (n, batch, key), rec in records.items():
+        if not rec:
+            continue
+        rows.append(_row(w, args, key, 1 if key == "single" else n, batch, rec, single_rate, cores))
+    return rows
+
+
+def _row(
+    w: Workload, args: argparse.Namespace, key: str, n: int, batch: int | None, rec: dict[str, Any],
+    single_rate: float | None, cores: int,
+) -> dict[str, Any]:
+    rates = rec.get("rates")
+    rate = statistics.median(rates) if rates else None
+    ideal = single_rate * (1 if key == "single" else cores) if single_rate else None
+    return {
+        "workload": w.name,
+        "env": w.kwargs.get("game") or w.kwargs.get("env_id"),
+        "system": key,
+        "name": rec.get("name", key),
+        "num_envs": n,
+        "batch_size": batch or n,
+        "workers": args.workers,
+        "trainer_us": args.trainer_us,
+        "steps_per_sec": round(rate) if rate else None,
+        "frames_per_sec": round(rate * w.frames_per_step) if rate and w.frames_per_step else None,
+        "ideal_steps_per_sec": round(ideal) if ideal else None,
+        "fraction_of_ideal": rate / ideal if rate and ideal else None,
+        "rounds": len(rates or []),
+        "min": round(min(rates)) if rates else None,
+        "max": round(max(rates)) if rates else None,
+        "trainer_rss_kib": rec.get("trainer_rss_kib"),
+        "worker_rss_kib": rec.get("worker_rss_kib"),
+        "skipped": rec.get("skipped"),
+        "not_applicable": rec.get("not_applicable"),
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    atari = any(r["frames_per_sec"] for r in rows)
+    print(
+        f"workload {args.workload}, {args.workers} workers/threads, trainer {args.trainer_us:g} us per batch, "
+        f"median of {args.passes} x {args.rounds} rounds of {args.round_seconds:g} s; ideal = single env x cores"
+    )
+    width = max([len(r["name"]) for r in rows] + [10])
+    head = f"{'envs':>5} {'batch':>5}  {'engine':<{width}}  {'steps/s':>10}"
+    head += f"  {'frames/s':>10}" if atari else ""
+    print(head + f"  {'x ideal':>7}  {'trainer RSS':>11}  {'worker RSS':>10}")
+    reasons: dict[str, str] = {}
+    for r in rows:
+        if r["steps_per_sec"] is None:
+            reasons.setdefault(r["system"], f"{'skipped' if r['skipped'] else 'n/a'} {r['system']}: "
+                               f"{r['skipped'] or r['not_applicable']}")
+            continue
+        line = f"{r['num_envs']:>5} {r['batch_size']:>5}  {r['name']:<{width}}  {r['steps_per_sec']:>10,}"
+        line += f"  {r['frames_per_sec']:>10,}" if atari else ""
+        frac = f"{r['fraction_of_ideal']:.2f}" if r["fraction_of_ideal"] else "-"
+        mib = lambda k: f"{k / 1024:.0f} MiB" if k else "-"  # noqa: E731
+        print(line + f"  {frac:>7}  {mib(r['trainer_rss_kib']):>11}  {mib(r['worker_rss_kib']):>10}")
+    for line in reasons.values():
+        print(line)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m shmenv.bench --workload", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", required=True, choices=("atari", "mujoco", "classic"))
+    p.add_argument("--game", default="Pong", help="Atari game (EnvPool's id without -v5)")
+    p.add_argument("--mujoco-env", default="HalfCheetah", help="MuJoCo env (Gymnasium's id without -v5)")
+    p.add_argument("--num-envs", type=int, default=None, help="one size instead of the workload's sizes")
+    p.add_argument("--batch-size", type=int, default=None, help="with --num-envs: async batch (sync when absent)")
+    p.add_argument("--workers", type=int, default=2, help="shmenv workers, EnvPool and ALE threads")
+    p.add_argument("--plugin", default=None, help="a native plugin library of the workload's env (MuJoCo)")
+    p.add_argument("--trainer-us", type=float, default=0.0, help="CPU time the trainer spends per batch (us)")
+    p.add_argument(
+        "--no-pin", action="store_true", help="do not pin shmenv's workers to cores (make_vec(pin_workers=False))"
+    )
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3, help="rounds per pass")
+    p.add_argument("--round-seconds", type=float, default=1.0)
+    p.add_argument("--only", default=",".join(SYSTEMS), help="comma-separated systems: " + ", ".join(SYSTEMS))
+    p.add_argument("--json", action="store_true", help="one JSON object per system and size, one per line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    wanted = [k for k in args.only.split(",") if k]
+    unknown = [k for k in wanted if k not in SYSTEMS]
+    if unknown:
+        p.error(f"unknown system(s) {', '.join(unknown)} in --only: use {', '.join(SYSTEMS)}")
+    if args.trainer_us < 0:
+        p.error(f"--trainer-us is {args.trainer_us:g}; give 0 or more microseconds")
+    w = workloads(args.game, args.mujoco_env)[args.workload]
+    rows = run(w, args, [k for k in SYSTEMS if k in wanted])
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        _print_table(rows, args)
+    return 0
