@@ -66,12 +66,12 @@ class PoolHost:
 
     # --- the step path: each returns a batch with global env ids -----------------------
 
-    def reset(self, seed: Any = None, options: dict | None = None) -> bytes:
+    def reset(self, seed: Any = None, options: dict | None = None) -> Any:
         self.restarted = False
         self.send_error = None
         return self._run(lambda: self.envs.reset(seed=seed, options=options))
 
-    def step(self, actions: bytes) -> bytes:
+    def step(self, actions: bytes) -> Any:
         """``actions``: the :func:`pack`-ed action array of this actor's envs."""
         self._check_fresh()
         return self._run(lambda: self.envs.step(pickle.loads(actions)))
@@ -88,7 +88,7 @@ class PoolHost:
         except Exception as e:
             self.send_error = self._global(e)
 
-    def recv(self) -> bytes:
+    def recv(self) -> Any:
         if self.send_error is not None:
             error, self.send_error = self.send_error, None
             raise error
@@ -120,8 +120,8 @@ class PoolHost:
         if self.restarted:
             raise ActorRestarted("this actor was restarted by Ray: reset it first")
 
-    def _run(self, call) -> bytes:
-        """The :func:`pack`-ed batch of ``call()``, with global env ids."""
+    def _run(self, call) -> Any:
+        """The batch of ``call()`` with global env ids, :func:`pack`-ed when small."""
         try:
             batch = call()
         except Exception as e:
@@ -130,7 +130,7 @@ class PoolHost:
         infos["env_id"] = infos["env_id"] + np.int32(self.first_env)
         if "restarted_envs" in infos:
             infos["restarted_envs"] = [i + self.first_env for i in infos["restarted_envs"]]
-        return pack(batch)
+        return pack(batch) if _nbytes(batch[0]) <= INLINE_BYTES else batch
 
     def _global(self, error: BaseException) -> BaseException:
         """A shmenv error with its env ids made global, and the actor named."""
@@ -150,16 +150,30 @@ class PoolHost:
 # --- the step path's payloads and joining the actors' batches ----------------------------
 
 
+INLINE_BYTES = 100 * 1024
+"""Ray's default ``max_direct_call_object_size``: a result up to this size travels inside
+the call's reply; a larger one goes through the object store, where Ray hands numpy
+arrays over without copies."""
+
+
 def pack(value: Any) -> bytes:
-    """One pickle of an action array or a batch, as the step path passes them through
-    Ray: Ray carries ``bytes`` with much less work per call than numpy arrays and tuples
-    of them, which it serializes piece by piece (measured in ``docs/scaling.md``)."""
+    """One pickle of an action array or a small batch, as the step path passes them
+    through Ray: Ray carries ``bytes`` with much less work per call than numpy arrays and
+    tuples of them, which it serializes piece by piece (measured in ``docs/scaling.md``).
+    Batches whose observations pass :data:`INLINE_BYTES` travel as they are."""
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def unpack(value: Any) -> Any:
-    """A :func:`pack`-ed value back (anything else as it is: a batch the driver made)."""
+    """A :func:`pack`-ed value back (anything else as it is: a large batch, or one the
+    driver made)."""
     return pickle.loads(value) if isinstance(value, bytes) else value
+
+
+def _nbytes(obs: Any) -> int:
+    if isinstance(obs, dict):
+        return sum(_nbytes(v) for v in obs.values())
+    return getattr(obs, "nbytes", 0)
 
 
 
