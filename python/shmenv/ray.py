@@ -63,6 +63,9 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     results in env order; async mode (``batch_size < num_envs``) is EnvPool's
     ``send``/``recv``, a batch joining the actor batches that are ready first."""
 
+    host_class = PoolHost
+    """The actor class (a subclass may time or extend :class:`PoolHost`)."""
+
     def __init__(self, env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
                  num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
                  placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any):
@@ -100,7 +103,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         cpus = [num_cpus_per_actor or w or 1 for w in workers]
         try:
             strategies = self._placement(placement, cpus, placement_timeout)
-            host = ray.remote(PoolHost)
+            host = ray.remote(self.host_class)
             for k, (lo, hi) in enumerate(self._shards):
                 settings = dict(num_cpus=cpus[k], max_restarts=self._max_restarts, max_task_retries=0)
                 if strategies[k] is not None:
