@@ -7,7 +7,8 @@ envs), sync ``step``; the Burn-v0 case again in async mode (batch 8, EnvPool loo
 envs with 1 worker; the local pool has the same envs and 2 workers. Rounds alternate
 between the two (so the machine's noise hits both alike) and the figures are medians.
 Also measured: the round trip of an empty Ray actor call, the local pool's per-batch time
-for a 1-env no-op env, and the bytes of one batch."""
+for a 1-env no-op env, the bytes of one batch, and where a sync Burn-v0 batch's time goes
+(``breakdown``)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,72 @@ def local_handoff_us(rounds: int = 5, seconds: float = 0.2) -> float:
         envs.close()
 
 
+def breakdown(steps: int = 300) -> dict:
+    """Where a sync batch of the Burn-v0 case goes, median microseconds per batch over
+    ``steps`` steps (the first 20 left out): the driver packing and submitting the actor
+    calls; from a call's submission to its actor method starting; the actor method (the
+    pool step, unpacking the actions and packing the batch); from the last actor method's
+    end to the driver holding both results; the driver unpacking and joining them. The
+    stages are timed with ``time.time()`` in the driver and in the actors, which share
+    this machine's clock."""
+    import ray
+
+    from shmenv.ray import RayVectorEnv
+    from shmenv.ray_host import PoolHost, pack, unpack
+
+    class TimedPoolHost(PoolHost):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.spans: list[tuple[float, float]] = []
+
+        def step(self, actions: bytes) -> Any:
+            start = time.time()
+            out = super().step(actions)
+            self.spans.append((start, time.time()))
+            return out
+
+        def timings(self) -> list:
+            return self.spans
+
+    class TimedRayVectorEnv(RayVectorEnv):
+        host_class = TimedPoolHost
+
+    envs = TimedRayVectorEnv("Burn-v0", 16, num_actors=2, placement="strict_spread", num_cpus_per_actor=1,
+                             num_workers=2, seed=0, config={"step_us": 1000})
+    try:
+        envs.reset()
+        actions = [envs.action_space.sample() for _ in range(8)]
+        driver = []
+        for i in range(steps):
+            t0 = time.time()
+            batch = envs._actions(actions[i % 8], envs.num_envs)
+            submitted, refs = [], []
+            for actor, (lo, hi) in zip(envs._actors, envs._shards):
+                refs.append(actor.step.remote(pack(batch[lo:hi])))
+                submitted.append(time.time())
+            parts = ray.get(refs)
+            t2 = time.time()
+            envs._join([unpack(p) for p in parts])
+            driver.append((t0, submitted, t2, time.time()))
+        spans = [ray.get(actor.timings.remote())[20:] for actor in envs._actors]
+    finally:
+        envs.close()
+    driver = driver[20:]
+
+    def median_us(values) -> float:
+        return statistics.median(values) * 1e6
+
+    rows = list(zip(driver, *spans))
+    return {
+        "batch": median_us(d[3] - d[0] for d, *_ in rows),
+        "driver_submit": median_us(d[1][-1] - d[0] for d, *_ in rows),
+        "to_actor": median_us(s[0] - d[1][k] for d, *ss in rows for k, s in enumerate(ss)),
+        "actor_method": median_us(s[1] - s[0] for _, *ss in rows for s in ss),
+        "back_to_driver": median_us(d[2] - max(s[1] for s in ss) for d, *ss in rows),
+        "driver_join": median_us(d[3] - d[2] for d, *_ in rows),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="shmenv's Ray path against one local pool of the same size")
     parser.add_argument("--rounds", type=int, default=7)
@@ -142,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
             "ray_round_trip_us": ray_round_trip_us(),
             "local_handoff_us": local_handoff_us(),
             "cases": [compare(env, n, cfg, batch, args.rounds, args.seconds) for env, n, cfg, batch in CASES],
+            "breakdown_us": breakdown(),
         }
     finally:
         ray.shutdown()
@@ -158,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
               f"({c['ray_steps_per_sec']:,.0f} steps/s), overhead {c['ray_overhead_us_per_batch']:.0f} us/batch, "
               f"Ray/local {c['ratio']:.2f}x (rounds {', '.join(f'{r:.2f}' for r in c['ratios_per_round'])}), "
               f"{c['bytes_per_batch']} bytes/batch")
+    print("Burn-v0 sync batch through Ray, median us: " + ", ".join(f"{k} {v:.0f}" for k, v in report["breakdown_us"].items()))
 
 
 if __name__ == "__main__":

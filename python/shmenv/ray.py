@@ -31,7 +31,7 @@ from shmenv.errors import (
     WorkerTimeoutError,
 )
 from shmenv.ray_async import AsyncBatches
-from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, split_evenly
+from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, pack, split_evenly, unpack
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.vector import make_vec as _local_make_vec
 
@@ -62,6 +62,9 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     trajectories, same infos. Sync ``step`` scatters the actions and joins the actors'
     results in env order; async mode (``batch_size < num_envs``) is EnvPool's
     ``send``/``recv``, a batch joining the actor batches that are ready first."""
+
+    host_class = PoolHost
+    """The actor class (a subclass may time or extend :class:`PoolHost`)."""
 
     def __init__(self, env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
                  num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
@@ -100,7 +103,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         cpus = [num_cpus_per_actor or w or 1 for w in workers]
         try:
             strategies = self._placement(placement, cpus, placement_timeout)
-            host = ray.remote(PoolHost)
+            host = ray.remote(self.host_class)
             for k, (lo, hi) in enumerate(self._shards):
                 settings = dict(num_cpus=cpus[k], max_restarts=self._max_restarts, max_task_retries=0)
                 if strategies[k] is not None:
@@ -231,7 +234,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                 refs[k] = self._actors[k].reset.remote(seed=part_seed, options=part_options)
             elif not self._has_reset:  # a pool's first reset resets every env
                 refs[k] = self._actors[k].reset.remote(seed=part_seed)
-        done = dict(zip(refs, self._gather(list(refs.values()), list(refs), self._revive_sync)))
+        done = dict(zip(refs, self._gather_batches(list(refs.values()), list(refs), self._revive_sync)))
         parts = [(done[k][0], done[k][-1]) if k in done else self._unchanged(k) for k in range(len(self._actors))]
         self._last = [(obs, {"env_id": i["env_id"], "elapsed_step": i["elapsed_step"]}) for obs, i in parts]
         self._has_reset = True
@@ -244,8 +247,8 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             return self.recv()
         self._check_reset()
         batch = self._actions(actions, self.num_envs)
-        refs = [h.step.remote(batch[lo:hi]) for h, (lo, hi) in zip(self._actors, self._shards)]
-        parts = self._gather(refs, range(len(refs)), self._revive_sync)
+        refs = [h.step.remote(pack(batch[lo:hi])) for h, (lo, hi) in zip(self._actors, self._shards)]
+        parts = self._gather_batches(refs, range(len(refs)), self._revive_sync)
         self._last = [(p[0], {"env_id": p[4]["env_id"], "elapsed_step": p[4]["elapsed_step"]}) for p in parts]
         return self._join(parts)
 
@@ -279,7 +282,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         owners = self._owner[ids]
         for k in np.unique(owners[~stashed]).tolist():
             sel = (owners == k) & ~stashed
-            self._actors[k].send.remote(batch[sel], ids[sel])
+            self._actors[k].send.remote(pack((batch[sel], ids[sel])))
             self._at_actor[ids[sel]] = True
             self._at_count[k] += int(sel.sum())
         self._issue_recvs()
@@ -301,7 +304,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                 if k is None:
                     continue  # a future of an actor that died and was revived meanwhile
                 self._pending_count[k] -= 1
-                batch = self._gather([ref], [k], self._revive_async)[0]
+                batch = self._gather_batches([ref], [k], self._revive_async)[0]
                 if batch is not None:
                     self._arrive(k, batch)
         return self._take(self.batch_size)
@@ -390,6 +393,10 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             out.append(on_death(k, death))
         return out
 
+    def _gather_batches(self, refs: list, actors, on_death) -> list:
+        """:meth:`_gather` of the step path's calls, whose batches come :func:`pack`-ed."""
+        return [unpack(part) for part in self._gather(refs, actors, on_death)]
+
     def _revive(self, k: int, death: Exception) -> None:
         """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
         if self._restarts[k] >= self._max_restarts:
@@ -429,7 +436,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     def _restarted_part(self, k: int) -> tuple:
         """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
         lo, hi = self._shards[k]
-        reset = self._gather([self._actors[k].reset.remote(seed=self._restart_seed(k))], [k], self._revive_sync)[0]
+        reset = self._gather_batches([self._actors[k].reset.remote(seed=self._restart_seed(k))], [k], self._revive_sync)[0]
         if len(reset) == 5:  # it died again while resetting, and was revived again
             return reset
         obs, infos = reset

@@ -5,6 +5,7 @@ several actors into one. This module imports neither Ray nor gymnasium at import
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any, Sequence
 
 import numpy as np
@@ -65,26 +66,29 @@ class PoolHost:
 
     # --- the step path: each returns a batch with global env ids -----------------------
 
-    def reset(self, seed: Any = None, options: dict | None = None):
+    def reset(self, seed: Any = None, options: dict | None = None) -> Any:
         self.restarted = False
         self.send_error = None
         return self._run(lambda: self.envs.reset(seed=seed, options=options))
 
-    def step(self, actions: np.ndarray):
+    def step(self, actions: bytes) -> Any:
+        """``actions``: the :func:`pack`-ed action array of this actor's envs."""
         self._check_fresh()
-        return self._run(lambda: self.envs.step(actions))
+        return self._run(lambda: self.envs.step(pickle.loads(actions)))
 
-    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
-        """Fire and forget: a failure is kept and raised by the next ``recv``."""
+    def send(self, actions_and_ids: bytes) -> None:
+        """Fire and forget (``actions_and_ids``: the :func:`pack`-ed pair of the actions
+        and their global env ids): a failure is kept and raised by the next ``recv``."""
         if self.send_error is not None:
             return
         try:
             self._check_fresh()
+            actions, env_ids = pickle.loads(actions_and_ids)
             self.envs.send(actions, env_ids - self.first_env)
         except Exception as e:
             self.send_error = self._global(e)
 
-    def recv(self):
+    def recv(self) -> Any:
         if self.send_error is not None:
             error, self.send_error = self.send_error, None
             raise error
@@ -116,7 +120,8 @@ class PoolHost:
         if self.restarted:
             raise ActorRestarted("this actor was restarted by Ray: reset it first")
 
-    def _run(self, call):
+    def _run(self, call) -> Any:
+        """The batch of ``call()`` with global env ids, :func:`pack`-ed when small."""
         try:
             batch = call()
         except Exception as e:
@@ -125,7 +130,7 @@ class PoolHost:
         infos["env_id"] = infos["env_id"] + np.int32(self.first_env)
         if "restarted_envs" in infos:
             infos["restarted_envs"] = [i + self.first_env for i in infos["restarted_envs"]]
-        return batch
+        return pack(batch) if _nbytes(batch[0]) <= INLINE_BYTES else batch
 
     def _global(self, error: BaseException) -> BaseException:
         """A shmenv error with its env ids made global, and the actor named."""
@@ -142,7 +147,34 @@ class PoolHost:
         return error
 
 
-# --- joining the actors' batches ---------------------------------------------------------
+# --- the step path's payloads and joining the actors' batches ----------------------------
+
+
+INLINE_BYTES = 100 * 1024
+"""Ray's default ``max_direct_call_object_size``: a result up to this size travels inside
+the call's reply; a larger one goes through the object store, where Ray hands numpy
+arrays over without copies."""
+
+
+def pack(value: Any) -> bytes:
+    """One pickle of an action array or a small batch, as the step path passes them
+    through Ray: Ray carries ``bytes`` with much less work per call than numpy arrays and
+    tuples of them, which it serializes piece by piece (measured in ``docs/scaling.md``).
+    Batches whose observations pass :data:`INLINE_BYTES` travel as they are."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(value: Any) -> Any:
+    """A :func:`pack`-ed value back (anything else as it is: a large batch, or one the
+    driver made)."""
+    return pickle.loads(value) if isinstance(value, bytes) else value
+
+
+def _nbytes(obs: Any) -> int:
+    if isinstance(obs, dict):
+        return sum(_nbytes(v) for v in obs.values())
+    return getattr(obs, "nbytes", 0)
+
 
 
 def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:

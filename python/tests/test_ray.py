@@ -136,6 +136,28 @@ def test_async_envs_step_as_in_one_local_pool(cluster):
 
 
 @pytest.mark.timeout(120)
+def test_batches_past_the_inline_size_step_as_in_one_local_pool(cluster):
+    from shmenv.ray_host import INLINE_BYTES
+
+    n = 8  # 4 envs per actor of 84x84x4 u8: 113 KB per actor batch, through Ray's object store
+    kwargs = dict(seed=3, config={"obs_shape": [84, 84, 4], "obs_dtype": "u8", "episode_len": 5})
+    envs = shmenv_ray.make_vec("Burn-v0", n, num_actors=2, num_workers=2, **kwargs)
+    local = shmenv.make_vec("Burn-v0", n, num_workers=2, **kwargs)
+    try:
+        assert local.single_observation_space.shape == (84, 84, 4)
+        assert (n // 2) * 84 * 84 * 4 > INLINE_BYTES
+        assert_batches_equal(envs.reset(), local.reset(), "reset")
+        for t in range(12):
+            actions = local.action_space.sample()
+            got = envs.step(actions)
+            assert_batches_equal(got, local.step(actions), f"step {t}")
+            assert got[0].flags.writeable, "results are the caller's arrays"
+    finally:
+        envs.close()
+        local.close()
+
+
+@pytest.mark.timeout(120)
 def test_bad_actions_are_refused_before_any_actor_steps(cluster):
     envs = shmenv_ray.make_vec("CartPole-v1", 4, num_actors=2, num_workers=2, seed=1)
     local = shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=1)
