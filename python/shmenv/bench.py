@@ -104,6 +104,13 @@ class Contestant:
                 break
         self.rates.append(steps / (now - start))
 
+    def rounds(self, count: int, seconds: float, warm_up: float) -> None:
+        """A warm-up round of ``warm_up`` s (not kept), then ``count`` rounds of ``seconds``."""
+        self.round(warm_up)
+        self.rates.clear()
+        for _ in range(count):
+            self.round(seconds)
+
     @property
     def median(self) -> float:
         return statistics.median(self.rates)
@@ -365,10 +372,7 @@ def _run_passes(
                 skipped[key] = f"{type(e).__name__}: {e}"
                 continue
             try:
-                c.round(min(0.2, args.round_seconds))  # warm-up
-                c.rates.clear()
-                for _ in range(args.rounds):
-                    c.round(args.round_seconds)
+                c.rounds(args.rounds, args.round_seconds, warm_up=min(0.2, args.round_seconds))
             finally:
                 c.close()
             # Keep the figures, not the closures: they would keep the engine (EnvPool's

@@ -256,10 +256,7 @@ def _measure(runner: Runner, key: str, args: argparse.Namespace, record: dict[st
         record["skipped"] = f"{type(e).__name__}: {e}"
         return
     try:
-        c.round(min(0.3, args.round_seconds))  # warm-up
-        c.rates.clear()
-        for _ in range(args.rounds):
-            c.round(args.round_seconds)
+        c.rounds(args.rounds, args.round_seconds, warm_up=min(0.3, args.round_seconds))
         trainer, workers = memory()
     finally:
         c.close()
