@@ -133,8 +133,9 @@ struct PyEnv {
     /// Bytes of each observation array's row.
     row_bytes: Vec<usize>,
     /// The last observation, one entry per observation array: the (checked) array the env
-    /// returned, copied into the region by `observe`, which the host calls right after the
-    /// `reset`/`step` that returned it.
+    /// returned, copied into the region by `observe`, which the host calls before the env's
+    /// next `reset`/`step` (right after it in sync mode; after a few other envs' steps in
+    /// async mode, where it claims rows for several envs at once).
     held: Vec<Held>,
 }
 
