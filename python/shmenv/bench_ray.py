@@ -126,23 +126,24 @@ def local_handoff_us(rounds: int = 5, seconds: float = 0.2) -> float:
 
 def breakdown(steps: int = 300) -> dict:
     """Where a sync batch of the Burn-v0 case goes, median microseconds per batch over
-    ``steps`` steps (the first 20 left out): the driver packing and submitting the actor
-    calls; from a call's submission to its actor method starting; the actor method (the
-    pool step, unpacking the actions and packing the batch); from the last actor method's
-    end to the driver holding both results; the driver unpacking and joining them. The
+    ``steps`` steps (the first 20 left out): the driver checking the actions and sending
+    the requests; from a request's sending to its actor method starting; the actor method
+    (the pool step); from the last actor method's end to the driver holding both results
+    (the actor pickling and sending, the driver reading and unpickling); the driver joining
+    them. The
     stages are timed with ``time.time()`` in the driver and in the actors, which share
     this machine's clock."""
     import ray
 
     from shmenv.ray import RayVectorEnv
-    from shmenv.ray_host import PoolHost, pack, unpack
+    from shmenv.ray_host import PoolHost
 
     class TimedPoolHost(PoolHost):
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
             self.spans: list[tuple[float, float]] = []
 
-        def step(self, actions: bytes) -> Any:
+        def step(self, actions: np.ndarray) -> Any:
             start = time.time()
             out = super().step(actions)
             self.spans.append((start, time.time()))
@@ -164,12 +165,12 @@ def breakdown(steps: int = 300) -> dict:
             t0 = time.time()
             batch = envs._actions(actions[i % 8], envs.num_envs)
             submitted, refs = [], []
-            for actor, (lo, hi) in zip(envs._actors, envs._shards):
-                refs.append(actor.step.remote(pack(batch[lo:hi])))
+            for channel, (lo, hi) in zip(envs._channels, envs._shards):
+                refs.append(channel.request("step", batch[lo:hi]))
                 submitted.append(time.time())
-            parts = ray.get(refs)
+            parts = [r.get() for r in refs]
             t2 = time.time()
-            envs._join([unpack(p) for p in parts])
+            envs._join(parts)
             driver.append((t0, submitted, t2, time.time()))
         spans = [ray.get(actor.timings.remote())[20:] for actor in envs._actors]
     finally:

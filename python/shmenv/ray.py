@@ -31,7 +31,8 @@ from shmenv.errors import (
     WorkerTimeoutError,
 )
 from shmenv.ray_async import AsyncBatches
-from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, pack, split_evenly, unpack
+from shmenv.ray_channel import Channel, ChannelLost, Reply, wait
+from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, split_evenly
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.vector import make_vec as _local_make_vec
 
@@ -61,7 +62,9 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
     trajectories, same infos. Sync ``step`` scatters the actions and joins the actors'
     results in env order; async mode (``batch_size < num_envs``) is EnvPool's
-    ``send``/``recv``, a batch joining the actor batches that are ready first."""
+    ``send``/``recv``, a batch joining the actor batches that are ready first. The step
+    path runs over one connection per actor (:mod:`shmenv.ray_channel`); Ray carries the
+    rest."""
 
     host_class = PoolHost
     """The actor class (a subclass may time or extend :class:`PoolHost`)."""
@@ -71,6 +74,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                  placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any):
         self.closed = True  # until the actors exist, so __del__ has nothing to close
         self._actors: list = []
+        self._channels: list[Channel] = []
         self._placement_group = None
         unknown = sorted(set(options) - set(_POOL_KEYWORDS))
         if unknown:
@@ -120,6 +124,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                     f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
                 )
             self._described = self._gather(refs, range(num_actors))
+            self._channels = [Channel(d["step_address"]) for d in self._described]
         except BaseException:
             self._release()
             raise
@@ -231,10 +236,10 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             part_seed = None if seeds is None else seeds[lo:hi]
             if mask is None or mask[lo:hi].any():
                 part_options = None if mask is None else {"reset_mask": mask[lo:hi]}
-                refs[k] = self._actors[k].reset.remote(seed=part_seed, options=part_options)
+                refs[k] = self._channels[k].request("reset", {"seed": part_seed, "options": part_options})
             elif not self._has_reset:  # a pool's first reset resets every env
-                refs[k] = self._actors[k].reset.remote(seed=part_seed)
-        done = dict(zip(refs, self._gather_batches(list(refs.values()), list(refs), self._revive_sync)))
+                refs[k] = self._channels[k].request("reset", {"seed": part_seed})
+        done = dict(zip(refs, self._gather(list(refs.values()), list(refs), self._revive_sync)))
         parts = [(done[k][0], done[k][-1]) if k in done else self._unchanged(k) for k in range(len(self._actors))]
         self._last = [(obs, {"env_id": i["env_id"], "elapsed_step": i["elapsed_step"]}) for obs, i in parts]
         self._has_reset = True
@@ -247,8 +252,8 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             return self.recv()
         self._check_reset()
         batch = self._actions(actions, self.num_envs)
-        refs = [h.step.remote(pack(batch[lo:hi])) for h, (lo, hi) in zip(self._actors, self._shards)]
-        parts = self._gather_batches(refs, range(len(refs)), self._revive_sync)
+        refs = [c.request("step", batch[lo:hi]) for c, (lo, hi) in zip(self._channels, self._shards)]
+        parts = self._gather(refs, range(len(refs)), self._revive_sync)
         self._last = [(p[0], {"env_id": p[4]["env_id"], "elapsed_step": p[4]["elapsed_step"]}) for p in parts]
         return self._join(parts)
 
@@ -282,7 +287,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         owners = self._owner[ids]
         for k in np.unique(owners[~stashed]).tolist():
             sel = (owners == k) & ~stashed
-            self._actors[k].send.remote(pack((batch[sel], ids[sel])))
+            self._channels[k].request("send", (batch[sel], ids[sel]))
             self._at_actor[ids[sel]] = True
             self._at_count[k] += int(sel.sum())
         self._issue_recvs()
@@ -293,18 +298,16 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         self._check_open()
         if not self.is_async:
             raise UsageError("recv() is for async pools (batch_size < num_envs); this pool is sync: use step()")
-        ray = self._ray
         while self._buffered_rows() < self.batch_size:
             if not self._pending:
                 self._cannot_fill()
             wanted = -(-(self.batch_size - self._buffered_rows()) // self._actor_batch)
-            ready, _ = ray.wait(list(self._pending), num_returns=min(wanted, len(self._pending)))
-            for ref in ready:
+            for ref in wait(list(self._pending), num_returns=wanted):
                 k = self._pending.pop(ref, None)
                 if k is None:
-                    continue  # a future of an actor that died and was revived meanwhile
+                    continue  # a reply of an actor that died and was revived meanwhile
                 self._pending_count[k] -= 1
-                batch = self._gather_batches([ref], [k], self._revive_async)[0]
+                batch = self._gather([ref], [k], self._revive_async)[0]
                 if batch is not None:
                     self._arrive(k, batch)
         return self._take(self.batch_size)
@@ -365,37 +368,52 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     # --- internals: results and faults ---------------------------------------------------
 
     def _gather(self, refs: list, actors, on_death=None) -> list:
-        """``ray.get`` of one call per actor in ``actors``. A shmenv error is raised as it
-        is (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
+        """The results of one request per actor in ``actors`` (Ray ``ObjectRef`` s or step
+        path :class:`~shmenv.ray_channel.Reply` s). A shmenv error is raised as it is
+        (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
         death)``, whose return value stands for its result; without one (calls into the
         envs) it raises :class:`ActorDiedError`."""
-        ray = self._ray
-        try:
-            return ray.get(refs)
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
-            pass
         out = []
         for ref, k in zip(refs, actors):
             try:
-                out.append(ray.get(ref))
+                out.append(self._get(ref))
                 continue
-            except ray.exceptions.RayTaskError as e:
-                cause = e.cause
-                if not isinstance(cause, ActorRestarted):
-                    if isinstance(cause, _FATAL):
-                        self.close()
-                    raise cause from None
+            except (ActorRestarted, self._ray.exceptions.RayActorError) as e:
                 death: Exception = e
-            except ray.exceptions.RayActorError as e:
-                death = e
+            except ChannelLost as e:
+                death = self._death(k, e)
+            except _FATAL:
+                self.close()
+                raise
             if on_death is None:
                 self._die(k, _reason(death), "")
             out.append(on_death(k, death))
         return out
 
-    def _gather_batches(self, refs: list, actors, on_death) -> list:
-        """:meth:`_gather` of the step path's calls, whose batches come :func:`pack`-ed."""
-        return [unpack(part) for part in self._gather(refs, actors, on_death)]
+    def _get(self, ref: Any) -> Any:
+        """The value of a Ray call or a step-path reply; an exception the actor raised is
+        raised here as itself."""
+        if isinstance(ref, Reply):
+            return ref.get()
+        try:
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as e:
+            cause = e.cause
+        raise cause
+
+    def _death(self, k: int, lost: ChannelLost) -> Exception:
+        """Why actor ``k``'s step connection ended: Ray's account of the actor's death, or
+        the lost connection when Ray has already recreated the actor."""
+        try:
+            described = self._ray.get(self._actors[k].describe.remote(), timeout=self._restart_timeout)
+        except (self._ray.exceptions.RayActorError, self._ray.exceptions.RayTaskError) as e:
+            return e
+        except self._ray.exceptions.GetTimeoutError:
+            return lost
+        if described["pid"] != self._described[k]["pid"]:
+            return ChannelLost(f"the actor process {self._described[k]['pid']} ended ({lost}); Ray recreated it")
+        self._die(k, f"its step connection ended ({lost}) while the actor process lives",
+                  "check the network between the driver and the node")
 
     def _revive(self, k: int, death: Exception) -> None:
         """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
@@ -408,6 +426,8 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         while True:
             try:
                 self._described[k] = self._ray.get(self._actors[k].describe.remote(), timeout=1.0)
+                self._channels[k].close()
+                self._channels[k] = Channel(self._described[k]["step_address"])
                 return
             except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
@@ -436,7 +456,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     def _restarted_part(self, k: int) -> tuple:
         """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
         lo, hi = self._shards[k]
-        reset = self._gather_batches([self._actors[k].reset.remote(seed=self._restart_seed(k))], [k], self._revive_sync)[0]
+        reset = self._gather([self._channels[k].request("reset", {"seed": self._restart_seed(k)})], [k], self._revive_sync)[0]
         if len(reset) == 5:  # it died again while resetting, and was revived again
             return reset
         obs, infos = reset
@@ -470,6 +490,9 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         if ray is None or not ray.is_initialized():
             return
         actors, self._actors = self._actors, []
+        for channel in self._channels:
+            channel.close()
+        self._channels = []
         try:
             ray.wait([h.close.remote() for h in actors], num_returns=len(actors), timeout=30.0)
         except Exception:

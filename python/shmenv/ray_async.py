@@ -29,20 +29,19 @@ class AsyncBatches:
         self._stash_next = np.zeros(n, dtype=bool)  # its next row is for the stash: the trainer holds it
         self._restart_mark = np.zeros(n, dtype=bool)  # its next row from its actor follows a restart
         self._at_count = [0] * len(self._actors)
-        self._pending: dict[Any, int] = {}  # actor batch futures (recv or reset) -> actor
+        self._pending: dict[Any, int] = {}  # replies due (actor batches of recv or reset) -> actor
         self._pending_count = [0] * len(self._actors)
         self._buffer: list[tuple] = []  # batches (or parts of batches) in arrival order
         self._stash: dict[int, tuple] = {}  # env -> its reset row after a restart, until it is sent
 
     def _start_reset(self, seeds: list | None) -> None:
         """Resets every actor's pool: each returns its first batch, the rest follow."""
-        ray = self._ray
-        if self._pending:
-            ray.wait(list(self._pending), num_returns=len(self._pending))  # each actor runs them before its reset
+        for channel in self._channels:
+            channel.drain()  # the batches asked for before the reset are dropped
         self._clear_async_state()
         for k, (lo, hi) in enumerate(self._shards):
             part_seed = None if seeds is None else seeds[lo:hi]
-            self._pending[self._actors[k].reset.remote(seed=part_seed)] = k
+            self._pending[self._channels[k].request("reset", {"seed": part_seed})] = k
             self._pending_count[k] = 1
             self._at_count[k] = hi - lo
         self._at_actor[:] = True
@@ -52,9 +51,9 @@ class AsyncBatches:
     def _issue_recvs(self) -> None:
         """Asks each actor for as many batches as its envs at work can fill."""
         b = self._actor_batch
-        for k, actor in enumerate(self._actors):
+        for k, channel in enumerate(self._channels):
             while self._at_count[k] - self._pending_count[k] * b >= b:
-                self._pending[actor.recv.remote()] = k
+                self._pending[channel.request("recv")] = k
                 self._pending_count[k] += 1
 
     def _arrive(self, k: int, batch: tuple) -> None:
@@ -126,7 +125,7 @@ class AsyncBatches:
         self._at_actor[lo:hi] = True
         self._restart_mark[lo:hi] = True
         self._at_count[k] = hi - lo
-        self._pending[self._actors[k].reset.remote(seed=self._restart_seed(k))] = k
+        self._pending[self._channels[k].request("reset", {"seed": self._restart_seed(k)})] = k
         self._pending_count[k] = 1
         self._issue_recvs()
         return None

@@ -1,16 +1,18 @@
 """The node side of :mod:`shmenv.ray`: :class:`PoolHost`, the Ray actor that owns one
-shmenv pool (its workers on the actor's node), and the helpers that join the batches of
-several actors into one. This module imports neither Ray nor gymnasium at import time."""
+shmenv pool (its workers on the actor's node) and serves its step path
+(:mod:`shmenv.ray_channel`), and the helpers that join the batches of several actors into
+one. This module imports neither Ray nor gymnasium at import time."""
 
 from __future__ import annotations
 
 import os
-import pickle
+import threading
 from typing import Any, Sequence
 
 import numpy as np
 
 from shmenv.errors import Error
+from shmenv.ray_channel import StepServer
 
 
 class ActorRestarted(Exception):
@@ -23,7 +25,11 @@ class PoolHost:
     """One shmenv pool inside a Ray actor: envs ``first_env .. first_env + num_envs`` of
     a :class:`shmenv.ray.RayVectorEnv`. ``options`` are :func:`shmenv.make_vec`'s keywords,
     with ``seed`` already ``seed + first_env``, so local env ``i`` is seeded as global env
-    ``first_env + i`` of one big pool. Errors of the pool are raised with global env ids."""
+    ``first_env + i`` of one big pool. Errors of the pool are raised with global env ids.
+
+    The step path (``reset``, ``step``, ``send``, ``recv``) is served on the connection
+    that ``describe()["step_address"]`` names; Ray calls the rest. A lock keeps the two
+    from using the pool at once (a pool is used from one thread at a time)."""
 
     def __init__(self, env: Any, num_envs: int, first_env: int, options: dict):
         import ray
@@ -37,12 +43,16 @@ class PoolHost:
         self.envs = None
         self.init_error: BaseException | None = None
         self.send_error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.server: StepServer | None = None
         try:
             from shmenv.vector import make_vec
 
             self.envs = make_vec(env, num_envs, **options)
         except Exception as e:  # raised by describe(), so the driver gets it typed
             self.init_error = self._global(e)
+            return
+        self.server = StepServer(ray.util.get_node_ip_address(), self.serve)
 
     def describe(self) -> dict:
         """What the driver needs to know about this actor and its pool."""
@@ -52,6 +62,7 @@ class PoolHost:
         return {
             "node_id": self.node_id,
             "pid": os.getpid(),
+            "step_address": self.server.address,
             "worker_pids": list(e.worker_pids),
             "single_observation_space": e.single_observation_space,
             "single_action_space": e.single_action_space,
@@ -66,24 +77,38 @@ class PoolHost:
 
     # --- the step path: each returns a batch with global env ids -----------------------
 
+    def serve(self, method: str, payload: Any) -> Any:
+        """One request of the driver's step connection: ``reset`` (``payload`` its
+        keywords), ``step``, ``send`` or ``recv``."""
+        with self.lock:
+            if method == "reset":
+                return self.reset(**payload)
+            if method == "step":
+                return self.step(payload)
+            if method == "send":
+                return self.send(payload)
+            if method == "recv":
+                return self.recv()
+        raise ValueError(f"unknown step-path method {method!r}: use reset, step, send or recv")
+
     def reset(self, seed: Any = None, options: dict | None = None) -> Any:
         self.restarted = False
         self.send_error = None
         return self._run(lambda: self.envs.reset(seed=seed, options=options))
 
-    def step(self, actions: bytes) -> Any:
-        """``actions``: the :func:`pack`-ed action array of this actor's envs."""
+    def step(self, actions: np.ndarray) -> Any:
+        """``actions``: the action array of this actor's envs."""
         self._check_fresh()
-        return self._run(lambda: self.envs.step(pickle.loads(actions)))
+        return self._run(lambda: self.envs.step(actions))
 
-    def send(self, actions_and_ids: bytes) -> None:
-        """Fire and forget (``actions_and_ids``: the :func:`pack`-ed pair of the actions
-        and their global env ids): a failure is kept and raised by the next ``recv``."""
+    def send(self, actions_and_ids: tuple) -> None:
+        """Fire and forget (``actions_and_ids``: the actions and their global env ids): a
+        failure is kept and raised by the next ``recv``."""
         if self.send_error is not None:
             return
         try:
             self._check_fresh()
-            actions, env_ids = pickle.loads(actions_and_ids)
+            actions, env_ids = actions_and_ids
             self.envs.send(actions, env_ids - self.first_env)
         except Exception as e:
             self.send_error = self._global(e)
@@ -100,18 +125,23 @@ class PoolHost:
     def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``envs.method(*args, **kwargs)`` (``call``, ``get_attr``, ``set_attr``,
         ``stats``), or the attribute ``method`` when it is not callable."""
-        value = getattr(self.envs, method)
-        try:
-            return value(*args, **kwargs) if callable(value) else value
-        except Exception as e:
-            raise self._global(e) from None
+        with self.lock:
+            value = getattr(self.envs, method)
+            try:
+                return value(*args, **kwargs) if callable(value) else value
+            except Exception as e:
+                raise self._global(e) from None
 
     def close(self) -> list[int]:
-        """Closes the pool (stops and reaps its workers); returns their pids."""
+        """Stops serving the step path and closes the pool (stops and reaps its
+        workers); returns their pids."""
+        if self.server is not None:
+            self.server.close()
         if self.envs is None:
             return []
-        pids = list(self.envs.worker_pids)
-        self.envs.close()
+        with self.lock:
+            pids = list(self.envs.worker_pids)
+            self.envs.close()
         return pids
 
     # --- internals ---------------------------------------------------------------------
@@ -121,7 +151,7 @@ class PoolHost:
             raise ActorRestarted("this actor was restarted by Ray: reset it first")
 
     def _run(self, call) -> Any:
-        """The batch of ``call()`` with global env ids, :func:`pack`-ed when small."""
+        """The batch of ``call()`` with global env ids."""
         try:
             batch = call()
         except Exception as e:
@@ -130,7 +160,7 @@ class PoolHost:
         infos["env_id"] = infos["env_id"] + np.int32(self.first_env)
         if "restarted_envs" in infos:
             infos["restarted_envs"] = [i + self.first_env for i in infos["restarted_envs"]]
-        return pack(batch) if _nbytes(batch[0]) <= INLINE_BYTES else batch
+        return batch
 
     def _global(self, error: BaseException) -> BaseException:
         """A shmenv error with its env ids made global, and the actor named."""
@@ -147,34 +177,7 @@ class PoolHost:
         return error
 
 
-# --- the step path's payloads and joining the actors' batches ----------------------------
-
-
-INLINE_BYTES = 100 * 1024
-"""Ray's default ``max_direct_call_object_size``: a result up to this size travels inside
-the call's reply; a larger one goes through the object store, where Ray hands numpy
-arrays over without copies."""
-
-
-def pack(value: Any) -> bytes:
-    """One pickle of an action array or a small batch, as the step path passes them
-    through Ray: Ray carries ``bytes`` with much less work per call than numpy arrays and
-    tuples of them, which it serializes piece by piece (measured in ``docs/scaling.md``).
-    Batches whose observations pass :data:`INLINE_BYTES` travel as they are."""
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpack(value: Any) -> Any:
-    """A :func:`pack`-ed value back (anything else as it is: a large batch, or one the
-    driver made)."""
-    return pickle.loads(value) if isinstance(value, bytes) else value
-
-
-def _nbytes(obs: Any) -> int:
-    if isinstance(obs, dict):
-        return sum(_nbytes(v) for v in obs.values())
-    return getattr(obs, "nbytes", 0)
-
+# --- joining the actors' batches -------------------------------------------------------
 
 
 def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:

@@ -136,16 +136,16 @@ def test_async_envs_step_as_in_one_local_pool(cluster):
 
 
 @pytest.mark.timeout(120)
-def test_batches_past_the_inline_size_step_as_in_one_local_pool(cluster):
-    from shmenv.ray_host import INLINE_BYTES
+def test_large_batches_step_as_in_one_local_pool(cluster):
+    from shmenv.ray_channel import SMALL_MESSAGE
 
-    n = 8  # 4 envs per actor of 84x84x4 u8: 113 KB per actor batch, through Ray's object store
+    n = 8  # 4 envs per actor of 84x84x4 u8: 113 KB per actor batch, header and body sent apart
     kwargs = dict(seed=3, config={"obs_shape": [84, 84, 4], "obs_dtype": "u8", "episode_len": 5})
     envs = shmenv_ray.make_vec("Burn-v0", n, num_actors=2, num_workers=2, **kwargs)
     local = shmenv.make_vec("Burn-v0", n, num_workers=2, **kwargs)
     try:
         assert local.single_observation_space.shape == (84, 84, 4)
-        assert (n // 2) * 84 * 84 * 4 > INLINE_BYTES
+        assert (n // 2) * 84 * 84 * 4 > SMALL_MESSAGE
         assert_batches_equal(envs.reset(), local.reset(), "reset")
         for t in range(12):
             actions = local.action_space.sample()

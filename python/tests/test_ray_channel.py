@@ -1,0 +1,116 @@
+"""shmenv.ray_channel, the step path of shmenv.ray, over real sockets in this process
+(no Ray needed): requests answered in order, ``wait`` as ``ray.wait``, errors carried,
+strangers refused before anything of theirs is unpickled, a closed server seen as lost."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from shmenv.errors import WorkerError
+from shmenv.ray_channel import HEADER, SMALL_MESSAGE, Channel, ChannelLost, StepServer, wait
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Handler:
+    """Echoes payloads; ``sleep`` waits first; ``fail`` raises; ``send`` is remembered."""
+
+    def __init__(self):
+        self.sent: list = []
+        self.calls = 0
+
+    def __call__(self, method, payload):
+        self.calls += 1
+        if method == "sleep":
+            time.sleep(payload)
+            return payload
+        if method == "fail":
+            raise WorkerError(f"env {payload} failed")
+        if method == "unpicklable":
+            raise RuntimeError(lambda: None)  # noqa: the lambda cannot be pickled
+        if method == "send":
+            self.sent.append(payload)
+            return None
+        return payload
+
+
+@pytest.fixture
+def server():
+    handler = Handler()
+    s = StepServer("127.0.0.1", handler)
+    yield s, handler
+    s.close()
+
+
+def test_requests_are_answered_in_order_with_large_values(server):
+    s, handler = server
+    channel = Channel(s.address)
+    big = np.arange(SMALL_MESSAGE, dtype=np.uint8).reshape(-1, 64) * 3  # past one segment
+    replies = [channel.request("echo", i) for i in range(5)] + [channel.request("echo", big)]
+    assert channel.request("send", "x") is None
+    assert replies[3].get() == 3  # read out of order: the earlier answers are kept
+    assert [r.get() for r in replies[:3]] == [0, 1, 2]
+    np.testing.assert_array_equal(replies[5].get(), big)
+    assert replies[4].get() == 4
+    assert channel.request("echo", "after").get() == "after"
+    assert handler.sent == ["x"]
+    channel.close()
+
+
+def test_errors_come_back_as_the_actor_raised_them(server):
+    s, _ = server
+    channel = Channel(s.address)
+    with pytest.raises(WorkerError, match="env 3 failed"):
+        channel.request("fail", 3).get()
+    with pytest.raises(RuntimeError, match="RuntimeError: <function"):
+        channel.request("unpicklable").get()
+    assert channel.request("echo", 1).get() == 1, "the channel goes on after an error"
+    channel.close()
+
+
+def test_wait_returns_the_replies_ready_first():
+    servers = [StepServer("127.0.0.1", Handler()) for _ in range(2)]
+    try:
+        slow, fast = (Channel(s.address) for s in servers)
+        late, early = slow.request("sleep", 0.5), fast.request("sleep", 0.0)
+        start = time.monotonic()
+        assert wait([late, early], num_returns=1) == [early]
+        assert time.monotonic() - start < 0.4
+        assert set(wait([late, early], num_returns=2)) == {late, early}
+        assert (late.get(), early.get()) == (0.5, 0.0)
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_a_stranger_without_the_token_is_refused_before_unpickling(server):
+    s, handler = server
+    host, port, _ = s.address
+    with socket.create_connection((host, port)) as stranger:
+        stranger.sendall(bytes(16))
+        message = pickle.dumps(("echo", 1))
+        stranger.sendall(HEADER.pack(len(message)) + message)
+        stranger.settimeout(10)
+        assert stranger.recv(1) == b"", "the server closes a connection with a wrong token"
+    assert handler.calls == 0
+    channel = Channel(s.address)  # the driver still gets in
+    assert channel.request("echo", 2).get() == 2
+    channel.close()
+
+
+def test_a_server_that_ends_is_seen_as_lost(server):
+    s, _ = server
+    channel = Channel(s.address)
+    pending = channel.request("sleep", 0.3)
+    threading.Timer(0.05, s.close).start()
+    with pytest.raises(ChannelLost):
+        pending.get()
+    assert wait([pending], num_returns=1) == [pending], "a lost reply is ready (its get raises)"
+    with pytest.raises(ChannelLost):
+        channel.request("echo", 1).get()
