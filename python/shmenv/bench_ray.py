@@ -70,8 +70,9 @@ def compare(env_id: str, num_envs: int, config: dict | None, batch_size: int | N
     try:
         for name, envs in (("ray", ray_envs), ("local", local)):
             states[name]["ids"] = envs.reset()[1]["env_id"]
-        nbytes = batch_bytes(local.step(local.action_space.sample(), states["local"]["ids"] if local.is_async else None))
-        states["local"]["ids"] = local.recv()[4]["env_id"] if local.is_async else None
+        first = local.step(local.action_space.sample(), states["local"]["ids"] if local.is_async else None)
+        nbytes = batch_bytes(first)
+        states["local"]["ids"] = first[4]["env_id"]  # async: the envs to send next (all 16 stay in flight)
         for _ in range(rounds):
             times["ray"].append(_time_batches(ray_envs, states["ray"], seconds))
             times["local"].append(_time_batches(local, states["local"], seconds))
@@ -79,14 +80,16 @@ def compare(env_id: str, num_envs: int, config: dict | None, batch_size: int | N
         ray_envs.close()
         local.close()
     ray_s, local_s = statistics.median(times["ray"]), statistics.median(times["local"])
+    # Each round's ratio is of two neighbouring measurements, so a change of load between
+    # rounds hits both sides: their median is the figure, not the ratio of the medians.
+    per_round = [lo / r for lo, r in zip(times["local"], times["ray"])]
     rows = batch_size or num_envs
     return {
         "env": env_id, "num_envs": num_envs, "config": config or {}, "batch_size": rows, "rounds": rounds,
         "local_us_per_batch": local_s * 1e6, "ray_us_per_batch": ray_s * 1e6,
         "ray_overhead_us_per_batch": (ray_s - local_s) * 1e6,
         "local_steps_per_sec": rows / local_s, "ray_steps_per_sec": rows / ray_s,
-        "ratio": local_s / ray_s, "bytes_per_batch": nbytes,
-        "ratios_per_round": [lo / r for lo, r in zip(times["local"], times["ray"])],
+        "ratio": statistics.median(per_round), "bytes_per_batch": nbytes, "ratios_per_round": per_round,
     }
 
 
