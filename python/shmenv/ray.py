@@ -138,19 +138,20 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     # --- construction ------------------------------------------------------------------
 
     def _actor_batch_size(self, num_actors: int) -> int:
+        """The rows of each actor's batches: the largest divisor of ``batch_size`` up to
+        ``batch_size / num_actors`` (rounded up) and below the smallest actor's envs, so
+        that a batch joins whole actor batches (``batch_size / num_actors`` itself when it
+        is whole)."""
         smallest = min(b - a for a, b in self._shards)
-        if self.batch_size % num_actors:
+        limit = min(-(-self.batch_size // num_actors), smallest - 1)
+        fitting = [b for b in range(1, limit + 1) if self.batch_size % b == 0]
+        if not fitting:
             raise InvalidArgumentError(
-                f"batch_size={self.batch_size} must be a multiple of num_actors={num_actors}: a batch joins "
-                f"{num_actors} actor batches of batch_size / num_actors rows"
+                f"async mode needs at least 2 envs per actor (an actor's pool is async when its batch is smaller "
+                f"than its envs), but the smallest of the {num_actors} actors has {smallest}: lower num_actors "
+                f"(at most {self.num_envs // 2} for {self.num_envs} envs)"
             )
-        per_actor = self.batch_size // num_actors
-        if per_actor >= smallest:
-            raise InvalidArgumentError(
-                f"batch_size / num_actors = {per_actor} must be below the smallest actor's {smallest} envs "
-                "(an actor's pool is async only when its batch is smaller than its envs): lower batch_size or num_actors"
-            )
-        return per_actor
+        return fitting[-1]
 
     def _workers_per_actor(self, num_workers: Any, num_actors: int) -> list:
         """Each actor's worker count: ``num_workers`` (the total) split like the envs, or
@@ -550,9 +551,9 @@ def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spre
 
     - ``env`` and every other keyword are :func:`shmenv.make_vec`'s, with the same meaning
       for the whole env: ``seed`` (env ``i`` is seeded ``seed + i``, whichever actor hosts
-      it), ``batch_size`` (async mode; a multiple of ``num_actors``: each batch joins
-      ``num_actors`` actor batches of ``batch_size / num_actors`` rows, from whichever
-      actors are ready first), ``autoreset_mode``, ``episode_stats_key``, ``max_restarts``
+      it), ``batch_size`` (async mode: each batch joins whole actor batches of
+      ``batch_size / num_actors`` rows, or of the largest divisor of ``batch_size``
+      below that when it is not whole, from whichever actors are ready first), ``autoreset_mode``, ``episode_stats_key``, ``max_restarts``
       (also each actor's budget: Ray recreates a dead actor that many times, and its envs
       come back truncated and listed in ``infos["restarted_envs"]``), ``config``, ...
       ``num_workers`` is the total, split among the actors like the envs (default: each

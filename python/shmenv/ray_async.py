@@ -109,7 +109,7 @@ class AsyncBatches:
         counts = {k: c for k, c in enumerate(self._at_count) if c}
         raise UsageError(
             f"recv() cannot fill a batch of {self.batch_size}: each actor returns batches of {self._actor_batch} rows "
-            f"(batch_size / num_actors) and the actors have {counts} envs at work. Send actions for every env "
+            f"and the actors have {counts} envs at work. Send actions for every env "
             "recv() returned (the EnvPool loop), so that every actor can fill its batches"
         )
 
