@@ -100,6 +100,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         self._restart_timeout = float(restart_timeout)
         workers = self._workers_per_actor(options.pop("num_workers", None), num_actors)
         options.setdefault("pin_workers", False)
+        options.setdefault("wait", "block")  # a batch's hop is a network round trip: spinning through it only steals cores
         options.update(autoreset_mode=self.autoreset_mode, copy=False, batch_size=self._actor_batch)
         self._ray = ray = _import_ray()
         if not ray.is_initialized():
@@ -124,7 +125,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                     f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
                 )
             self._described = self._gather(refs, range(num_actors))
-            self._channels = [Channel(d["step_address"]) for d in self._described]
+            self._channels = [self._connect(k) for k in range(num_actors)]
         except BaseException:
             self._release()
             raise
@@ -195,6 +196,18 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         if len(nodes) != len(cpus):
             raise InvalidArgumentError(f"placement lists {len(nodes)} node ids for {len(cpus)} actors: give one per actor")
         return [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in nodes]
+
+    def _connect(self, k: int) -> Channel:
+        """The step connection to actor ``k``, at the address it announced."""
+        host, port, _ = address = self._described[k]["step_address"]
+        try:
+            return Channel(address)
+        except OSError as e:
+            raise BuildError(
+                f"could not connect to Ray actor {k} (node {self._described[k]['node_id']}) at {host}:{port} for the "
+                f"step path: {e}. The driver must reach each node's address on the ports the kernel hands out "
+                "(as Ray's own calls do): check the firewall between the driver and that node"
+            ) from None
 
     def _take_spaces(self, described: list[dict]) -> None:
         first = described[0]
@@ -428,7 +441,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             try:
                 self._described[k] = self._ray.get(self._actors[k].describe.remote(), timeout=1.0)
                 self._channels[k].close()
-                self._channels[k] = Channel(self._described[k]["step_address"])
+                self._channels[k] = self._connect(k)
                 return
             except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
@@ -558,7 +571,8 @@ def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spre
       come back truncated and listed in ``infos["restarted_envs"]``), ``config``, ...
       ``num_workers`` is the total, split among the actors like the envs (default: each
       actor's pool takes one worker per core of its node). ``pin_workers`` defaults to False
-      (actors sharing a node cannot see each other's pins).
+      (actors sharing a node cannot see each other's pins), ``wait`` to ``"block"`` (the
+      workers sleep between batches: the hop to the driver is longer than spinning pays for).
     - ``num_actors``: actors (pools); actor ``k`` hosts a contiguous shard of envs, as the
       engine splits envs among workers.
     - ``placement``: ``"spread"`` (default: a Ray placement group with one bundle per actor,

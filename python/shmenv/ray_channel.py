@@ -28,6 +28,10 @@ HEADER = struct.Struct("<Q")
 
 TOKEN_BYTES = 16
 
+TOKEN_TIMEOUT = 10.0
+"""Seconds a new connection has to present the token: a peer that connects and sends
+nothing cannot keep the driver out for longer."""
+
 SMALL_MESSAGE = 64 * 1024
 """Messages below this are sent with their header in one write; larger ones in two."""
 
@@ -115,7 +119,9 @@ class StepServer:
                 return  # closed
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
+                connection.settimeout(TOKEN_TIMEOUT)
                 token = bytes(_receive_exact(connection, TOKEN_BYTES))
+                connection.settimeout(None)
             except (ChannelLost, OSError):
                 connection.close()
                 continue
