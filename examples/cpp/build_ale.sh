@@ -5,7 +5,8 @@
 # $PYTHON, default python3). The C++ library is built once into a cache folder
 # ($ALE_CACHE, default target/ale-VERSION) and linked statically: the plugin is one file.
 # Needs pip, cmake (on PATH or beside $PYTHON, e.g. `pip install cmake`), a C++17 compiler
-# and zlib's headers (Debian: zlib1g-dev).
+# and zlib's headers (Debian: zlib1g-dev). Exits with 75 when the sdist cannot be
+# downloaded or no cmake is found (what cannot be had here), 1 on any other failure.
 #   bash examples/cpp/build_ale.sh OUT.so
 set -euo pipefail
 out="${1:?usage: build_ale.sh OUT.so}"
@@ -19,12 +20,13 @@ if [ ! -f "$lib" ]; then
     cmake="$(command -v cmake || true)"
     if [ -z "$cmake" ]; then
         cmake="$(dirname "$py")/cmake"
-        [ -x "$cmake" ] || { echo "build_ale.sh: no cmake on PATH nor beside $py: pip install cmake" >&2; exit 1; }
+        [ -x "$cmake" ] || { echo "build_ale.sh: no cmake on PATH nor beside $py: pip install cmake" >&2; exit 75; }
     fi
     rm -rf "$cache"
     mkdir -p "$cache/src"
     "$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary ale-py \
-        "ale-py==$version" -d "$cache/sdist"
+        "ale-py==$version" -d "$cache/sdist" ||
+        { echo "build_ale.sh: cannot download the source distribution of ale-py $version" >&2; exit 75; }
     tar xzf "$cache/sdist/ale_py-$version.tar.gz" -C "$cache/src" --strip-components=1
     # RelWithDebInfo without -g: the same -O3 as a release build, but without the link-time
     # optimisation that the release build switches on (which would make the archive LTO-only).
