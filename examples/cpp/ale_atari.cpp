@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -286,7 +287,7 @@ class AtariEnv {
     ale::ALEInterface ale;
     ale::ActionVect actions;
     bool fire_reset = false;
-    int ale_seed = 0;               // the seed ALE was loaded with
+    std::unique_ptr<ale::ALEState> loaded;  // the emulator as loadROM left it
     std::mt19937 noop_rng{0};       // draws the no-op count of each reset, as EnvPool's
     std::uniform_int_distribution<int> noop_count;
     int lives = 0;
@@ -298,7 +299,6 @@ class AtariEnv {
     std::string spec;
 
     size_t frame_bytes() const { return static_cast<size_t>(opt.img_height) * opt.img_width; }
-    void load(int seed);
     void grab(int slot);
     void push_frame(bool maxpool, bool fill_stack);
 
@@ -316,7 +316,9 @@ AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
     if (!ale::ALEInterface::isSupportedROM(opt.rom))
         throw std::invalid_argument("ALE does not support the ROM " + opt.rom + " (its MD5 is not one of ALE's games)");
     ale.setFloat("repeat_action_probability", static_cast<float>(opt.repeat_action_probability));
-    load(0);
+    ale.setInt("random_seed", 0);
+    ale.loadROM(opt.rom);  // ~0.1 s: done once, a seeded reset restores its state instead
+    loaded = std::make_unique<ale::ALEState>(ale.cloneState());
     actions = opt.full_action_space ? ale.getLegalActionSet() : ale.getMinimalActionSet();
     fire_reset = opt.use_fire_reset && std::find(actions.begin(), actions.end(), ale::PLAYER_A_FIRE) != actions.end();
     for (auto &frame : raw) frame.assign(static_cast<size_t>(kRawHeight) * kRawWidth, 0);
@@ -324,14 +326,6 @@ AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
            std::to_string(opt.stack_num) + "," + std::to_string(opt.img_height) + "," + std::to_string(opt.img_width) +
            R"(],"low":0,"high":255}}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
            R"(,"start":0}})";
-}
-
-// (Re)loads the ROM with ALE's random seed `seed` (sticky actions draw from it), as EnvPool
-// seeds each env's ALE before loading.
-void AtariEnv::load(int seed) {
-    ale.setInt("random_seed", seed);
-    ale.loadROM(opt.rom);
-    ale_seed = seed;
 }
 
 // The current screen in grayscale (ALE's palette) into raw[slot].
@@ -358,9 +352,13 @@ void AtariEnv::push_frame(bool maxpool, bool fill_stack) {
 
 void AtariEnv::reset(bool has_seed, uint64_t seed) {
     if (has_seed) {
-        int s = static_cast<int>(seed & 0x7fffffff);
-        if (s != ale_seed) load(s);
-        noop_rng.seed(static_cast<uint32_t>(s));
+        // As if the ROM were loaded afresh with ALE's "random_seed" `s` (EnvPool loads each
+        // env so): the emulator (its own random stream included) as loadROM left it, and
+        // ALE's stream (sticky actions) seeded with `s`, as loadROM seeds it.
+        auto s = static_cast<uint32_t>(seed & 0x7fffffff);
+        ale.restoreState(*loaded);
+        ale.environment->getEnvironmentRNG().seed(s);
+        noop_rng.seed(s);
         noop_count.reset();
         life_lost = false;
     }

@@ -110,5 +110,7 @@ def ale_plugin(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def ale_roms() -> str:
     """The folder of ale-py's ROMs (the ALE plugin's ``rom_dir``)."""
-    roms = pytest.importorskip("ale_py.roms", reason="ale-py is not installed (pip install ale-py)")
-    return os.path.dirname(roms.__file__)
+    pytest.importorskip("ale_py.roms", reason="ale-py is not installed (pip install ale-py)")
+    from shmenv.workloads import ale_roms as roms
+
+    return roms()
