@@ -243,10 +243,18 @@ std::vector<AreaWeight> area_weights(int src_size, int dst_size) {
     return tab;
 }
 
+// OpenCV's resizeArea_<uchar, float> computes, for every entry of the row weights, a
+// horizontal row `buf` (buf[dx] = sum over the column weights of S[sx] * alpha, in table
+// order, from 0) and adds beta * buf into the destination row's float sum (from 0), then
+// rounds half to even. This does the same additions in the same order, each source row's
+// horizontal pass once, with every column's weights padded to `taps` (a weight of 0 adds
+// an exact 0), so every byte equals cv2.resize's.
 class AreaResize {
-    int src_w, dst_w;
-    std::vector<AreaWeight> xs, ys;
-    std::vector<float> row, sum;
+    int src_h, src_w, dst_h, dst_w, taps = 1;
+    std::vector<int> column_src;      // [taps][dst_w]
+    std::vector<float> column_alpha;  // [taps][dst_w]
+    std::vector<AreaWeight> ys;
+    std::vector<float> src_row, rows;  // one source row as floats; every row's horizontal pass
 
     static uint8_t saturate(float v) {
         long r = std::lrint(v);  // round half to even, as cvRound
@@ -254,29 +262,47 @@ class AreaResize {
     }
 
   public:
-    AreaResize(int src_h, int src_w_, int dst_h, int dst_w_)
-        : src_w(src_w_), dst_w(dst_w_), xs(area_weights(src_w_, dst_w_)), ys(area_weights(src_h, dst_h)),
-          row(dst_w_), sum(dst_w_) {}
+    AreaResize(int src_h_, int src_w_, int dst_h_, int dst_w_)
+        : src_h(src_h_), src_w(src_w_), dst_h(dst_h_), dst_w(dst_w_), ys(area_weights(src_h_, dst_h_)),
+          src_row(src_w_), rows(static_cast<size_t>(src_h_) * dst_w_) {
+        std::vector<AreaWeight> xs = area_weights(src_w, dst_w);
+        std::vector<int> count(dst_w, 0);
+        for (const AreaWeight &x : xs) taps = std::max(taps, ++count[x.dst]);
+        column_src.assign(static_cast<size_t>(dst_w) * taps, 0);
+        column_alpha.assign(static_cast<size_t>(dst_w) * taps, 0.0f);
+        std::fill(count.begin(), count.end(), 0);
+        for (const AreaWeight &x : xs) {
+            size_t at = static_cast<size_t>(count[x.dst]++) * dst_w + x.dst;
+            column_src[at] = x.src, column_alpha[at] = x.alpha;
+        }
+    }
 
-    // src: src_h x src_w bytes; dst: dst_h x dst_w bytes. The sums run in float, row by row,
-    // in OpenCV's order (resizeArea_<uchar, float>), so every byte equals cv2.resize's.
+    // src: src_h x src_w bytes; dst: dst_h x dst_w bytes.
     void operator()(const uint8_t *src, uint8_t *dst) {
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        int prev = ys.front().dst;
-        for (const AreaWeight &y : ys) {
-            const uint8_t *s = src + static_cast<size_t>(y.src) * src_w;
-            std::fill(row.begin(), row.end(), 0.0f);
-            for (const AreaWeight &x : xs) row[x.dst] += s[x.src] * x.alpha;
-            if (y.dst != prev) {
-                uint8_t *d = dst + static_cast<size_t>(prev) * dst_w;
-                for (int i = 0; i < dst_w; i++) d[i] = saturate(sum[i]), sum[i] = y.alpha * row[i];
-                prev = y.dst;
-            } else {
-                for (int i = 0; i < dst_w; i++) sum[i] += y.alpha * row[i];
+        for (int y = 0; y < src_h; y++) {
+            const uint8_t *s = src + static_cast<size_t>(y) * src_w;
+            float *__restrict row = src_row.data();
+            for (int x = 0; x < src_w; x++) row[x] = s[x];
+            float *__restrict out = rows.data() + static_cast<size_t>(y) * dst_w;
+            std::fill(out, out + dst_w, 0.0f);
+            for (int t = 0; t < taps; t++) {  // per column, the weights in OpenCV's order
+                const int *at = column_src.data() + static_cast<size_t>(t) * dst_w;
+                const float *alpha = column_alpha.data() + static_cast<size_t>(t) * dst_w;
+                for (int d = 0; d < dst_w; d++) out[d] += row[at[d]] * alpha[d];
             }
         }
-        uint8_t *d = dst + static_cast<size_t>(prev) * dst_w;
-        for (int i = 0; i < dst_w; i++) d[i] = saturate(sum[i]);
+        float *__restrict sum = src_row.data();  // reused: dst_w <= src_w
+        size_t k = 0;
+        for (int dy = 0; dy < dst_h; dy++) {
+            std::fill(sum, sum + dst_w, 0.0f);
+            for (; k < ys.size() && ys[k].dst == dy; k++) {
+                const float *__restrict row = rows.data() + static_cast<size_t>(ys[k].src) * dst_w;
+                const float beta = ys[k].alpha;
+                for (int d = 0; d < dst_w; d++) sum[d] += beta * row[d];
+            }
+            uint8_t *out = dst + static_cast<size_t>(dy) * dst_w;
+            for (int d = 0; d < dst_w; d++) out[d] = saturate(sum[d]);
+        }
     }
 };
 
@@ -338,7 +364,10 @@ void AtariEnv::grab(int slot) {
 // slot; `fill_stack` copies it into every slot (a new game's first frame).
 void AtariEnv::push_frame(bool maxpool, bool fill_stack) {
     if (maxpool) {
-        for (size_t i = 0; i < raw[0].size(); i++) raw[0][i] = std::max(raw[0][i], raw[1][i]);
+        uint8_t *__restrict into = raw[0].data();
+        const uint8_t *__restrict other = raw[1].data();
+        const size_t n = raw[0].size();
+        for (size_t i = 0; i < n; i++) into[i] = std::max(into[i], other[i]);
     }
     newest = (newest + 1) % opt.stack_num;
     uint8_t *slot = stack.data() + newest * frame_bytes();
