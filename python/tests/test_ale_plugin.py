@@ -3,7 +3,9 @@ from the installed ale-py's source distribution): its frames are ale-py's screen
 and resized exactly as ``cv2.resize(..., interpolation=cv2.INTER_AREA)``; with the same
 seed and actions they equal EnvPool's ``Pong-v5`` (when EnvPool is installed); a pool plays
 Pong to the end and resets; seeds are deterministic; bad config is refused with a message.
-Skipped with the reason when ale-py, cv2, EnvPool or the build tools are missing."""
+Other games and options (episodic life with reward clipping on Breakout, sticky actions on
+Space Invaders) equal EnvPool's too. Skipped with the reason when ale-py, cv2, EnvPool or
+the build tools are missing."""
 
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ def pong(n: int, library: str, roms: str, seed: int, workers: int = 1, **config)
                            config={"rom_dir": roms, **config})
 
 
-def random_actions(steps: int, n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 6, (steps, n))
+def random_actions(steps: int, n: int, seed: int = 0, actions: int = 6) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, actions, (steps, n))
 
 
 def test_frames_are_ale_screens_max_pooled_and_area_resized_as_cv2(ale_plugin, ale_roms, no_leaks):
@@ -55,23 +57,37 @@ def test_frames_are_ale_screens_max_pooled_and_area_resized_as_cv2(ale_plugin, a
             assert rew[0] == reward and not term[0]
 
 
-@pytest.mark.parametrize("noop_max", [1, 30])
-def test_frames_equal_envpool_pong_v5(ale_plugin, ale_roms, noop_max):
+@pytest.mark.parametrize(
+    ("game", "options", "steps"),
+    [
+        ("pong", {"noop_max": 1}, 400),
+        ("pong", {}, 400),
+        ("breakout", {"episodic_life": True, "reward_clip": True}, 1000),  # lives lost, games over
+        ("space_invaders", {"repeat_action_probability": 0.25}, 300),  # sticky actions
+    ],
+)
+def test_frames_equal_envpool(ale_plugin, ale_roms, game, options, steps):
     # (no leak check: EnvPool keeps an fd of its own open after the test)
     envpool = pytest.importorskip("envpool", reason="EnvPool is not installed (pip install envpool)")
     n, seed = 3, 5
     # Env i has seed + i in both; the no-op counts come from the same generator and seed.
-    ref = envpool.make("Pong-v5", env_type="gymnasium", num_envs=n, batch_size=n, seed=seed, noop_max=noop_max)
-    with pong(n, ale_plugin, ale_roms, seed=seed, workers=2, noop_max=noop_max) as envs:
+    ref = envpool.make("".join(w.capitalize() for w in game.split("_")) + "-v5", env_type="gymnasium",
+                       num_envs=n, batch_size=n, seed=seed, **options)
+    config = {"rom_dir": ale_roms, "game": game, **options}
+    with shmenv.make_vec("AtariC-v5", n, num_workers=2, seed=seed, plugin=ale_plugin, config=config) as envs:
         obs, _ = envs.reset()
         want, _ = ref.reset()
         np.testing.assert_array_equal(obs, want)
-        for t, a in enumerate(random_actions(400, n, seed=1)):
+        ends = 0
+        for t, a in enumerate(random_actions(steps, n, 1, envs.single_action_space.n)):
             obs, rew, term, trunc, _ = envs.step(a)
             w_obs, w_rew, w_term, w_trunc, _ = ref.step(a)
             np.testing.assert_array_equal(obs, w_obs, err_msg=f"step {t}")
             np.testing.assert_array_equal(rew, w_rew, err_msg=f"step {t}")
             np.testing.assert_array_equal(term, w_term, err_msg=f"step {t}")
+            ends += int(term.sum())
+        if options.get("episodic_life"):
+            assert ends > n, "the comparison crossed episode ends and the resets after them"
 
 
 def test_pool_plays_pong_to_the_end_and_resets(ale_plugin, ale_roms, no_leaks):
