@@ -249,6 +249,21 @@ std::vector<AreaWeight> area_weights(int src_size, int dst_size) {
 // rounds half to even. This does the same additions in the same order, each source row's
 // horizontal pass once, with every column's weights padded to `taps` (a weight of 0 adds
 // an exact 0), so every byte equals cv2.resize's.
+// One source row's horizontal pass: out[d] = sum over t of row[at[t][d]] * alpha[t][d], from
+// 0, in t's order. Compiled twice; the AVX2 copy (wider vectors, the same float operations:
+// no FMA) is chosen at load time where the processor has AVX2 (~10 us a step faster here).
+__attribute__((target_clones("avx2", "default"))) void horizontal_pass(
+    const uint8_t *src, int src_w, const int *at, const float *alpha, int taps, float *__restrict row,
+    float *__restrict out, int dst_w) {
+    for (int x = 0; x < src_w; x++) row[x] = src[x];
+    for (int d = 0; d < dst_w; d++) out[d] = 0.0f;
+    for (int t = 0; t < taps; t++) {  // per column, the weights in OpenCV's order
+        const int *__restrict at_t = at + static_cast<size_t>(t) * dst_w;
+        const float *__restrict alpha_t = alpha + static_cast<size_t>(t) * dst_w;
+        for (int d = 0; d < dst_w; d++) out[d] += row[at_t[d]] * alpha_t[d];
+    }
+}
+
 class AreaResize {
     int src_h, src_w, dst_h, dst_w, taps = 1;
     std::vector<int> column_src;      // [taps][dst_w]
@@ -280,16 +295,8 @@ class AreaResize {
     // src: src_h x src_w bytes; dst: dst_h x dst_w bytes.
     void operator()(const uint8_t *src, uint8_t *dst) {
         for (int y = 0; y < src_h; y++) {
-            const uint8_t *s = src + static_cast<size_t>(y) * src_w;
-            float *__restrict row = src_row.data();
-            for (int x = 0; x < src_w; x++) row[x] = s[x];
-            float *__restrict out = rows.data() + static_cast<size_t>(y) * dst_w;
-            std::fill(out, out + dst_w, 0.0f);
-            for (int t = 0; t < taps; t++) {  // per column, the weights in OpenCV's order
-                const int *at = column_src.data() + static_cast<size_t>(t) * dst_w;
-                const float *alpha = column_alpha.data() + static_cast<size_t>(t) * dst_w;
-                for (int d = 0; d < dst_w; d++) out[d] += row[at[d]] * alpha[d];
-            }
+            horizontal_pass(src + static_cast<size_t>(y) * src_w, src_w, column_src.data(), column_alpha.data(), taps,
+                            src_row.data(), rows.data() + static_cast<size_t>(y) * dst_w, dst_w);
         }
         float *__restrict sum = src_row.data();  // reused: dst_w <= src_w
         size_t k = 0;
@@ -318,15 +325,18 @@ class AtariEnv {
     std::uniform_int_distribution<int> noop_count;
     int lives = 0;
     bool life_lost = false;         // the last episode ended by episodic life, not game over
-    std::vector<uint8_t> raw[2];    // grayscale of the last two frames of a step
+    uint8_t gray_of[256];           // ALE's grayscale of each palette index
+    std::vector<uint8_t> pooled;    // the step's frame: max of its last two, in grayscale
+    std::vector<uint8_t> before_last;  // the palette indices of the step's next-to-last frame
     AreaResize resize;
     std::vector<uint8_t> stack;     // stack_num resized frames, a ring; `newest` is the last
     int newest = 0;
     std::string spec;
 
     size_t frame_bytes() const { return static_cast<size_t>(opt.img_height) * opt.img_width; }
-    void grab(int slot);
-    void push_frame(bool maxpool, bool fill_stack);
+    void gray_frame(const uint8_t *frame);
+    void pool_frames(const uint8_t *next_to_last, const uint8_t *last);
+    void push_frame(bool fill_stack);
 
   public:
     AtariEnv(const std::string &env_id, const std::string &config);
@@ -347,31 +357,38 @@ AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
     loaded = std::make_unique<ale::ALEState>(ale.cloneState());
     actions = opt.full_action_space ? ale.getLegalActionSet() : ale.getMinimalActionSet();
     fire_reset = opt.use_fire_reset && std::find(actions.begin(), actions.end(), ale::PLAYER_A_FIRE) != actions.end();
-    for (auto &frame : raw) frame.assign(static_cast<size_t>(kRawHeight) * kRawWidth, 0);
+    uint8_t index[256];
+    for (int i = 0; i < 256; i++) index[i] = static_cast<uint8_t>(i);
+    ale.theOSystem->colourPalette().applyPaletteGrayscale(gray_of, index, 256);
+    pooled.assign(static_cast<size_t>(kRawHeight) * kRawWidth, 0);
+    before_last.assign(pooled.size(), 0);
     spec = R"({"observations":[{"name":"obs","space":{"type":"Box","dtype":"u8","shape":[)" +
            std::to_string(opt.stack_num) + "," + std::to_string(opt.img_height) + "," + std::to_string(opt.img_width) +
            R"(],"low":0,"high":255}}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
            R"(,"start":0}})";
 }
 
-// The current screen in grayscale (ALE's palette) into raw[slot].
-void AtariEnv::grab(int slot) {
-    const ale::ALEScreen &screen = ale.getScreen();
-    ale.theOSystem->colourPalette().applyPaletteGrayscale(raw[slot].data(), screen.getArray(), raw[slot].size());
+// `pooled` = the grayscale of `frame` (palette indices).
+void AtariEnv::gray_frame(const uint8_t *frame) {
+    uint8_t *__restrict out = pooled.data();
+    const size_t n = pooled.size();
+    for (size_t i = 0; i < n; i++) out[i] = gray_of[frame[i]];
 }
 
-// Resizes raw[0] (after max-pooling raw[1] into it when `maxpool`) into the stack's next
-// slot; `fill_stack` copies it into every slot (a new game's first frame).
-void AtariEnv::push_frame(bool maxpool, bool fill_stack) {
-    if (maxpool) {
-        uint8_t *__restrict into = raw[0].data();
-        const uint8_t *__restrict other = raw[1].data();
-        const size_t n = raw[0].size();
-        for (size_t i = 0; i < n; i++) into[i] = std::max(into[i], other[i]);
-    }
+// `pooled` = the per-pixel max of the grayscale of two frames (palette indices). EnvPool
+// converts both frames to grayscale and takes the max; this does it in one pass.
+void AtariEnv::pool_frames(const uint8_t *next_to_last, const uint8_t *last) {
+    uint8_t *__restrict out = pooled.data();
+    const size_t n = pooled.size();
+    for (size_t i = 0; i < n; i++) out[i] = std::max(gray_of[next_to_last[i]], gray_of[last[i]]);
+}
+
+// Resizes `pooled` into the stack's next slot; `fill_stack` copies it into every slot (a new
+// game's first frame).
+void AtariEnv::push_frame(bool fill_stack) {
     newest = (newest + 1) % opt.stack_num;
     uint8_t *slot = stack.data() + newest * frame_bytes();
-    resize(raw[0].data(), slot);
+    resize(pooled.data(), slot);
     if (fill_stack) {
         for (int k = 0; k < opt.stack_num; k++) {
             if (k != newest) std::memcpy(stack.data() + k * frame_bytes(), slot, frame_bytes());
@@ -399,8 +416,8 @@ void AtariEnv::reset(bool has_seed, uint64_t seed) {
         if (ale.game_over()) ale.reset_game(), new_game = true;
     }
     if (fire_reset) ale.act(ale::PLAYER_A_FIRE);
-    grab(0);
-    push_frame(false, new_game);
+    gray_frame(ale.getScreen().getArray());
+    push_frame(new_game);
     lives = ale.lives();
     life_lost = false;
 }
@@ -409,13 +426,25 @@ shmenv_transition AtariEnv::step(const void *action) {
     const ale::Action a = actions[static_cast<size_t>(*static_cast<const int64_t *>(action))];
     float reward = 0;
     bool over = false;
+    // The frame is the max of the last two frames. As EnvPool's: when the game ends one
+    // frame early, its last frame alone; two or more frames early, the previous step's frame
+    // again; with a frame skip of 1, the frame.
+    bool have_next_to_last = false;
     int skip = opt.frame_skip;
     for (; skip > 0 && !over; skip--) {
         reward += static_cast<float>(ale.act(a));
         over = ale.game_over();
-        if (skip <= 2) grab(2 - skip);  // the last two frames, max-pooled below
+        const uint8_t *screen = ale.getScreen().getArray();
+        if (skip == 2) {
+            std::memcpy(before_last.data(), screen, before_last.size());
+            have_next_to_last = true;
+        } else if (skip == 1) {
+            if (have_next_to_last) pool_frames(before_last.data(), screen);
+            else gray_frame(screen);
+        }
     }
-    push_frame(skip == 0, false);
+    if (skip == 1 && have_next_to_last) gray_frame(before_last.data());
+    push_frame(false);
     int now = ale.lives();
     life_lost = !over && opt.episodic_life && 0 < now && now < lives;
     lives = now;

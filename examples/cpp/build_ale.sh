@@ -37,7 +37,7 @@ if [ ! -f "$lib" ]; then
 fi
 
 mkdir -p "$(dirname "$out")"
-"${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -Wall -Wextra -Werror -shared -fPIC \
+"${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -shared -fPIC \
     -I "$root/worker/include" -isystem "$cache/src/src" -isystem "$cache/build/src/ale" \
     -o "$out.tmp" "$root/examples/cpp/ale_atari.cpp" "$lib" -lz -lpthread
 mv "$out.tmp" "$out"

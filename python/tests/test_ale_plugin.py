@@ -64,6 +64,8 @@ def test_frames_are_ale_screens_max_pooled_and_area_resized_as_cv2(ale_plugin, a
         ("pong", {}, 400),
         ("breakout", {"episodic_life": True, "reward_clip": True}, 1000),  # lives lost, games over
         ("space_invaders", {"repeat_action_probability": 0.25}, 300),  # sticky actions
+        ("pong", {"frame_skip": 1, "stack_num": 2}, 200),  # EnvPool's max with the previous frame
+        ("pong", {"frame_skip": 3, "img_height": 105, "img_width": 80}, 200),
     ],
 )
 def test_frames_equal_envpool(ale_plugin, ale_roms, game, options, steps):
