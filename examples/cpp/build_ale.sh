@@ -3,7 +3,8 @@
 # against the C++ Arcade Learning Environment, compiled from the source distribution of the
 # `ale-py` PyPI package (the same version as the one installed for the Python given as
 # $PYTHON, default python3). The C++ library is built once into a cache folder
-# ($ALE_CACHE, default target/ale-VERSION) and linked statically: the plugin is one file.
+# ($ALE_CACHE, default target/ale-VERSION) and linked statically: the plugin is one file,
+# rebuilt only when older than its sources.
 # Needs pip, cmake (on PATH or beside $PYTHON, e.g. `pip install cmake`), a C++17 compiler
 # and zlib's headers (Debian: zlib1g-dev). Exits with 75 when the sdist cannot be
 # downloaded or no cmake is found (what cannot be had here), 1 on any other failure.
@@ -36,6 +37,12 @@ if [ ! -f "$lib" ]; then
     "$cmake" --build "$cache/build" --target ale-lib -j "${JOBS:-2}" >>"$cache/cmake.log"
 fi
 
+# The plugin itself: skipped when OUT is newer than everything it is made of.
+sources=("$root/examples/cpp/ale_atari.cpp" "$root/worker/include/shmenv_env.h"
+    "$root/worker/include/shmenv_env.hpp" "$lib" "$0")
+fresh=1
+for f in "${sources[@]}"; do [ "$out" -nt "$f" ] || fresh=0; done
+[ "$fresh" = 1 ] && exit 0
 mkdir -p "$(dirname "$out")"
 "${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -shared -fPIC \
     -I "$root/worker/include" -isystem "$cache/src/src" -isystem "$cache/build/src/ale" \
