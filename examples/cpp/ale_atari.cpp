@@ -243,12 +243,6 @@ std::vector<AreaWeight> area_weights(int src_size, int dst_size) {
     return tab;
 }
 
-// OpenCV's resizeArea_<uchar, float> computes, for every entry of the row weights, a
-// horizontal row `buf` (buf[dx] = sum over the column weights of S[sx] * alpha, in table
-// order, from 0) and adds beta * buf into the destination row's float sum (from 0), then
-// rounds half to even. This does the same additions in the same order, each source row's
-// horizontal pass once, with every column's weights padded to `taps` (a weight of 0 adds
-// an exact 0), so every byte equals cv2.resize's.
 // One source row's horizontal pass: out[d] = sum over t of row[at[t][d]] * alpha[t][d], from
 // 0, in t's order. Compiled twice; the AVX2 copy (wider vectors, the same float operations:
 // no FMA) is chosen at load time where the processor has AVX2 (~10 us a step faster here).
@@ -264,6 +258,12 @@ __attribute__((target_clones("avx2", "default"))) void horizontal_pass(
     }
 }
 
+// OpenCV's resizeArea_<uchar, float> computes, for every entry of the row weights, a
+// horizontal row `buf` (buf[dx] = sum over the column weights of S[sx] * alpha, in table
+// order, from 0) and adds beta * buf into the destination row's float sum (from 0), then
+// rounds half to even. This does the same additions in the same order, each source row's
+// horizontal pass once, with every column's weights padded to `taps` (a weight of 0 adds
+// an exact 0), so every byte equals cv2.resize's.
 class AreaResize {
     int src_h, src_w, dst_h, dst_w, taps = 1;
     std::vector<int> column_src;      // [taps][dst_w]
