@@ -3,7 +3,7 @@ side by side in one run (the envs and their matching preprocessing: :mod:`shmenv
 
 Systems (``--only``): the single env stepped in-process (its rate times the cores in use is
 the N-core ideal), shmenv sync and async hosting the Python env (the native env for
-classic), shmenv with a native plugin (``--plugin``, MuJoCo), EnvPool sync and async (when
+classic), shmenv with a native plugin (``--plugin``: Atari, MuJoCo), EnvPool sync and async (when
 installed), ALE's ``AtariVectorEnv`` sync and async (Atari, ``ale-py`` 0.12+), Gymnasium's
 ``SyncVectorEnv`` and ``AsyncVectorEnv``. Each size of the workload runs every system once
 per pass, one at a time, in ``--passes`` passes; a system's figure is the median of its
@@ -16,6 +16,8 @@ and ``send`` (or between ``step`` calls), as a trainer that computes would. ``--
 prints one JSON object per system and size.
 
     python -m shmenv.bench --workload atari
+    bash examples/cpp/build_ale.sh target/release/libale_atari.so
+    python -m shmenv.bench --workload atari --plugin target/release/libale_atari.so
     bash examples/c/build_mujoco.sh target/release/libmujoco_locomotion.so
     python -m shmenv.bench --workload mujoco --plugin target/release/libmujoco_locomotion.so
     python -m shmenv.bench --workload atari --num-envs 16 --batch-size 8 --trainer-us 1000 \\
@@ -362,7 +364,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, default=None, help="one size instead of the workload's sizes")
     p.add_argument("--batch-size", type=int, default=None, help="with --num-envs: async batch (sync when absent)")
     p.add_argument("--workers", type=int, default=2, help="shmenv workers, EnvPool and ALE threads")
-    p.add_argument("--plugin", default=None, help="a native plugin library of the workload's env (MuJoCo)")
+    p.add_argument("--plugin", default=None, help="a native plugin library of the workload's env (Atari, MuJoCo)")
     p.add_argument("--trainer-us", type=float, default=0.0, help="CPU time the trainer spends per batch (us)")
     p.add_argument(
         "--no-pin", action="store_true", help="do not pin shmenv's workers to cores (make_vec(pin_workers=False))"

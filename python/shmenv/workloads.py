@@ -15,7 +15,12 @@ that every engine steps the same env with the same preprocessing.
 - ALE's own ``ale_py.vector_env.AtariVectorEnv`` (C++ threads, ``ale-py`` 0.12+): the
   same settings, with ``reward_clipping=False`` (its default clips).
 
-``lives`` reaches the trainer in every engine's infos (shmenv: through info columns).
+- shmenv's native plugin (``examples/cpp/ale_atari.cpp``, ``--plugin``): ``AtariC-v5``, the
+  C++ ALE with EnvPool's preprocessing ported to C++; with the same seed and actions its frames
+  equal EnvPool's.
+
+``lives`` reaches the trainer in every engine's infos (shmenv: through info columns), except
+the native plugin's (the plugin ABI has no infos).
 
 **mujoco**: ``HalfCheetah-v5`` (Gymnasium, ``mujoco`` from PyPI) hosted in shmenv and in
 Gymnasium's vector envs; EnvPool has only ``HalfCheetah-v4`` (on its own MuJoCo build);
@@ -107,6 +112,8 @@ def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, 
             ale_game=game.lower(),
             frames_per_step=ATARI_FRAME_SKIP,
             sizes=((8, None), (16, None), (16, 8)),
+            plugin_id="AtariC-v5",
+            plugin_config=lambda: {"rom_dir": ale_roms(), "game": game.lower()},
         ),
         "mujoco": Workload(
             name="mujoco",
@@ -151,6 +158,16 @@ def ale_vector_env(game: str, num_envs: int, batch_size: int | None, threads: in
         reward_clipping=False,
         use_fire_reset=True,
     )
+
+
+def ale_roms() -> str:
+    """The folder of ale-py's ROMs, the ``rom_dir`` config of the native ALE plugin
+    (``examples/cpp/ale_atari.cpp``)."""
+    import os
+
+    import ale_py.roms
+
+    return os.path.dirname(ale_py.roms.__file__)
 
 
 def gymnasium_model(xml_file: str) -> str:

@@ -78,3 +78,40 @@ def no_leaks():
     assert not [p for p in extra if alive(p)], f"child processes left behind: {extra}"
     assert not extra, f"zombie children left behind: {extra}"
     assert open_fds() <= before_fds, f"fds leaked: {before_fds} -> {open_fds()}"
+
+
+#: What ``examples/cpp/build_ale.sh`` exits with when the ale-py sdist or cmake cannot be had.
+BUILD_TOOLS_MISSING = 75
+
+
+@pytest.fixture(scope="session")
+def ale_plugin() -> str:
+    """The ALE plugin (``examples/cpp/ale_atari.cpp``), built by ``examples/cpp/build_ale.sh``
+    into target/plugins (the C++ ALE from the installed ale-py's sdist, cached under target/;
+    the plugin rebuilt when its sources are newer); skipped with the reason when ale-py or
+    the build tools are missing."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("ale_py", reason="ale-py is not installed (pip install ale-py)")
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler to build the ALE plugin (set CXX)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = os.path.join(root, "target", "plugins", "libale_atari.so")
+    script = os.path.join(root, "examples", "cpp", "build_ale.sh")
+    done = subprocess.run(["bash", script, out], env={**os.environ, "PYTHON": sys.executable},
+                          capture_output=True, text=True)
+    if done.returncode == BUILD_TOOLS_MISSING:
+        pytest.skip(f"the ALE plugin cannot be built here: {done.stderr.strip()}")
+    if done.returncode != 0:
+        pytest.fail(f"build_ale.sh failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def ale_roms() -> str:
+    """The folder of ale-py's ROMs (the ALE plugin's ``rom_dir``)."""
+    pytest.importorskip("ale_py.roms", reason="ale-py is not installed (pip install ale-py)")
+    from shmenv.workloads import ale_roms as roms
+
+    return roms()

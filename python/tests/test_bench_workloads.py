@@ -67,6 +67,18 @@ def test_atari_smoke(capsys):
     assert all(rows[k, 2]["steps_per_sec"] > 0 for k in ("shmenv", "ale", "gym-sync"))
 
 
+def test_atari_smoke_with_the_native_plugin(capsys, ale_plugin):
+    only = "shmenv-native,shmenv-native-async"
+    rows = by_system(run_lines(capsys, "atari", "--num-envs", "4", "--batch-size", "2", "--plugin", ale_plugin,
+                               "--only", only))
+    r = rows["shmenv-native-async", 2]
+    assert r["name"].endswith("native plugin)") and r["steps_per_sec"] > 0
+    assert r["frames_per_sec"] == pytest.approx(4 * r["steps_per_sec"], abs=4)
+    rows = by_system(run_lines(capsys, "atari", "--num-envs", "2", "--workers", "1", "--plugin", ale_plugin,
+                               "--only", "shmenv-native"))
+    assert rows["shmenv-native", 2]["steps_per_sec"] > 0
+
+
 def test_mujoco_smoke_with_the_native_plugin(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MuJoCo appends its warnings to MUJOCO_LOG.TXT in the working directory
     pytest.importorskip("mujoco", reason="mujoco is not installed (pip install 'gymnasium[mujoco]')")

@@ -1,8 +1,10 @@
 // shmenv_env.hpp: a C++ class as a shmenv plugin env (C++11, header only, on top of
 // shmenv_env.h). The class provides:
 //
-//   static const char *spec_json();            // its spaces, as in shmenv_env.h
+//   const char *spec_json();                   // its spaces, as in shmenv_env.h (may be
+//                                              // static; may depend on the config)
 //   explicit Env(const std::string &config);   // a JSON object; throw to refuse it
+//     (or Env(const std::string &id, const std::string &config) for a class of several ids)
 //   void reset(bool has_seed, uint64_t seed);
 //   shmenv_transition step(const void *action);
 //   void observe(void *const *rows);
@@ -18,6 +20,7 @@
 #include <cstddef>
 #include <exception>
 #include <string>
+#include <type_traits>
 
 namespace shmenv {
 
@@ -25,6 +28,7 @@ template <class Env>
 class Adapter {
     struct Holder {
         explicit Holder(const std::string &config) : env(config) {}
+        Holder(const std::string &id, const std::string &config) : env(id, config) {}
         Env env;
         std::string error;  // the last error text, valid until the next call on this handle
     };
@@ -45,12 +49,18 @@ class Adapter {
         return error.c_str();
     }
 
+    static Holder *make(const char *id, const char *config, std::true_type) { return new Holder(id, config); }
+    static Holder *make(const char *, const char *config, std::false_type) { return new Holder(config); }
+
   public:
-    static const char *create(const char *, const char *config, shmenv_env **out) {
+    static const char *create(const char *id, const char *config, shmenv_env **out) {
         static thread_local std::string error;
-        return guard(error, [&] { *out = reinterpret_cast<shmenv_env *>(new Holder(config)); });
+        return guard(error, [&] {
+            *out = reinterpret_cast<shmenv_env *>(
+                make(id, config, std::is_constructible<Env, const std::string &, const std::string &>()));
+        });
     }
-    static const char *spec_json(shmenv_env *) { return Env::spec_json(); }
+    static const char *spec_json(shmenv_env *h) { return holder(h)->env.spec_json(); }
     static const char *reset(shmenv_env *h, int has_seed, uint64_t seed) {
         return guard(holder(h)->error, [&] { holder(h)->env.reset(has_seed != 0, seed); });
     }
