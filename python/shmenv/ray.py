@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -20,19 +19,16 @@ from shmenv import _shmenv
 from shmenv.assembly import as_action_array
 from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optional_int
 from shmenv.errors import (
-    ActorDiedError,
     BuildError,
     ClosedError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     UsageError,
-    WorkerDiedError,
-    WorkerError,
-    WorkerTimeoutError,
 )
 from shmenv.ray_async import AsyncBatches
-from shmenv.ray_channel import Channel, ChannelLost, Reply, wait
-from shmenv.ray_host import ActorRestarted, PoolHost, concat_batches, split_evenly
+from shmenv.ray_channel import Channel
+from shmenv.ray_faults import REVIVED, ActorFaults
+from shmenv.ray_host import PoolHost, concat_batches, split_evenly
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.vector import make_vec as _local_make_vec
 
@@ -41,11 +37,7 @@ __all__ = ["make_vec", "RayVectorEnv"]
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 """``placement`` names and the Ray placement group strategies they stand for."""
 
-RESTART_SEED_STRIDE = 2**32
-"""The ``k``-th restart of an actor reseeds its env ``i`` with ``seed + i + k * 2**32``."""
-
 _POOL_KEYWORDS = [p for p in inspect.signature(_local_make_vec).parameters if p not in ("env", "num_envs")]
-_FATAL = (WorkerDiedError, WorkerError, WorkerTimeoutError, BuildError)
 
 
 def _import_ray():
@@ -56,7 +48,7 @@ def _import_ray():
     return ray
 
 
-class RayVectorEnv(AsyncBatches, VectorEnv):
+class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     """A Gymnasium ``VectorEnv`` whose envs live in ``num_actors`` Ray actors, each owning
     one shmenv pool on its node. Made by :func:`make_vec`, whose docstring describes every
     argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
@@ -132,6 +124,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         self.closed = False
         self._take_spaces(self._described)
         self._restarts = [0] * num_actors
+        self._revived_by_call = [False] * num_actors  # its envs' restart is still to be reported (sync)
         self._has_reset = False
         self._last: list[tuple | None] = [None] * num_actors
         self._clear_async_state()
@@ -253,6 +246,8 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
                 refs[k] = self._channels[k].request("reset", {"seed": part_seed, "options": part_options})
             elif not self._has_reset:  # a pool's first reset resets every env
                 refs[k] = self._channels[k].request("reset", {"seed": part_seed})
+        for k in refs:
+            self._revived_by_call[k] = False  # its envs start over here anyway
         done = dict(zip(refs, self._gather(list(refs.values()), list(refs), self._revive_sync)))
         parts = [(done[k][0], done[k][-1]) if k in done else self._unchanged(k) for k in range(len(self._actors))]
         self._last = [(obs, {"env_id": i["env_id"], "elapsed_step": i["elapsed_step"]}) for obs, i in parts]
@@ -288,6 +283,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             raise UsageError("send() is for async pools (batch_size < num_envs); this pool is sync: use step()")
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
         batch = self._actions(actions, len(ids))
+        self._await_restart_rows(ids)
         busy = self._at_actor[ids] | self._buffered[ids]
         if busy.any() or len(np.unique(ids)) != len(ids):
             env = int(ids[np.flatnonzero(busy)[0]]) if busy.any() else int(ids[0])
@@ -315,15 +311,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         while self._buffered_rows() < self.batch_size:
             if not self._pending:
                 self._cannot_fill()
-            wanted = -(-(self.batch_size - self._buffered_rows()) // self._actor_batch)
-            for ref in wait(list(self._pending), num_returns=wanted):
-                k = self._pending.pop(ref, None)
-                if k is None:
-                    continue  # a reply of an actor that died and was revived meanwhile
-                self._pending_count[k] -= 1
-                batch = self._gather([ref], [k], self._revive_async)[0]
-                if batch is not None:
-                    self._arrive(k, batch)
+            self._file_ready(-(-(self.batch_size - self._buffered_rows()) // self._actor_batch))
         return self._take(self.batch_size)
 
     # --- calls into the envs --------------------------------------------------------------
@@ -340,8 +328,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
-        refs = [h.invoke.remote("set_attr", name, list(values[lo:hi])) for h, (lo, hi) in zip(self._actors, self._shards)]
-        self._gather(refs, range(len(refs)))
+        self._invoke_all("set_attr", lambda lo, hi: (name, list(values[lo:hi])))
 
     def render(self) -> tuple:
         return self._everywhere("render")
@@ -352,7 +339,7 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
 
     def stats(self) -> list[dict]:
         """Each actor's pool :meth:`shmenv.ShmVectorEnv.stats`, with its node."""
-        stats = self._gather([h.invoke.remote("stats") for h in self._actors], range(len(self._actors)))
+        stats = self._invoke_all("stats", lambda lo, hi: ())
         return [dict(s, actor=k, node_id=self._described[k]["node_id"]) for k, s in enumerate(stats)]
 
     @property
@@ -378,105 +365,6 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
     def __repr__(self) -> str:
         mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
         return f"RayVectorEnv({getattr(self, 'env_id', '?')!r}, num_envs={self.num_envs}, actors={len(self._actors)}, {mode})"
-
-    # --- internals: results and faults ---------------------------------------------------
-
-    def _gather(self, refs: list, actors, on_death=None) -> list:
-        """The results of one request per actor in ``actors`` (Ray ``ObjectRef`` s or step
-        path :class:`~shmenv.ray_channel.Reply` s). A shmenv error is raised as it is
-        (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
-        death)``, whose return value stands for its result; without one (calls into the
-        envs) it raises :class:`ActorDiedError`."""
-        out = []
-        for ref, k in zip(refs, actors):
-            try:
-                out.append(self._get(ref))
-                continue
-            except (ActorRestarted, self._ray.exceptions.RayActorError) as e:
-                death: Exception = e
-            except ChannelLost as e:
-                death = self._death(k, e)
-            except _FATAL:
-                self.close()
-                raise
-            if on_death is None:
-                self._die(k, _reason(death), "")
-            out.append(on_death(k, death))
-        return out
-
-    def _get(self, ref: Any) -> Any:
-        """The value of a Ray call or a step-path reply; an exception the actor raised is
-        raised here as itself."""
-        if isinstance(ref, Reply):
-            return ref.get()
-        try:
-            return self._ray.get(ref)
-        except self._ray.exceptions.RayTaskError as e:
-            cause = e.cause
-        raise cause
-
-    def _death(self, k: int, lost: ChannelLost) -> Exception:
-        """Why actor ``k``'s step connection ended: Ray's account of the actor's death, or
-        the lost connection when Ray has already recreated the actor."""
-        try:
-            described = self._ray.get(self._actors[k].describe.remote(), timeout=self._restart_timeout)
-        except (self._ray.exceptions.RayActorError, self._ray.exceptions.RayTaskError) as e:
-            return e
-        except self._ray.exceptions.GetTimeoutError:
-            return lost
-        if described["pid"] != self._described[k]["pid"]:
-            return ChannelLost(f"the actor process {self._described[k]['pid']} ended ({lost}); Ray recreated it")
-        self._die(k, f"its step connection ended ({lost}) while the actor process lives",
-                  "check the network between the driver and the node")
-
-    def _revive(self, k: int, death: Exception) -> None:
-        """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
-        if self._restarts[k] >= self._max_restarts:
-            spent = "its restart budget is spent" if self._max_restarts else "pass max_restarts=n"
-            self._die(k, _reason(death), f"{spent} to have Ray recreate it (its envs then come back truncated, "
-                      "listed in infos['restarted_envs'])")
-        self._restarts[k] += 1
-        deadline = time.monotonic() + self._restart_timeout
-        while True:
-            try:
-                self._described[k] = self._ray.get(self._actors[k].describe.remote(), timeout=1.0)
-                self._channels[k].close()
-                self._channels[k] = self._connect(k)
-                return
-            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
-                if time.monotonic() > deadline:
-                    self._die(k, f"Ray did not recreate it within restart_timeout={self._restart_timeout} s", "")
-                time.sleep(0.05)
-
-    def _die(self, k: int, reason: str, advice: str) -> None:
-        """Closes the env and raises :class:`ActorDiedError` for actor ``k``."""
-        lo, hi = self._shards[k]
-        d = self._described[k] if k < len(getattr(self, "_described", [])) else {"node_id": "?", "pid": None}
-        actor_id = self._actors[k]._actor_id.hex() if k < len(self._actors) else "?"
-        self.close()
-        raise ActorDiedError(
-            f"Ray actor {k} (node {d['node_id']}, pid {d['pid']}) hosting envs {lo}..{hi - 1} died: {reason}"
-            + (f"; {advice}" if advice else "") + ". The env is closed: build a new one",
-            actor=k, actor_id=actor_id, node_id=d["node_id"], pid=d["pid"], env_ids=list(range(lo, hi)), exit=reason,
-        )
-
-    def _revive_sync(self, k: int, death: Exception) -> tuple:
-        self._revive(k, death)
-        return self._restarted_part(k)
-
-    def _restart_seed(self, k: int) -> int:
-        return (self.seed + self._shards[k][0] + self._restarts[k] * RESTART_SEED_STRIDE) % SEED_RANGE
-
-    def _restarted_part(self, k: int) -> tuple:
-        """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
-        lo, hi = self._shards[k]
-        reset = self._gather([self._channels[k].request("reset", {"seed": self._restart_seed(k)})], [k], self._revive_sync)[0]
-        if len(reset) == 5:  # it died again while resetting, and was revived again
-            return reset
-        obs, infos = reset
-        n = hi - lo
-        infos["restarted_envs"] = list(range(lo, hi))
-        return obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.ones(n, np.bool_), infos
 
     def _unchanged(self, k: int) -> tuple:
         if self._last[k] is None:
@@ -543,15 +431,20 @@ class RayVectorEnv(AsyncBatches, VectorEnv):
         return m
 
     def _everywhere(self, method: str, *args: Any, **kwargs: Any) -> tuple:
+        parts = self._invoke_all(method, lambda lo, hi: args, **kwargs)
+        return tuple(x for part in parts for x in part)
+
+    def _invoke_all(self, method: str, args_of, **kwargs: Any) -> list:
+        """``PoolHost.invoke(method, *args_of(lo, hi), **kwargs)`` on every actor (``lo, hi``:
+        its envs), results in actor order; an actor found dead is recreated within its
+        budget and asked again."""
         self._check_open()
-        refs = [h.invoke.remote(method, *args, **kwargs) for h in self._actors]
-        return tuple(x for part in self._gather(refs, range(len(refs))) for x in part)
-
-
-def _reason(death: Exception) -> str:
-    """The first line of Ray's account of an actor's death."""
-    text = str(death).strip()
-    return text.splitlines()[0] if text else type(death).__name__
+        ask = lambda k: self._actors[k].invoke.remote(method, *args_of(*self._shards[k]), **kwargs)  # noqa: E731
+        parts = self._gather([ask(k) for k in range(len(self._actors))], range(len(self._actors)), self._revive_for_call)
+        for k, part in enumerate(parts):
+            if part is REVIVED:
+                parts[k] = self._gather([ask(k)], [k])[0]
+        return parts
 
 
 def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",

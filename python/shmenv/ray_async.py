@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shmenv.errors import UsageError
+from shmenv.ray_channel import wait
 from shmenv.ray_host import concat_batches, take_rows
 
 
@@ -55,6 +56,24 @@ class AsyncBatches:
             while self._at_count[k] - self._pending_count[k] * b >= b:
                 self._pending[channel.request("recv")] = k
                 self._pending_count[k] += 1
+
+    def _file_ready(self, wanted: int) -> None:
+        """Waits for at least ``wanted`` of the awaited actor batches and files every one
+        that is ready."""
+        for ref in wait(list(self._pending), num_returns=wanted):
+            k = self._pending.pop(ref, None)
+            if k is None:
+                continue  # a reply of an actor that died and was revived meanwhile
+            self._pending_count[k] -= 1
+            batch = self._gather([ref], [k], self._revive_async)[0]
+            if batch is not None:
+                self._arrive(k, batch)
+
+    def _await_restart_rows(self, ids: np.ndarray) -> None:
+        """Envs of ``ids`` the trainer held when their actor was recreated: their reset rows
+        (which stand for the result of the action being sent) are filed before the send."""
+        while (self._stash_next[ids] & ~self._buffered[ids]).any() and self._pending:
+            self._file_ready(1)
 
     def _arrive(self, k: int, batch: tuple) -> None:
         """Files an actor batch: rows of envs the trainer holds (after a restart) go to the

@@ -333,3 +333,36 @@ def test_a_driver_that_dies_takes_its_actors_and_workers_along(cluster):
 def test_importing_shmenv_ray_does_not_import_ray():
     code = "import sys, shmenv, shmenv.ray, shmenv.vector; assert 'ray' not in sys.modules, 'ray was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_a_call_that_finds_an_actor_dead_recreates_it_under_a_budget(cluster, batch_size):
+    n = 6
+    envs = shmenv_ray.make_vec("CartPole-v1", n, num_actors=2, num_workers=2, seed=1, max_restarts=1,
+                               batch_size=batch_size)
+    try:
+        obs, infos = envs.reset()
+        old = envs.actors[1]
+        ray.kill(envs._actors[1], no_restart=False)
+        deadline = time.monotonic() + 30
+        while alive(old["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert envs.get_attr("spec") == tuple([envs.spec] * n), "the call is answered by every env"
+        assert envs.restarts == [0, 1] and envs.actors[1]["pid"] != old["pid"]
+        restarted: list[int] = []
+        ids = infos["env_id"]
+        for _ in range(6):  # sync: the next step reports them; async: the batches that hold their rows
+            if envs.is_async:
+                envs.send(np.zeros(len(ids), dtype=np.int64), ids)
+                *_, trunc, infos = envs.recv()
+            else:
+                *_, trunc, infos = envs.step(np.zeros(n, dtype=np.int64))
+            ids = infos["env_id"]
+            for e in infos.get("restarted_envs", []):
+                assert trunc[ids.tolist().index(e)]
+                restarted.append(e)
+        assert sorted(restarted) == [3, 4, 5], "each env of the recreated actor is reported restarted once"
+        assert envs.restarts == [0, 1], "one death counts once"
+    finally:
+        envs.close()
