@@ -29,10 +29,11 @@ from shmenv.ray_async import AsyncBatches
 from shmenv.ray_channel import Channel
 from shmenv.ray_faults import REVIVED, ActorFaults
 from shmenv.ray_host import PoolHost, concat_batches, split_evenly
+from shmenv.resolve import EnvFns, env_fns_target
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.vector import make_vec as _local_make_vec
 
-__all__ = ["make_vec", "RayVectorEnv"]
+__all__ = ["make_vec", "from_fns", "RayVectorEnv"]
 
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 """``placement`` names and the Ray placement group strategies they stand for."""
@@ -107,7 +108,8 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
                     settings["scheduling_strategy"] = strategies[k]
                 settings.update(actor_options or {})
                 pool_options = dict(options, seed=(self.seed + lo) % SEED_RANGE, num_workers=workers[k])
-                self._actors.append(host.options(**settings).remote(env, hi - lo, lo, pool_options))
+                shard = EnvFns(env.fns[lo:hi]) if isinstance(env, EnvFns) else env  # from_fns: its envs' factories
+                self._actors.append(host.options(**settings).remote(shard, hi - lo, lo, pool_options))
             refs = [h.describe.remote() for h in self._actors]
             _, waiting = ray.wait(refs, num_returns=len(refs), timeout=placement_timeout)
             if waiting:
@@ -486,3 +488,11 @@ def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spre
         env, num_envs, num_actors=num_actors, placement=placement, num_cpus_per_actor=num_cpus_per_actor,
         actor_options=actor_options, placement_timeout=placement_timeout, restart_timeout=restart_timeout, **options,
     )
+
+
+def from_fns(env_fns: Any, *, num_actors: int, **kwargs: Any) -> RayVectorEnv:
+    """:func:`shmenv.from_fns` over Ray actors: one zero-argument callable per env (env
+    ``i`` built by ``env_fns[i]`` in the actor hosting it, the callables shipped by Ray);
+    ``num_actors`` and every other keyword as :func:`make_vec`."""
+    env, num_envs = env_fns_target(env_fns, kwargs)
+    return RayVectorEnv(env, num_envs, num_actors=num_actors, **kwargs)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from shmenv import _shmenv
-from shmenv.errors import InvalidArgumentError, UnknownEnvError
+from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UnknownEnvError
 
 
 @dataclass
@@ -102,6 +102,27 @@ class EnvFns:
 
     def __init__(self, fns: list):
         self.fns = list(fns)
+
+
+def env_fns_target(env_fns: Sequence[Any], kwargs: dict) -> tuple[Any, int]:
+    """What :func:`make_vec` builds for :func:`from_fns`'s arguments (checked): the one
+    factory when all are the same object, else ``EnvFns``; and the number of envs."""
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+        raise InvalidArgumentTypeError(
+            f"from_fns takes a list of callables (one per env), got {type(env_fns).__name__}"
+        )
+    fns = list(env_fns)
+    if not fns:
+        raise InvalidArgumentError("from_fns needs at least one env factory")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise InvalidArgumentTypeError(
+                f"env_fns[{i}] is a {type(fn).__name__}, not a callable: pass what builds the env, e.g. "
+                "lambda: gym.make('CartPole-v1')"
+            )
+    if "num_envs" in kwargs:
+        raise InvalidArgumentTypeError("from_fns takes no num_envs: it runs one env per callable")
+    return (fns[0] if all(fn is fns[0] for fn in fns) else EnvFns(fns)), len(fns)
 
 
 # The params area of the region holds 64 KiB of JSON; leave room for the other params.

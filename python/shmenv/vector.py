@@ -27,7 +27,6 @@ from shmenv.arguments import (
 from shmenv.errors import (
     ClosedError,
     InvalidArgumentError,
-    InvalidArgumentTypeError,
     UsageError,
     WorkerError,
 )
@@ -519,23 +518,7 @@ def from_fns(env_fns: Sequence[Any], **kwargs: Any) -> ShmVectorEnv:
     The callables are pickled with cloudpickle and env ``i``'s worker calls ``env_fns[i]``
     (one factory sent once when they are all the same object). All envs must have the same
     spaces."""
-    from shmenv.resolve import EnvFns
+    from shmenv.resolve import env_fns_target
 
-    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
-        raise InvalidArgumentTypeError(
-            f"from_fns takes a list of callables (one per env), got {type(env_fns).__name__}"
-        )
-    fns = list(env_fns)
-    if not fns:
-        raise InvalidArgumentError("from_fns needs at least one env factory")
-    for i, fn in enumerate(fns):
-        if not callable(fn):
-            raise InvalidArgumentTypeError(
-                f"env_fns[{i}] is a {type(fn).__name__}, not a callable: pass what builds the env, e.g. "
-                "lambda: gym.make('CartPole-v1')"
-            )
-    if "num_envs" in kwargs:
-        raise InvalidArgumentTypeError("from_fns takes no num_envs: it runs one env per callable")
-    if all(fn is fns[0] for fn in fns):
-        return make_vec(fns[0], len(fns), **kwargs)
-    return make_vec(EnvFns(fns), len(fns), **kwargs)
+    env, num_envs = env_fns_target(env_fns, kwargs)
+    return make_vec(env, num_envs, **kwargs)

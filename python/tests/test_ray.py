@@ -330,6 +330,28 @@ def test_a_driver_that_dies_takes_its_actors_and_workers_along(cluster):
     assert wait_gone(pids, timeout=60) == [], "a dead driver's actors and workers must end"
 
 
+@pytest.mark.timeout(120)
+def test_from_fns_builds_env_i_with_fns_i_in_the_actor_hosting_it(cluster):
+    import functools
+
+    import gymnasium as gym
+
+    # 5 envs over 2 actors (3 + 2): each actor builds its own envs' factories.
+    fns = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=3 + i) for i in range(5)]
+    with shmenv_ray.from_fns(fns, num_actors=2, num_workers=2, seed=0) as envs, shmenv.from_fns(fns, num_workers=2, seed=0) as local:
+        assert_batches_equal(envs.reset(), local.reset(), "reset")
+        first = [0] * 5
+        for t in range(1, 10):
+            actions = np.full(5, t % 2, dtype=np.int64)
+            got = envs.step(actions)
+            assert_batches_equal(got, local.step(actions), f"step {t}")
+            for i in np.flatnonzero(got[3]):
+                first[i] = first[i] or t
+        assert first == [3, 4, 5, 6, 7]
+    with pytest.raises(shmenv.InvalidArgumentTypeError, match="not a callable"):
+        shmenv_ray.from_fns([fns[0], "CartPole-v1"], num_actors=1)
+
+
 def test_importing_shmenv_ray_does_not_import_ray():
     code = "import sys, shmenv, shmenv.ray, shmenv.vector; assert 'ray' not in sys.modules, 'ray was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
