@@ -181,29 +181,54 @@ class Channel:
         self.received = 0  # replies read
         self.answers: dict[int, tuple] = {}
         self.lost: ChannelLost | None = None
+        # The answer being read, kept across calls: an exception raised while waiting
+        # (Ctrl-C) leaves the connection in step, and the next read goes on from here.
+        self._header = memoryview(bytearray(HEADER.size))
+        self._body: memoryview | None = None
+        self._got = 0
 
     def request(self, method: str, payload: Any = None) -> Reply | None:
         """Sends ``method(payload)`` to the actor; its :class:`Reply` (None for ``send``).
-        A lost connection shows in the reply (or, for ``send``, in the next one)."""
+        A lost connection shows in the reply (or, for ``send``, in the next one). A send
+        cut short by an exception (Ctrl-C) leaves the actor with part of a message: the
+        channel is then lost, and the exception raised."""
+        reply = None if method in NO_REPLY else Reply(self, self.issued)
+        self.issued += reply is not None
         if self.lost is None:
             try:
                 _send(self.sock, (method, payload))
-            except OSError as e:
-                self.lost = ChannelLost(f"sending {method}: {e}")
-        if method in NO_REPLY:
-            return None
-        self.issued += 1
-        return Reply(self, self.issued - 1)
+            except BaseException as e:
+                self.lost = ChannelLost(f"sending {method} failed ({e!r}): the connection is out of step")
+                if not isinstance(e, OSError):
+                    raise
+        return reply
 
     def read_one(self) -> None:
         """Reads the next answer (blocking); a failure marks the channel lost."""
         if self.lost is not None:
             return
         try:
-            self.answers[self.received] = _receive(self.sock)
+            self.answers[self.received] = self._read_message()
             self.received += 1
         except (ChannelLost, OSError, pickle.UnpicklingError, EOFError) as e:
             self.lost = e if isinstance(e, ChannelLost) else ChannelLost(str(e))
+
+    def _read_message(self) -> Any:
+        while self._body is None:
+            self._got += self._receive_into(self._header[self._got :])
+            if self._got == HEADER.size:
+                (size,) = HEADER.unpack(self._header)
+                self._body, self._got = memoryview(bytearray(size)), 0
+        while self._got < len(self._body):
+            self._got += self._receive_into(self._body[self._got :])
+        body, self._body, self._got = self._body, None, 0
+        return pickle.loads(body)
+
+    def _receive_into(self, view: memoryview) -> int:
+        n = self.sock.recv_into(view)
+        if n == 0:
+            raise ChannelLost("the connection closed")
+        return n
 
     def result(self, reply: Reply) -> Any:
         while reply.index not in self.answers and self.lost is None:

@@ -122,6 +122,34 @@ def test_a_silent_stranger_cannot_keep_the_driver_out(server, monkeypatch):
     channel.close()
 
 
+def test_an_interrupted_wait_leaves_the_connection_in_step(server):
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted
+
+    s, _ = server
+    channel = Channel(s.address)
+    big = np.arange(3 * SMALL_MESSAGE, dtype=np.uint8)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        slow = channel.request("sleep", 0.4)
+        after = channel.request("echo", big)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # Ctrl-C, as it were, while the driver waits
+        with pytest.raises(Interrupted):
+            slow.get()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert slow.get() == 0.4, "the answer waited for is still read whole"
+    np.testing.assert_array_equal(after.get(), big)
+    assert channel.request("echo", "next").get() == "next"
+    channel.close()
+
+
 def test_a_server_that_ends_is_seen_as_lost(server):
     s, _ = server
     channel = Channel(s.address)
