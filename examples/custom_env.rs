@@ -44,8 +44,8 @@ impl Env for GridWalk {
         let cell = Space::boxed(DType::I32, &[2], 0.0, (self.size - 1) as f64);
         EnvSpec {
             observations: vec![
-                ObsArray { name: "position".into(), space: cell.clone() },
-                ObsArray { name: "goal".into(), space: cell },
+                ObsArray { name: "position".into(), space: cell.clone(), info: false },
+                ObsArray { name: "goal".into(), space: cell, info: false },
             ],
             action: Space::discrete(4),
             max_episode_steps: None,

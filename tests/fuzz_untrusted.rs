@@ -158,7 +158,7 @@ proptest! {
         let num_envs = num_workers + extra_envs;
         let spec = EnvSpec {
             observations: obs.into_iter().enumerate()
-                .map(|(k, space)| shmenv::ObsArray { name: format!("o{k}"), space }).collect(),
+                .map(|(k, space)| shmenv::ObsArray { name: format!("o{k}"), space, info: false }).collect(),
             action,
             max_episode_steps: None,
             single_key_dict: false,

@@ -360,6 +360,10 @@ pub struct ObsArray {
     pub name: String,
     /// Its space.
     pub space: Space,
+    /// A per-step value the env reports beside its observation (Atari's lives): to the
+    /// engine an ordinary array; Python trainers get it in `infos[name]`, not in the
+    /// observation.
+    pub info: bool,
 }
 
 /// What an environment looks like from outside: observation arrays and action space.
@@ -380,7 +384,7 @@ impl EnvSpec {
     /// A spec with one observation array named `"obs"`.
     pub fn single(observation: Space, action: Space) -> EnvSpec {
         EnvSpec {
-            observations: vec![ObsArray { name: "obs".into(), space: observation }],
+            observations: vec![ObsArray { name: "obs".into(), space: observation, info: false }],
             action,
             max_episode_steps: None,
             single_key_dict: false,
@@ -410,7 +414,10 @@ impl EnvSpec {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "observations": self.observations.iter()
-                .map(|o| serde_json::json!({"name": o.name, "space": o.space.to_json()}))
+                .map(|o| match o.info {
+                    true => serde_json::json!({"name": o.name, "space": o.space.to_json(), "info": true}),
+                    false => serde_json::json!({"name": o.name, "space": o.space.to_json()}),
+                })
                 .collect::<Vec<_>>(),
             "action": self.action.to_json(),
             "max_episode_steps": self.max_episode_steps,
@@ -427,6 +434,10 @@ impl EnvSpec {
                 Ok(ObsArray {
                     name: o["name"].as_str().ok_or("observation name must be a string")?.to_string(),
                     space: Space::from_json(&o["space"])?,
+                    info: match &o["info"] {
+                        serde_json::Value::Null => false,
+                        x => x.as_bool().ok_or("observation info must be a bool")?,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -507,6 +518,10 @@ mod tests {
         let back = EnvSpec::from_json(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
         assert_eq!(back.to_json().to_string(), spec.to_json().to_string());
+        let mut with_info = spec.clone();
+        with_info.observations.push(ObsArray { name: "lives".into(), space: Space::discrete(9), info: true });
+        assert_eq!(EnvSpec::from_json(&with_info.to_json()).unwrap(), with_info);
+        assert!(!spec.to_json().to_string().contains("info"), "an info flag is written only when set");
     }
 
     #[test]

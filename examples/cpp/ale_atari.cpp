@@ -364,7 +364,8 @@ AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
     before_last.assign(pooled.size(), 0);
     spec = R"({"observations":[{"name":"obs","space":{"type":"Box","dtype":"u8","shape":[)" +
            std::to_string(opt.stack_num) + "," + std::to_string(opt.img_height) + "," + std::to_string(opt.img_width) +
-           R"(],"low":0,"high":255}}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
+           R"(],"low":0,"high":255}},{"name":"lives","space":{"type":"Box","dtype":"i32","shape":[],"low":0,)"
+           R"("high":255},"info":true}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
            R"(,"start":0}})";
 }
 
@@ -460,6 +461,7 @@ void AtariEnv::observe(void *const *rows) const {
         std::memcpy(out, stack.data() + slot * frame_bytes(), frame_bytes());
         out += frame_bytes();
     }
+    *static_cast<int32_t *>(rows[1]) = lives;  // reported as infos["lives"], as EnvPool does
 }
 
 }  // namespace

@@ -20,6 +20,13 @@ class Assembly:
     Python envs, over the call channel), which say whether they nest; None for native envs."""
 
     def __init__(self, spec: dict, env_spaces: tuple[spaces.Space, spaces.Space] | None):
+        # Arrays the spec marks "info" (a native env's lives) go to infos, not observations.
+        flags = [bool(o.get("info", False)) for o in spec["observations"]]
+        self._obs_index = [i for i, info in enumerate(flags) if not info]
+        self._info_index = [i for i, info in enumerate(flags) if info]
+        self.info_names = [spec["observations"][i]["name"] for i in self._info_index]
+        if self.info_names:
+            spec = dict(spec, observations=[spec["observations"][i] for i in self._obs_index])
         self.single_observation_space, self.obs_names = observation_space(spec)
         self.single_action_space = space_from_json(spec["action"])
         self.nested_obs = False
@@ -46,9 +53,15 @@ class Assembly:
 
     def observations(self, arrays: tuple) -> Any:
         """A batch's observation arrays (one per engine array) as the space nests them."""
+        if self.info_names:
+            arrays = tuple(arrays[i] for i in self._obs_index)
         if self.nested_obs:
             return layout.unflatten(self.single_observation_space, iter(arrays))
         return dict(zip(self.obs_names, arrays)) if self.dict_obs else arrays[0]
+
+    def info_arrays(self, arrays: tuple) -> dict[str, np.ndarray]:
+        """The engine arrays the spec marks ``info``, by name (none for most envs)."""
+        return {name: arrays[i] for name, i in zip(self.info_names, self._info_index)}
 
     def final_observation(self, arrays: tuple, row: int) -> Any:
         """Row ``row`` of a batch's final-observation arrays, copied, as the space nests it."""

@@ -402,11 +402,22 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
                     final[i] = self._assembly.final_observation(res.final_obs, i)
                 infos["final_obs"] = final
                 infos["_final_obs"] = done
-                infos["final_info"] = {}
+                infos["final_info"] = self._info_columns(res.final_obs, done)
                 infos["_final_info"] = done
+        infos.update(self._info_columns(res.obs, None))
         if self._infos is not None:
             self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
+
+    def _info_columns(self, arrays: tuple, rows: np.ndarray | None) -> dict[str, Any]:
+        """The arrays a native env reports as infos (spec ``info``: Atari's lives), with
+        their ``_name`` masks: every row, or ``rows`` (a final step's values)."""
+        out: dict[str, Any] = {}
+        for name, values in self._assembly.info_arrays(arrays).items():
+            mask = np.ones(len(values), np.bool_) if rows is None else rows
+            kept = values if rows is None else np.where(rows.reshape(-1, *[1] * (values.ndim - 1)), values, 0)
+            out[name], out["_" + name] = kept, mask
+        return out
 
     def _start_infos(self) -> InfoArea | None:
         """Python envs: the shared area through which workers pass infos (``infos.py``)."""

@@ -77,19 +77,49 @@ def test_frames_equal_envpool(ale_plugin, ale_roms, game, options, steps):
                        num_envs=n, batch_size=n, seed=seed, **options)
     config = {"rom_dir": ale_roms, "game": game, **options}
     with shmenv.make_vec("AtariC-v5", n, num_workers=2, seed=seed, plugin=ale_plugin, config=config) as envs:
-        obs, _ = envs.reset()
-        want, _ = ref.reset()
+        obs, info = envs.reset()
+        want, w_info = ref.reset()
         np.testing.assert_array_equal(obs, want)
+        np.testing.assert_array_equal(info["lives"], w_info["lives"])
         ends = 0
         for t, a in enumerate(random_actions(steps, n, 1, envs.single_action_space.n)):
-            obs, rew, term, trunc, _ = envs.step(a)
-            w_obs, w_rew, w_term, w_trunc, _ = ref.step(a)
+            obs, rew, term, trunc, info = envs.step(a)
+            w_obs, w_rew, w_term, w_trunc, w_info = ref.step(a)
             np.testing.assert_array_equal(obs, w_obs, err_msg=f"step {t}")
             np.testing.assert_array_equal(rew, w_rew, err_msg=f"step {t}")
             np.testing.assert_array_equal(term, w_term, err_msg=f"step {t}")
+            np.testing.assert_array_equal(info["lives"], w_info["lives"], err_msg=f"step {t}: lives")
             ends += int(term.sum())
         if options.get("episodic_life"):
             assert ends > n, "the comparison crossed episode ends and the resets after them"
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_lives_come_in_infos_as_envpool_gives_them(ale_plugin, ale_roms, mode, no_leaks):
+    n = 3
+    config = {"rom_dir": ale_roms, "game": "breakout"}
+    with shmenv.make_vec("AtariC-v5", n, num_workers=2, seed=2, plugin=ale_plugin, config=config,
+                         autoreset_mode=mode) as envs:
+        assert envs.single_observation_space.shape == (4, 84, 84), "lives is not part of the observation"
+        obs, info = envs.reset()
+        assert info["lives"].dtype == np.int32 and info["lives"].tolist() == [5] * n and info["_lives"].all()
+        last, games = info["lives"].copy(), 0
+        rng = np.random.default_rng(3)
+        for _ in range(3000):
+            obs, rew, term, trunc, info = envs.step(rng.integers(0, 4, n))
+            lives = info["lives"]
+            for i in np.flatnonzero(~term):
+                assert lives[i] in (last[i], last[i] - 1) or last[i] == 0, "lives only go down within a game"
+            if term.any():
+                games += int(term.sum())
+                if mode == "same_step":  # the game's last step: no lives left; the row is the new game's
+                    assert (info["final_info"]["lives"][term] == 0).all() and (lives[term] == 5).all()
+                else:
+                    assert (lives[term] == 0).all(), "a game ends with no lives left"
+            last = lives.copy()
+            if games >= 2:
+                break
+        assert games >= 2, "random play loses two games of Breakout in 3,000 steps"
 
 
 def test_pool_plays_pong_to_the_end_and_resets(ale_plugin, ale_roms, no_leaks):

@@ -108,7 +108,9 @@ typedef struct shmenv_plugin {
      *     "low":[-1],"high":[1]}}],"action":{"type":"Discrete","n":2,"start":0}}
      * Space types: Box (dtype f32 f64 u8 i8 i16 i32 i64, shape, low/high as one value or
      * one per element, "inf"/"-inf" allowed), Discrete (n, start), MultiDiscrete (nvec),
-     * MultiBinary (n). Add "single_key_dict":true for a Dict of one array. The time limit
+     * MultiBinary (n). Add "single_key_dict":true for a Dict of one array, and "info":true
+     * to an array the env reports beside its observation (Python trainers get it in
+     * infos[name], e.g. Atari's lives). The time limit
      * comes from `shmenv_env_info`, not from here. Must depend only on the id and config.
      * The string belongs to the env (valid until `destroy`). */
     const char *(*spec_json)(shmenv_env *env);

@@ -358,8 +358,9 @@ mod tests {
                 crate::spec::ObsArray {
                     name: "a".into(),
                     space: Space::boxed(DType::U8, &[3, 5], 0.0, 255.0),
+                    info: false,
                 },
-                crate::spec::ObsArray { name: "b".into(), space: Space::discrete(4) },
+                crate::spec::ObsArray { name: "b".into(), space: Space::discrete(4), info: false },
             ],
             action: Space::boxed(DType::F32, &[3], -1.0, 1.0),
             max_episode_steps: None,
