@@ -324,6 +324,7 @@ class AtariEnv {
     std::mt19937 noop_rng{0};       // draws the no-op count of each reset, as EnvPool's
     std::uniform_int_distribution<int> noop_count;
     int lives = 0;
+    float unclipped_reward = 0;  // the last step's reward before reward_clip (EnvPool's info["reward"])
     bool life_lost = false;         // the last episode ended by episodic life, not game over
     uint8_t gray_of[256];           // ALE's grayscale of each palette index
     std::vector<uint8_t> pooled;    // the step's frame: max of its last two, in grayscale
@@ -365,7 +366,8 @@ AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
     spec = R"({"observations":[{"name":"obs","space":{"type":"Box","dtype":"u8","shape":[)" +
            std::to_string(opt.stack_num) + "," + std::to_string(opt.img_height) + "," + std::to_string(opt.img_width) +
            R"(],"low":0,"high":255}},{"name":"lives","space":{"type":"Box","dtype":"i32","shape":[],"low":0,)"
-           R"("high":255},"info":true}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
+           R"("high":255},"info":true},{"name":"reward","space":{"type":"Box","dtype":"f32","shape":[],)"
+           R"("low":"-inf","high":"inf"},"info":true}],"action":{"type":"Discrete","n":)" + std::to_string(actions.size()) +
            R"(,"start":0}})";
 }
 
@@ -420,6 +422,7 @@ void AtariEnv::reset(bool has_seed, uint64_t seed) {
     gray_frame(ale.getScreen().getArray());
     push_frame(new_game);
     lives = ale.lives();
+    unclipped_reward = 0;
     life_lost = false;
 }
 
@@ -449,6 +452,7 @@ shmenv_transition AtariEnv::step(const void *action) {
     int now = ale.lives();
     life_lost = !over && opt.episodic_life && 0 < now && now < lives;
     lives = now;
+    unclipped_reward = reward;
     if (opt.reward_clip) reward = static_cast<float>((reward > 0) - (reward < 0));
     return shmenv_transition{reward, static_cast<uint8_t>(over || life_lost), 0};
 }
@@ -462,6 +466,7 @@ void AtariEnv::observe(void *const *rows) const {
         out += frame_bytes();
     }
     *static_cast<int32_t *>(rows[1]) = lives;  // reported as infos["lives"], as EnvPool does
+    *static_cast<float *>(rows[2]) = unclipped_reward;  // infos["reward"]
 }
 
 }  // namespace

@@ -89,6 +89,7 @@ def test_frames_equal_envpool(ale_plugin, ale_roms, game, options, steps):
             np.testing.assert_array_equal(rew, w_rew, err_msg=f"step {t}")
             np.testing.assert_array_equal(term, w_term, err_msg=f"step {t}")
             np.testing.assert_array_equal(info["lives"], w_info["lives"], err_msg=f"step {t}: lives")
+            np.testing.assert_array_equal(info["reward"], w_info["reward"], err_msg=f"step {t}: unclipped reward")
             ends += int(term.sum())
         if options.get("episodic_life"):
             assert ends > n, "the comparison crossed episode ends and the resets after them"
@@ -107,6 +108,12 @@ def test_lives_come_in_infos_as_envpool_gives_them(ale_plugin, ale_roms, mode, n
         rng = np.random.default_rng(3)
         for _ in range(3000):
             obs, rew, term, trunc, info = envs.step(rng.integers(0, 4, n))
+            # Unclipped rewards: the same as the rewards without reward_clip (a same-step
+            # autoreset row's infos are its reset's; the last step's are under final_info).
+            unclipped = info["reward"]
+            if mode == "same_step" and term.any():
+                unclipped = np.where(term, info["final_info"]["reward"], unclipped)
+            np.testing.assert_array_equal(unclipped, rew)
             lives = info["lives"]
             for i in np.flatnonzero(~term):
                 assert lives[i] in (last[i], last[i] - 1) or last[i] == 0, "lives only go down within a game"
