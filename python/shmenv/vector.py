@@ -404,7 +404,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
                 infos["_final_obs"] = done
                 infos["final_info"] = self._info_columns(res.final_obs, done)
                 infos["_final_info"] = done
-        infos.update(self._info_columns(res.obs, None))
+        if self._assembly.info_names:  # most envs have none: nothing to do per batch
+            infos.update(self._info_columns(res.obs, None))
         if self._infos is not None:
             self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
