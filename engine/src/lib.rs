@@ -38,6 +38,7 @@ pub mod recovery;
 #[cfg(not(loom))]
 pub mod region;
 pub mod ring;
+pub mod space;
 pub mod spec;
 #[cfg(not(loom))]
 pub mod stats;
