@@ -63,9 +63,33 @@ def _receive_exact(sock: socket.socket, size: int) -> memoryview:
     return buffer
 
 
-def _receive(sock: socket.socket) -> Any:
-    (size,) = HEADER.unpack(_receive_exact(sock, HEADER.size))
-    return pickle.loads(_receive_exact(sock, size))
+class _Messages:
+    """Reads the length-framed pickles of one connection. Resumable: the message being
+    read is kept across calls, so an exception raised while waiting (Ctrl-C in the
+    driver) leaves the connection in step, and the next call goes on from there."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._header = memoryview(bytearray(HEADER.size))
+        self._body: memoryview | None = None
+        self._got = 0
+
+    def read(self) -> Any:
+        while self._body is None:
+            self._got += self._receive_into(self._header[self._got :])
+            if self._got == HEADER.size:
+                (size,) = HEADER.unpack(self._header)
+                self._body, self._got = memoryview(bytearray(size)), 0
+        while self._got < len(self._body):
+            self._got += self._receive_into(self._body[self._got :])
+        body, self._body, self._got = self._body, None, 0
+        return pickle.loads(body)
+
+    def _receive_into(self, view: memoryview) -> int:
+        n = self.sock.recv_into(view)
+        if n == 0:
+            raise ChannelLost("the connection closed")
+        return n
 
 
 def _error_reply(error: BaseException) -> tuple:
@@ -132,9 +156,10 @@ class StepServer:
             self._answer(connection)
 
     def _answer(self, connection: socket.socket) -> None:
+        messages = _Messages(connection)
         while True:
             try:
-                method, payload = _receive(connection)
+                method, payload = messages.read()
             except (ChannelLost, OSError):
                 connection.close()
                 return
@@ -181,11 +206,7 @@ class Channel:
         self.received = 0  # replies read
         self.answers: dict[int, tuple] = {}
         self.lost: ChannelLost | None = None
-        # The answer being read, kept across calls: an exception raised while waiting
-        # (Ctrl-C) leaves the connection in step, and the next read goes on from here.
-        self._header = memoryview(bytearray(HEADER.size))
-        self._body: memoryview | None = None
-        self._got = 0
+        self._messages = _Messages(self.sock)  # resumable: a Ctrl-C while waiting keeps it in step
 
     def request(self, method: str, payload: Any = None) -> Reply | None:
         """Sends ``method(payload)`` to the actor; its :class:`Reply` (None for ``send``).
@@ -208,27 +229,10 @@ class Channel:
         if self.lost is not None:
             return
         try:
-            self.answers[self.received] = self._read_message()
+            self.answers[self.received] = self._messages.read()
             self.received += 1
         except (ChannelLost, OSError, pickle.UnpicklingError, EOFError) as e:
             self.lost = e if isinstance(e, ChannelLost) else ChannelLost(str(e))
-
-    def _read_message(self) -> Any:
-        while self._body is None:
-            self._got += self._receive_into(self._header[self._got :])
-            if self._got == HEADER.size:
-                (size,) = HEADER.unpack(self._header)
-                self._body, self._got = memoryview(bytearray(size)), 0
-        while self._got < len(self._body):
-            self._got += self._receive_into(self._body[self._got :])
-        body, self._body, self._got = self._body, None, 0
-        return pickle.loads(body)
-
-    def _receive_into(self, view: memoryview) -> int:
-        n = self.sock.recv_into(view)
-        if n == 0:
-            raise ChannelLost("the connection closed")
-        return n
 
     def result(self, reply: Reply) -> Any:
         while reply.index not in self.answers and self.lost is None:
