@@ -9,6 +9,7 @@
 
 use crate::protocol::{self, stats, trace};
 use crate::region::Region;
+use crate::sync::WaitMode;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -130,6 +131,19 @@ impl<'a> PoolStats<'a> {
         if batch {
             add(self.word(stats::pool::BATCHES), 1);
         }
+    }
+
+    /// Counts a batch returned while the pool's processes slept at once.
+    #[inline]
+    pub fn add_sleep_batch(&self) {
+        add(self.word(stats::pool::SLEEP_BATCHES), 1);
+    }
+
+    /// Records the wait tuner's mode and counts.
+    pub fn set_wait(&self, mode: WaitMode, probes: u64, switches: u64) {
+        self.word(stats::pool::WAIT_MODE).store(mode as u64, Ordering::Relaxed);
+        self.word(stats::pool::WAIT_PROBES).store(probes, Ordering::Relaxed);
+        self.word(stats::pool::WAIT_SWITCHES).store(switches, Ordering::Relaxed);
     }
 
     /// Async: the ring blocks already full when `recv` was entered.

@@ -280,10 +280,56 @@ pub struct WaitPolicy {
     pub sleep_early_after: Option<Duration>,
 }
 
-/// Per-process waiting state: the policy plus a running average of recent wait times.
+/// How the processes of an [`WaitStrategy::Auto`] pool wait right now: chosen by the
+/// trainer's wait tuner (`pool::wait_tuner`), which measures both, and published in the
+/// region's `WAIT_MODE` word for the workers to follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitMode {
+    /// Spin and yield by the policy's budgets, then sleep: fastest when every process of
+    /// the pool gets a core whenever it is runnable.
+    #[default]
+    Active,
+    /// Sleep on the futex at once (workers unpinned): fastest when other processes compete
+    /// for the cores, since a yield then hands a whole time slice to a stranger and a
+    /// spinning waiter burns the slice its partner needs.
+    Sleep,
+}
+
+impl WaitMode {
+    /// The mode a `WAIT_MODE` word holds (anything but 1 reads as `Active`).
+    pub fn from_word(word: u32) -> WaitMode {
+        if word == WaitMode::Sleep as u32 {
+            WaitMode::Sleep
+        } else {
+            WaitMode::Active
+        }
+    }
+
+    /// The other mode.
+    pub fn other(self) -> WaitMode {
+        match self {
+            WaitMode::Active => WaitMode::Sleep,
+            WaitMode::Sleep => WaitMode::Active,
+        }
+    }
+
+    /// `"active"` or `"sleep"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitMode::Active => "active",
+            WaitMode::Sleep => "sleep",
+        }
+    }
+}
+
+/// Per-process waiting state: the policy, the pool's current [`WaitMode`] and a running
+/// average of recent wait times.
 #[derive(Clone, Debug)]
 pub struct Waiter {
     policy: WaitPolicy,
+    /// `WaitMode::Sleep`: skip spinning and yielding (adaptive policies only).
+    mode: WaitMode,
     /// Exponential moving average of wait durations in nanoseconds (weight 1/8).
     avg_wait_ns: u64,
 }
@@ -291,7 +337,21 @@ pub struct Waiter {
 impl Waiter {
     /// A waiter following `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
-        Waiter { policy, avg_wait_ns: 0 }
+        Waiter { policy, mode: WaitMode::Active, avg_wait_ns: 0 }
+    }
+
+    /// The mode this waiter follows now.
+    pub fn mode(&self) -> WaitMode {
+        self.mode
+    }
+
+    /// Follows the pool's current mode. Only an adaptive policy ([`WaitStrategy::Auto`])
+    /// changes with it; the fixed strategies wait as they were told.
+    #[inline]
+    pub fn follow(&mut self, mode: WaitMode) {
+        if self.policy.sleep_early_after.is_some() {
+            self.mode = mode;
+        }
     }
 
     /// The wait loop shared by every primitive: spin, then yield, then sleep in slices,
@@ -406,6 +466,9 @@ impl Waiter {
     #[cfg_attr(loom, allow(dead_code))]
     fn budgets(&self) -> (Duration, Duration) {
         let p = self.policy;
+        if self.mode == WaitMode::Sleep {
+            return (Duration::ZERO, Duration::ZERO);
+        }
         match p.sleep_early_after {
             Some(limit) if Duration::from_nanos(self.avg_wait_ns) > limit => {
                 (Duration::ZERO, Duration::from_micros(20).min(p.yield_for))
@@ -559,5 +622,19 @@ mod tests {
             w.record(Duration::from_millis(20));
         }
         assert_eq!(w.budgets(), (Duration::ZERO, Duration::from_micros(20)));
+    }
+
+    #[test]
+    fn sleep_mode_skips_spinning_and_yielding_only_for_the_adaptive_policy() {
+        let mut auto = Waiter::new(WaitStrategy::Auto.policy(2, 2));
+        auto.follow(WaitMode::Sleep);
+        assert_eq!(auto.budgets(), (Duration::ZERO, Duration::ZERO));
+        auto.follow(WaitMode::Active);
+        assert_eq!(auto.budgets().0, Duration::from_micros(50));
+        let mut spin = Waiter::new(WaitStrategy::Spin.policy(2, 2));
+        spin.follow(WaitMode::Sleep);
+        assert_eq!(spin.budgets().0, Duration::from_millis(10));
+        assert_eq!(WaitMode::from_word(WaitMode::Sleep as u32), WaitMode::Sleep);
+        assert_eq!(WaitMode::from_word(7), WaitMode::Active);
     }
 }

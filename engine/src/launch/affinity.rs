@@ -32,6 +32,26 @@ impl CpuAffinity {
     }
 }
 
+/// Pins process `pid` to `cpu`, or with `None` lets it run on every core this process may
+/// use (best effort: a refused call leaves it as it was). How the wait tuner unpins the
+/// workers of a pool that sleeps under contention, and pins them again.
+pub(crate) fn place(pid: u32, cpu: Option<usize>) {
+    let cpus = match cpu {
+        Some(c) => vec![c],
+        None => allowed_cpus(),
+    };
+    // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET writes bit `c`
+    // only for `c` below CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus.into_iter().filter(|&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: as above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; a pid that is not ours (or
+    // gone) makes the call fail, which changes nothing.
+    unsafe { libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
 /// The cores this process may run on.
 fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain bits; sched_getaffinity fills it for this process.

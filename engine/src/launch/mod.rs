@@ -24,6 +24,7 @@ mod affinity;
 mod watch;
 
 pub use affinity::CpuAffinity;
+pub(crate) use affinity::place;
 use watch::supervise;
 
 /// The first argument that tells a worker program it was started by a pool.

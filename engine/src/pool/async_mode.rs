@@ -144,7 +144,7 @@ impl Core {
         order.send(env_ids, |e| ring.enqueue(&self.region, &a.layout, e, protocol::queue_entry::STEP, 0));
         ring.order = order;
         ring.publish_queues(&self.region, self.params.num_workers);
-        self.pool_stats().add_call(now_ns() - entered, 0, false);
+        self.end_call(entered, 0, false, false);
         self.record_spans(&[("send", entered, now_ns())]);
         Ok(())
     }
@@ -209,7 +209,7 @@ impl Core {
         self.take_batch(a, j, b)?;
         // The received envs are no longer the oldest out: actions held back for them go now.
         a.pass_on(self, false);
-        self.pool_stats().add_call(now_ns() - entered, waited, true);
+        self.end_call(entered, waited, true, true);
         self.record_spans(&[("recv", entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..b) })
     }

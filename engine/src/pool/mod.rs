@@ -7,7 +7,7 @@ use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams, Work
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{PoolStats, StatsReport, StatsSnapshot};
-use crate::sync::{WaitStrategy, Waiter};
+use crate::sync::{WaitMode, WaitStrategy, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -24,6 +24,7 @@ mod settings;
 mod startup;
 mod sync_mode;
 mod trace;
+mod wait_tuner;
 
 use crate::batch::BatchData;
 pub use crate::memory::{CgroupLimit, MemoryRoom};
@@ -93,6 +94,12 @@ struct Core {
     program: PathBuf,
     seed: u64,
     waiter: Waiter,
+    /// `WaitStrategy::Auto`: chooses between waiting actively and sleeping (see
+    /// [`wait_tuner`]).
+    tuner: Option<wait_tuner::WaitTuner>,
+    /// `CpuAffinity::Auto`: each worker's core while the pool waits actively (workers
+    /// sleeping under contention are unpinned).
+    pinned: Vec<Option<usize>>,
     first_reset_done: bool,
     has_reset: bool,
     closed: Option<String>,
@@ -410,6 +417,39 @@ impl Core {
     }
     fn pool_stats(&self) -> PoolStats<'_> {
         PoolStats::new(&self.region, self.params.num_workers)
+    }
+
+    /// Ends a pool call that began at `entered` and waited `waited` ns for workers: its
+    /// stats, and the wait tuner's measurement (`steps`: it returned a batch of steps).
+    fn end_call(&mut self, entered: u64, waited: u64, batch: bool, steps: bool) {
+        let now = crate::stats::now_ns();
+        self.pool_stats().add_call(now - entered, waited, batch);
+        if batch && self.tuner.is_some() && self.waiter.mode() == WaitMode::Sleep {
+            self.pool_stats().add_sleep_batch();
+        }
+        let Some(tuner) = self.tuner.as_mut() else { return };
+        if let Some(mode) = tuner.on_call(now, now - entered, steps) {
+            let (probes, switches) = (tuner.probes, tuner.switches);
+            if std::env::var_os("SHMENV_DEBUG_TUNER").is_some() { eprintln!("{:.3} -> {mode:?} probes {probes} switches {switches}", now as f64 / 1e9); }
+            self.follow_wait_mode(mode);
+            self.pool_stats().set_wait(mode, probes, switches);
+        }
+    }
+
+    /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
+    /// their next wait (they read the `WAIT_MODE` word); workers pinned by
+    /// `CpuAffinity::Auto` are unpinned while they sleep.
+    fn follow_wait_mode(&mut self, mode: WaitMode) {
+        self.region.atomic_u32(protocol::WAIT_MODE).store(mode as u32, Ordering::Relaxed);
+        self.waiter.follow(mode);
+        if self.supervisor.any_exited() {
+            return; // A pid may be stale: placement waits for the next switch.
+        }
+        for (&pid, &cpu) in self.supervisor.pids().iter().zip(&self.pinned) {
+            if cpu.is_some() {
+                crate::launch::place(pid, cpu.filter(|_| mode == WaitMode::Active));
+            }
+        }
     }
 
     fn check_open(&self) -> Result<(), StepError> {

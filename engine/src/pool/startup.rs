@@ -14,10 +14,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{
-    mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core, FailurePolicy, MemoryRoom, Mode,
+    wait_tuner, mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core, FailurePolicy, MemoryRoom, Mode,
     Pool, PoolBuilder, RingState, SyncState,
 };
-use crate::launch::WorkerCommand;
+use crate::launch::{CpuAffinity, WorkerCommand};
+use crate::sync::WaitStrategy;
 use crate::protocol::AutoReset;
 use std::sync::Arc;
 
@@ -65,6 +66,11 @@ impl Pool {
         let ended =
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
         let num_workers = params.num_workers;
+        let pinned = match b.affinity {
+            CpuAffinity::Auto => b.affinity.assign(num_workers),
+            _ => Vec::new(),
+        };
+        let tuner = (b.wait == WaitStrategy::Auto).then(wait_tuner::WaitTuner::new);
         let core = Core {
             supervisor,
             region: Arc::new(region),
@@ -75,6 +81,8 @@ impl Pool {
             program,
             seed: b.seed.unwrap_or_else(default_seed),
             waiter,
+            tuner,
+            pinned,
             first_reset_done: false,
             has_reset: false,
             closed: None,

@@ -135,7 +135,7 @@ impl Core {
         }
         self.has_reset = true;
         self.note_ended(command, j);
-        self.pool_stats().add_call(now_ns() - entered, waited, true);
+        self.end_call(entered, waited, true, command == Command::Step);
         let name = if command == Command::Step { "step" } else { "reset" };
         self.record_spans(&[(name, entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
         let n = self.params.num_envs;

@@ -66,8 +66,11 @@ pub struct CommandLine {
     /// before its next claim while it takes stock of a dead worker's rows (see
     /// `recovery`), and back to 0 to let them go on.
     pub ring_pause: GateWords,
+    /// The [`crate::sync::WaitMode`] an `Auto` pool's processes follow (0 active, 1 sleep),
+    /// set by the trainer's wait tuner; workers read it (Relaxed) before each wait.
+    pub wait_mode: u32,
     /// Zero: the rest of the line.
-    pub reserved: [u32; 24],
+    pub reserved: [u32; 23],
 }
 
 /// Line 1 of the pool control block: the trainer's semaphore (workers post, the trainer
@@ -172,6 +175,8 @@ pub const SYNC_BLOCK: usize = POOL_CONTROL + offset_of!(PoolControl, commands.sy
 pub const COMMAND_SEQ: usize = POOL_CONTROL + offset_of!(PoolControl, commands.command_seq);
 /// Offset of the pause gate ([`CommandLine::ring_pause`]).
 pub const RING_PAUSE: usize = POOL_CONTROL + offset_of!(PoolControl, commands.ring_pause);
+/// Offset of the wait mode word ([`CommandLine::wait_mode`]).
+pub const WAIT_MODE: usize = POOL_CONTROL + offset_of!(PoolControl, commands.wait_mode);
 /// Offset of the trainer's semaphore (workers post, the trainer acquires).
 pub const TRAINER_SEMAPHORE: usize = POOL_CONTROL + offset_of!(PoolControl, trainer_wake.semaphore);
 /// Offset of the first worker control block.
@@ -348,7 +353,7 @@ mod tests {
     #[test]
     fn control_words_do_not_share_cache_lines() {
         let line = |offset: usize| offset / CACHE_LINE;
-        let trainer_words = [STATE_WORD, COMMAND_WORD, RESET_SEED, SYNC_BLOCK, COMMAND_SEQ, RING_PAUSE];
+        let trainer_words = [STATE_WORD, COMMAND_WORD, RESET_SEED, SYNC_BLOCK, COMMAND_SEQ, RING_PAUSE, WAIT_MODE];
         assert!(trainer_words.iter().all(|&o| line(o) == line(POOL_CONTROL)));
         assert_ne!(line(TRAINER_SEMAPHORE), line(STATE_WORD));
         for w in 0..3 {

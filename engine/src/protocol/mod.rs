@@ -21,7 +21,7 @@
 /// `b"SHMENV\0\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 /// Bumped whenever anything in this module changes meaning.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
 pub const CACHE_LINE: usize = 128;

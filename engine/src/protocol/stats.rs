@@ -36,8 +36,16 @@ pub struct PoolBlock {
     pub ring_full_sum: u64,
     /// Async: `recv` calls counted in `ring_full_sum`.
     pub ring_samples: u64,
+    /// The wait mode now (`sync::WaitMode` as a number: 0 active, 1 sleep).
+    pub wait_mode: u64,
+    /// Batches returned while the wait mode was `sleep`.
+    pub sleep_batches: u64,
+    /// Times the wait tuner tried the other mode.
+    pub wait_probes: u64,
+    /// Times the wait tuner changed the mode.
+    pub wait_switches: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 25],
+    pub reserved: [u64; 21],
 }
 
 /// A worker's block (written by that worker).
@@ -100,6 +108,14 @@ pub mod pool {
     pub const RING_FULL_SUM: usize = offset_of!(PoolBlock, ring_full_sum);
     /// u64: [`PoolBlock::ring_samples`].
     pub const RING_SAMPLES: usize = offset_of!(PoolBlock, ring_samples);
+    /// u64: [`PoolBlock::wait_mode`].
+    pub const WAIT_MODE: usize = offset_of!(PoolBlock, wait_mode);
+    /// u64: [`PoolBlock::sleep_batches`].
+    pub const SLEEP_BATCHES: usize = offset_of!(PoolBlock, sleep_batches);
+    /// u64: [`PoolBlock::wait_probes`].
+    pub const WAIT_PROBES: usize = offset_of!(PoolBlock, wait_probes);
+    /// u64: [`PoolBlock::wait_switches`].
+    pub const WAIT_SWITCHES: usize = offset_of!(PoolBlock, wait_switches);
 }
 
 /// Offsets of a worker block's words ([`WorkerBlock`]).

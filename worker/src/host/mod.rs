@@ -23,7 +23,7 @@ use shmenv_engine::protocol::{
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::stats::WorkerStats;
-use shmenv_engine::sync::{WaitOutcome, Waiter};
+use shmenv_engine::sync::{WaitMode, WaitOutcome, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -184,8 +184,11 @@ impl Worker {
         exit_code::REPORTED_ERROR
     }
 
-    /// Waits for the next post on this worker's semaphore.
+    /// Waits for the next post on this worker's semaphore, in the wait mode the trainer's
+    /// tuner chose last.
     fn next_command(&mut self) -> Result<(), Stop> {
+        let mode = self.region.atomic_u32(protocol::WAIT_MODE).load(Ordering::Relaxed);
+        self.waiter.follow(WaitMode::from_word(mode));
         let parent = self.parent;
         let sem = self.region.semaphore(protocol::worker_control(self.index) + worker_block::SEMAPHORE);
         let check = || (!parent_alive(parent)).then_some(Stop::ParentGone);

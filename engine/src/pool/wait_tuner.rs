@@ -1,0 +1,288 @@
+//! The wait tuner: how the trainer of a [`WaitStrategy::Auto`](crate::WaitStrategy::Auto)
+//! pool decides, while it runs, whether its processes wait actively (spin and yield, then
+//! sleep) or sleep at once.
+//!
+//! Neither is best everywhere, and the difference is large both ways (figures in
+//! `docs/architecture.md`, "Waiting under contention"): on an idle machine a yield hands the
+//! core to the partner within a context switch while a futex wake-up costs tens of
+//! microseconds; with other processes competing for the cores a yield hands a whole time
+//! slice to a stranger, and a spinning waiter burns the slice its partner needs, so sleeping
+//! is many times faster. Signals such as run-queue delay do not tell the two apart (a
+//! yielding trainer waits in the run queue on an idle machine too), so the tuner measures
+//! the only thing that matters: what a batch costs the trainer in each mode.
+//!
+//! The cost of a batch is the time from one batch to the next, with the time the trainer
+//! spends outside pool calls capped at a few times its running average (an SGD phase or a
+//! log flush between two batches is not the pool's doing). The tuner runs in the chosen
+//! mode, measuring it in windows of at least 8 batches and 20 ms; from time to time it runs
+//! the same number of batches as the last window in the other mode, and switches when the other is cheaper by
+//! [`MARGIN`]. A probe that has already cost more than the window it is compared with stops
+//! at once, so trying the wrong mode costs at most one window. Probes come 100 ms after a
+//! switch and twice as far apart after each probe that confirms the mode, up to 2 s; a
+//! window whose batches cost twice what the last probe measured while active (contention
+//! came), or half while asleep (it went), starts one at once.
+
+use crate::sync::WaitMode;
+
+/// A window ends after this many batches and [`MIN_WINDOW_NS`], or after
+/// [`MAX_WINDOW_NS`] with at least [`FEW_BATCHES`].
+const MIN_BATCHES: u32 = 8;
+/// Shortest window: a few scheduler slices, so that a window sees what contention does.
+const MIN_WINDOW_NS: u64 = 20_000_000;
+/// Longest window (slow envs): it ends here once it has [`FEW_BATCHES`].
+const MAX_WINDOW_NS: u64 = 200_000_000;
+/// Fewest batches in a window.
+const FEW_BATCHES: u32 = 3;
+/// The other mode takes over when its batches cost this share less.
+pub const MARGIN: f64 = 0.05;
+/// The first probe, and the next one after a switch, comes this long after.
+const FIRST_INTERVAL_NS: u64 = 100_000_000;
+/// Probes that confirm the mode double the interval up to this.
+const MAX_INTERVAL_NS: u64 = 2_000_000_000;
+/// A window this many times costlier (active) or cheaper (asleep) than the last probe's
+/// starts a probe.
+const DRIFT: f64 = 2.0;
+/// Time outside pool calls counts up to this many times its running average (plus
+/// [`OUTSIDE_SLACK_NS`]).
+const OUTSIDE_CAP: f64 = 4.0;
+/// See [`OUTSIDE_CAP`].
+const OUTSIDE_SLACK_NS: f64 = 20_000.0;
+
+/// Batches measured in one mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Window {
+    start_ns: u64,
+    batches: u32,
+    cost_ns: f64,
+}
+
+impl Window {
+    fn starting(now_ns: u64) -> Window {
+        Window { start_ns: now_ns, batches: 0, cost_ns: 0.0 }
+    }
+
+    fn add(&mut self, cost_ns: f64) {
+        self.batches += 1;
+        self.cost_ns += cost_ns;
+    }
+
+    fn is_complete(&self, now_ns: u64) -> bool {
+        let elapsed = now_ns.saturating_sub(self.start_ns);
+        (self.batches >= MIN_BATCHES && elapsed >= MIN_WINDOW_NS)
+            || (self.batches >= FEW_BATCHES && elapsed >= MAX_WINDOW_NS)
+    }
+
+    fn mean(&self) -> f64 {
+        self.cost_ns / f64::from(self.batches.max(1))
+    }
+}
+
+/// Where the tuner is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Running in the chosen mode, measuring it window after window: the window that
+    /// ends after the next probe is due (or that shows a drift) is what the probe is
+    /// compared with.
+    Settled(Window),
+    /// Running in the other mode: `skip` batches of transition, then `window`, compared
+    /// with the chosen mode's window `against`.
+    Probe { skip: u32, window: Window, against: Window },
+}
+
+/// The tuner's state (pure: it is fed times and answers with modes; the pool applies them).
+#[derive(Clone, Debug)]
+pub(super) struct WaitTuner {
+    mode: WaitMode,
+    phase: Phase,
+    /// When the last batch was returned (`None` before the first).
+    last_batch_ns: Option<u64>,
+    /// Time inside pool calls since the last batch.
+    call_ns: u64,
+    /// Running average of the time outside pool calls per batch (capped samples).
+    outside_avg_ns: f64,
+    /// Mean batch cost of the chosen mode's last window (0 before the first).
+    settled_cost_ns: f64,
+    interval_ns: u64,
+    next_probe_ns: u64,
+    /// Probes so far.
+    pub probes: u64,
+    /// Switches so far.
+    pub switches: u64,
+}
+
+impl WaitTuner {
+    /// A tuner starting in `WaitMode::Active`; its first probe comes after
+    /// `FIRST_INTERVAL_NS` of batches.
+    pub fn new() -> WaitTuner {
+        WaitTuner {
+            mode: WaitMode::Active,
+            phase: Phase::Settled(Window::default()),
+            last_batch_ns: None,
+            call_ns: 0,
+            outside_avg_ns: 0.0,
+            settled_cost_ns: 0.0,
+            interval_ns: FIRST_INTERVAL_NS,
+            next_probe_ns: u64::MAX,
+            probes: 0,
+            switches: 0,
+        }
+    }
+
+    /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
+    /// returned a batch of steps. Returns the mode the pool's processes must follow from
+    /// now on when it changes.
+    pub fn on_call(&mut self, now_ns: u64, call_ns: u64, batch: bool) -> Option<WaitMode> {
+        self.call_ns += call_ns;
+        if !batch {
+            return None;
+        }
+        let inside = std::mem::take(&mut self.call_ns) as f64;
+        let Some(last) = self.last_batch_ns.replace(now_ns) else {
+            self.settle(now_ns, 0.0);
+            return None;
+        };
+        let outside = (now_ns.saturating_sub(last) as f64 - inside).max(0.0);
+        let outside = if self.outside_avg_ns == 0.0 {
+            outside
+        } else {
+            outside.min(OUTSIDE_CAP * self.outside_avg_ns + OUTSIDE_SLACK_NS)
+        };
+        self.outside_avg_ns += (outside - self.outside_avg_ns) / 16.0;
+        self.on_batch(now_ns, inside + outside)
+    }
+
+    fn on_batch(&mut self, now_ns: u64, cost_ns: f64) -> Option<WaitMode> {
+        match &mut self.phase {
+            Phase::Settled(window) => {
+                window.add(cost_ns);
+                if !window.is_complete(now_ns) {
+                    return None;
+                }
+                let window = *window;
+                if now_ns >= self.next_probe_ns || self.drifted(window.mean()) {
+                    self.probes += 1;
+                    self.phase = Phase::Probe { skip: 1, window: Window::default(), against: window };
+                    return Some(self.mode.other());
+                }
+                self.phase = Phase::Settled(Window::starting(now_ns));
+                None
+            }
+            Phase::Probe { skip, window, against } => {
+                if *skip > 0 {
+                    // The processes are still changing modes: not counted.
+                    *skip -= 1;
+                    *window = Window::starting(now_ns);
+                    return None;
+                }
+                window.add(cost_ns);
+                let (window, against) = (*window, *against);
+                if window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
+                    // The other mode has already cost more: stay.
+                    self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
+                    self.settle(now_ns, against.mean());
+                    return Some(self.mode);
+                }
+                if window.batches >= against.batches {
+                    self.mode = self.mode.other();
+                    self.switches += 1;
+                    self.interval_ns = FIRST_INTERVAL_NS;
+                    self.settle(now_ns, window.mean());
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether batches now cost what would make the other mode worth a try before the
+    /// next probe is due: much more while active (contention came), much less while
+    /// asleep (it went).
+    fn drifted(&self, cost_ns: f64) -> bool {
+        self.settled_cost_ns > 0.0
+            && match self.mode {
+                WaitMode::Active => cost_ns > DRIFT * self.settled_cost_ns,
+                WaitMode::Sleep => cost_ns * DRIFT < self.settled_cost_ns,
+            }
+    }
+
+    fn settle(&mut self, now_ns: u64, cost_ns: f64) {
+        self.phase = Phase::Settled(Window::starting(now_ns));
+        self.settled_cost_ns = cost_ns;
+        self.next_probe_ns = now_ns.saturating_add(self.interval_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `tuner` batches whose cost in each mode comes from `cost` (ns), back to back,
+    /// for `seconds`, following the modes it asks for; returns the mode followed at the end
+    /// and the share of the time spent in `WaitMode::Sleep`.
+    fn run(tuner: &mut WaitTuner, now: &mut u64, seconds: f64, cost: impl Fn(WaitMode) -> u64) -> (WaitMode, f64) {
+        let mut following = tuner.mode;
+        let end = *now + (seconds * 1e9) as u64;
+        let mut asleep = 0;
+        while *now < end {
+            let c = cost(following);
+            *now += c;
+            if following == WaitMode::Sleep {
+                asleep += c;
+            }
+            if let Some(m) = tuner.on_call(*now, c, true) {
+                following = m;
+            }
+        }
+        (following, asleep as f64 / (seconds * 1e9))
+    }
+
+    #[test]
+    fn an_idle_pool_stays_active_and_probes_rarely() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        // CartPole-like on an idle machine: 45 us a batch active, 55 us asleep.
+        let (mode, asleep) = run(&mut t, &mut now, 10.0, |m| if m == WaitMode::Active { 45_000 } else { 55_000 });
+        assert_eq!((mode, t.mode, t.switches), (WaitMode::Active, WaitMode::Active, 0));
+        assert!(asleep < 0.02, "{asleep}");
+        assert!(t.probes <= 10, "{}", t.probes);
+    }
+
+    #[test]
+    fn contention_makes_it_sleep_and_its_end_makes_it_active_again() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        let idle = |m| if m == WaitMode::Active { 45_000 } else { 55_000 };
+        let busy = |m| if m == WaitMode::Active { 3_000_000 } else { 130_000 };
+        run(&mut t, &mut now, 1.0, idle);
+        assert_eq!(t.mode, WaitMode::Active);
+        // Contention comes: the drift starts a probe at once, which sleeping wins.
+        let (mode, asleep) = run(&mut t, &mut now, 1.0, busy);
+        assert_eq!((mode, t.mode, t.switches), (WaitMode::Sleep, WaitMode::Sleep, 1));
+        assert!(asleep > 0.8, "{asleep}");
+        // It goes: the batches get cheaper, a probe finds active faster again.
+        let (mode, _) = run(&mut t, &mut now, 1.0, idle);
+        assert_eq!((mode, t.switches), (WaitMode::Active, 2));
+    }
+
+    #[test]
+    fn a_mode_within_the_margin_does_not_take_over() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        let (mode, _) = run(&mut t, &mut now, 5.0, |m| if m == WaitMode::Active { 100_000 } else { 97_000 });
+        assert_eq!((mode, t.switches), (WaitMode::Active, 0));
+    }
+
+    #[test]
+    fn time_outside_pool_calls_counts_only_up_to_its_cap() {
+        let mut t = WaitTuner::new();
+        let mut now = 0;
+        for k in 0..100u64 {
+            // 10 us inside, 30 us outside, and one 1 s pause (an SGD phase) at batch 50.
+            now += 30_000 + if k == 50 { 1_000_000_000 } else { 0 } + 10_000;
+            t.on_call(now, 10_000, true);
+        }
+        assert!(t.outside_avg_ns < 200_000.0, "{}", t.outside_avg_ns);
+        // The window with the pause (compared in the probe it started) counts it as 140 us.
+        let Phase::Probe { against, .. } = t.phase else { panic!("{:?}", t.phase) };
+        assert!(against.mean() < 100_000.0, "{}", against.mean());
+    }
+}
