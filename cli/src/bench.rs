@@ -2,6 +2,7 @@
 //! same envs in an in-process serial loop.
 
 use crate::args::{self, Affinity, Envs, OnOff, Wait};
+use crate::contend;
 use crate::stepping::{contenders, fmt_rate, Baseline, Progress, Stepper, Tally};
 use crate::Error;
 use serde_json::json;
@@ -58,6 +59,15 @@ pub struct BenchArgs {
     /// off (to measure its cost).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     fair: OnOff,
+    /// Compare every --wait and --affinity, idle and with N busy processes beside the pool,
+    /// in interleaved rounds (--seconds each, per setting and condition); with --baseline,
+    /// against the serial loop under the same load.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=256))]
+    contend: Option<u16>,
+    /// With --contend (or alone, as --contend 0): the loaded rounds' trainer also does
+    /// multi-threaded work between batches (matrix products on this many threads).
+    #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
+    trainer_threads: Option<usize>,
 }
 
 /// Runs `shmenv bench`.
@@ -67,25 +77,10 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if args.profile && !stats {
         return Err("--profile reads the live stats: drop --stats off".into());
     }
-    let mut builder = args
-        .envs
-        .builder()?
-        .stats(stats)
-        .trace(args.trace.is_some())
-        .cpu_affinity(args.affinity.setting())
-        .seed(args.seed)
-        .fair_scheduling(args.fair == OnOff::On)
-        .wait(args.wait.strategy());
-    if let Some(w) = args.workers {
-        builder = builder.num_workers(w);
+    if args.contend.is_some() || args.trainer_threads.is_some() {
+        return run_contended(registry, &args, &config);
     }
-    if let Some(b) = args.batch_size {
-        builder = builder.batch_size(b);
-    }
-    if let Some(max_restarts) = args.max_restarts {
-        builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
-    }
-    let pool = builder.build()?;
+    let pool = pool_builder(&args, args.wait, args.affinity)?.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
     let baseline = if args.baseline {
         Some(Baseline { registry, params: serial_params(&args, &config)? })
@@ -126,6 +121,48 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         print_profile(p);
     }
     Ok(())
+}
+
+/// The pool of `args`, waiting by `wait` with workers placed by `affinity`.
+fn pool_builder(args: &BenchArgs, wait: Wait, affinity: Affinity) -> Result<shmenv::PoolBuilder, Error> {
+    let mut builder = args
+        .envs
+        .builder()?
+        .stats(args.stats == OnOff::On)
+        .trace(args.trace.is_some())
+        .cpu_affinity(affinity.setting())
+        .seed(args.seed)
+        .fair_scheduling(args.fair == OnOff::On)
+        .wait(wait.strategy());
+    if let Some(w) = args.workers {
+        builder = builder.num_workers(w);
+    }
+    if let Some(b) = args.batch_size {
+        builder = builder.batch_size(b);
+    }
+    if let Some(max_restarts) = args.max_restarts {
+        builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
+    }
+    Ok(builder)
+}
+
+/// `--contend` / `--trainer-threads`: every setting, idle and loaded (see [`contend`]).
+fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) -> Result<(), Error> {
+    if args.profile || args.trace.is_some() {
+        return Err("--contend compares settings side by side: run --profile or --trace without it".into());
+    }
+    let load = contend::Load::start(args.contend.unwrap_or(0).into(), args.trainer_threads)?;
+    let baseline =
+        if args.baseline { Some(Baseline { registry, params: serial_params(args, config)? }) } else { None };
+    if !args.json {
+        let mode = match args.batch_size {
+            Some(b) if b < args.envs.num_envs => format!("async, batches of {b}"),
+            _ => "sync".into(),
+        };
+        println!("{} x {} ({mode}), every wait strategy and affinity", args.envs.env, args.envs.num_envs);
+    }
+    let build = |wait, affinity| Ok(pool_builder(args, wait, affinity)?.build()?);
+    contend::run(build, args.seed, baseline, &load, args.seconds, args.json)
 }
 
 /// The baseline's envs: all of them in one shard, as the pool would make them (from the
@@ -227,11 +264,25 @@ fn print_profile(p: &StatsReport) {
     if let Some(fill) = p.ring_full_blocks {
         println!("    ring blocks full at recv {fill:>6.2}");
     }
+    println!(
+        "    waiting for a CPU        {}   (run-queue delay; per worker: {}; trainer: {})",
+        pct(mean(|w| w.runqueue_share)),
+        per_worker(|w| w.runqueue_share),
+        pct(p.trainer_runqueue_share).trim()
+    );
+    println!(
+        "    wait mode                {:>6}   (batches asleep: {}; tuner probes {}, switches {})",
+        p.wait_mode.name(),
+        pct(p.sleep_share).trim(),
+        p.wait_probes,
+        p.wait_switches
+    );
     let us = |f: fn(&WorkerActivity) -> Option<f64>| {
         p.workers.iter().filter_map(f).map(|v| format!("{v:.2}")).collect::<Vec<_>>().join(", ")
     };
     println!("    env step p50 / p99 (us)  {} / {}", us(|w| w.step_p50_us), us(|w| w.step_p99_us));
     let why = match p.verdict() {
+        "contended" => "other processes hold the cores the pool needs: the default wait (auto) sleeps then; with a fixed --wait, try --wait block --affinity none, or free cores",
         "env-bound" => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
         "trainer-bound" => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
         _ => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",

@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod contend;
 mod soak;
 mod stepping;
 mod top;
@@ -46,6 +47,13 @@ enum Cmd {
     /// Live view of the pools of a running process (read-only; same user): per worker
     /// utilization, steps/s, env-step p50/p99, wait share; the trainer's wait share.
     Top(top::TopArgs),
+    /// Spin until the given parent exits (the busy processes of `bench --contend`).
+    #[command(hide = true)]
+    Busy {
+        /// The pid whose exit ends the spinning.
+        #[arg(long)]
+        parent: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -60,6 +68,10 @@ fn main() -> ExitCode {
         Cmd::Top(args) => top::run(args),
         Cmd::Tune(args) => tune::run(args),
         Cmd::Soak(args) => soak::run(args),
+        Cmd::Busy { parent } => {
+            contend::busy(parent);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

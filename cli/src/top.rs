@@ -89,17 +89,26 @@ fn print_pool(pid: u32, p: &AttachedPool, r: &StatsReport) {
         100.0 * r.trainer_wait_share,
         r.verdict()
     );
-    println!("  worker     pid   steps/s   util   wait  publish   step p50    step p99");
+    println!(
+        "  wait mode {} (batches asleep {:.0}%, tuner probes {}, switches {}); trainer waits for a CPU {:.1}% of its time",
+        r.wait_mode.name(),
+        100.0 * r.sleep_share,
+        r.wait_probes,
+        r.wait_switches,
+        100.0 * r.trainer_runqueue_share
+    );
+    println!("  worker     pid   steps/s   util   wait  publish   runq   step p50    step p99");
     for w in &r.workers {
         let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2} us"));
         println!(
-            "  {:>6} {:>7} {:>9} {:>5.1}% {:>5.1}% {:>7.1}% {:>10} {:>11}",
+            "  {:>6} {:>7} {:>9} {:>5.1}% {:>5.1}% {:>7.1}% {:>5.1}% {:>10} {:>11}",
             w.worker,
             w.pid,
             fmt_rate(w.steps_per_sec),
             100.0 * w.utilization,
             100.0 * w.wait_share,
             100.0 * w.publish_share,
+            100.0 * w.runqueue_share,
             us(w.step_p50_us),
             us(w.step_p99_us)
         );

@@ -22,6 +22,15 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// What the kernel says of a process's main thread (`/proc/<pid>/schedstat`): time on a
+/// CPU and time runnable but waiting for one (run-queue delay), both in ns. Zeros when the
+/// file cannot be read (the process is gone, or the kernel lacks schedstats).
+pub fn sched_times(pid: u32) -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) else { return (0, 0) };
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
+}
+
 /// The histogram bucket of a duration (see [`stats::HIST_BUCKETS`]).
 pub fn bucket(ns: u64) -> usize {
     ((63 - ns.max(1).leading_zeros()) as usize).min(stats::HIST_BUCKETS - 1)
@@ -236,6 +245,10 @@ pub struct WorkerCounters {
     pub sampled: u64,
     /// The sampled env-step time histogram (see [`stats::HIST_BUCKETS`]).
     pub hist: Vec<u64>,
+    /// Time on a CPU, from the kernel ([`sched_times`]).
+    pub cpu_ns: u64,
+    /// Time runnable but waiting for a CPU, from the kernel ([`sched_times`]).
+    pub runqueue_ns: u64,
 }
 
 /// All counters of a pool at one moment.
@@ -259,6 +272,16 @@ pub struct StatsSnapshot {
     pub ring_full_sum: u64,
     /// Async: `recv` calls sampled.
     pub ring_samples: u64,
+    /// The wait mode now (see [`WaitMode`]).
+    pub wait_mode: WaitMode,
+    /// Batches returned while the pool slept at once.
+    pub sleep_batches: u64,
+    /// The wait tuner's probes.
+    pub wait_probes: u64,
+    /// The wait tuner's switches.
+    pub wait_switches: u64,
+    /// The trainer's time runnable but waiting for a CPU ([`sched_times`]).
+    pub trainer_runqueue_ns: u64,
     /// Per worker.
     pub workers: Vec<WorkerCounters>,
 }
@@ -272,9 +295,13 @@ impl StatsSnapshot {
         let workers = (0..num_workers)
             .map(|w| {
                 let b = protocol::worker_stats_offset(num_workers, w);
+                let pid = region.atomic_u32(b + stats::worker::PID).load(Ordering::Relaxed);
+                let (cpu_ns, runqueue_ns) = sched_times(pid);
                 WorkerCounters {
                     worker: w,
-                    pid: region.atomic_u32(b + stats::worker::PID).load(Ordering::Relaxed),
+                    pid,
+                    cpu_ns,
+                    runqueue_ns,
                     steps: load(b + stats::worker::STEPS),
                     resets: load(b + stats::worker::RESETS),
                     env_ns: load(b + stats::worker::ENV_NS),
@@ -287,11 +314,17 @@ impl StatsSnapshot {
                 }
             })
             .collect();
+        let trainer_pid = region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed);
         StatsSnapshot {
             taken_ns: now_ns(),
             started_ns: load(base + stats::pool::STARTED_NS),
             enabled: region.atomic_u32(base + stats::pool::ENABLED).load(Ordering::Relaxed) != 0,
-            trainer_pid: region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed),
+            trainer_pid,
+            wait_mode: WaitMode::from_word(load(base + stats::pool::WAIT_MODE) as u32),
+            sleep_batches: load(base + stats::pool::SLEEP_BATCHES),
+            wait_probes: load(base + stats::pool::WAIT_PROBES),
+            wait_switches: load(base + stats::pool::WAIT_SWITCHES),
+            trainer_runqueue_ns: sched_times(trainer_pid).1,
             batches: load(base + stats::pool::BATCHES),
             trainer_wait_ns: load(base + stats::pool::TRAINER_WAIT_NS),
             trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
@@ -316,6 +349,11 @@ impl StatsSnapshot {
             trainer_call_ns: d(self.trainer_call_ns, earlier.trainer_call_ns),
             ring_full_sum: d(self.ring_full_sum, earlier.ring_full_sum),
             ring_samples: d(self.ring_samples, earlier.ring_samples),
+            wait_mode: self.wait_mode,
+            sleep_batches: d(self.sleep_batches, earlier.sleep_batches),
+            wait_probes: d(self.wait_probes, earlier.wait_probes),
+            wait_switches: d(self.wait_switches, earlier.wait_switches),
+            trainer_runqueue_ns: d(self.trainer_runqueue_ns, earlier.trainer_runqueue_ns),
             workers: self
                 .workers
                 .iter()
@@ -330,6 +368,8 @@ impl StatsSnapshot {
                     publish_ns: d(a.publish_ns, b.publish_ns),
                     sampled: d(a.sampled, b.sampled),
                     hist: a.hist.iter().zip(&b.hist).map(|(x, y)| d(*x, *y)).collect(),
+                    cpu_ns: d(a.cpu_ns, b.cpu_ns),
+                    runqueue_ns: d(a.runqueue_ns, b.runqueue_ns),
                 })
                 .collect(),
         }
@@ -347,6 +387,11 @@ impl StatsSnapshot {
         self.trainer_call_ns += other.trainer_call_ns;
         self.ring_full_sum += other.ring_full_sum;
         self.ring_samples += other.ring_samples;
+        self.wait_mode = other.wait_mode;
+        self.sleep_batches += other.sleep_batches;
+        self.wait_probes += other.wait_probes;
+        self.wait_switches += other.wait_switches;
+        self.trainer_runqueue_ns += other.trainer_runqueue_ns;
         for (a, b) in self.workers.iter_mut().zip(&other.workers) {
             a.steps += b.steps;
             a.resets += b.resets;
@@ -354,6 +399,8 @@ impl StatsSnapshot {
             a.wait_ns += b.wait_ns;
             a.publish_ns += b.publish_ns;
             a.sampled += b.sampled;
+            a.cpu_ns += b.cpu_ns;
+            a.runqueue_ns += b.runqueue_ns;
             a.hist.iter_mut().zip(&b.hist).for_each(|(x, y)| *x += y);
         }
     }
@@ -389,6 +436,7 @@ impl StatsSnapshot {
                     utilization: d(now.env_ns, then.env_ns) as f64 / 1e9 / secs,
                     wait_share: d(now.wait_ns, then.wait_ns) as f64 / 1e9 / secs,
                     publish_share: d(now.publish_ns, then.publish_ns) as f64 / 1e9 / secs,
+                    runqueue_share: d(now.runqueue_ns, then.runqueue_ns) as f64 / 1e9 / secs,
                     step_p50_us: quantile(&hist, 0.5).map(|ns| ns / 1e3),
                     step_p99_us: quantile(&hist, 0.99).map(|ns| ns / 1e3),
                 }
@@ -396,16 +444,22 @@ impl StatsSnapshot {
             .collect();
         let steps: u64 = workers.iter().map(|w| w.steps).sum();
         let samples = d(self.ring_samples, e.ring_samples);
+        let batches = d(self.batches, e.batches);
         StatsReport {
             seconds: secs,
             enabled: self.enabled,
-            batches: d(self.batches, e.batches),
+            batches,
             steps,
             steps_per_sec: steps as f64 / secs,
             trainer_wait_share: d(self.trainer_wait_ns, e.trainer_wait_ns) as f64 / 1e9 / secs,
             trainer_call_share: d(self.trainer_call_ns, e.trainer_call_ns) as f64 / 1e9 / secs,
             ring_full_blocks: (samples > 0)
                 .then(|| d(self.ring_full_sum, e.ring_full_sum) as f64 / samples as f64),
+            trainer_runqueue_share: d(self.trainer_runqueue_ns, e.trainer_runqueue_ns) as f64 / 1e9 / secs,
+            wait_mode: self.wait_mode,
+            sleep_share: d(self.sleep_batches, e.sleep_batches) as f64 / batches.max(1) as f64,
+            wait_probes: d(self.wait_probes, e.wait_probes),
+            wait_switches: d(self.wait_switches, e.wait_switches),
             workers,
         }
     }
@@ -453,6 +507,9 @@ pub struct WorkerActivity {
     pub wait_share: f64,
     /// Share spent publishing results.
     pub publish_share: f64,
+    /// Share spent runnable but waiting for a CPU (the kernel's run-queue delay): what
+    /// other processes on the machine took from this worker.
+    pub runqueue_share: f64,
     /// Median sampled env-step time, microseconds.
     pub step_p50_us: Option<f64>,
     /// 99th percentile sampled env-step time, microseconds.
@@ -478,10 +535,25 @@ pub struct StatsReport {
     pub trainer_call_share: f64,
     /// Async: average ring blocks already full when `recv` was called.
     pub ring_full_blocks: Option<f64>,
+    /// Share of the interval the trainer was runnable but waiting for a CPU (on an idle
+    /// machine a yielding trainer shows some too: it waits for the worker it yields to).
+    pub trainer_runqueue_share: f64,
+    /// The wait mode at the end of the interval.
+    pub wait_mode: WaitMode,
+    /// Share of the batches returned while the pool slept at once (`WaitMode::Sleep`).
+    pub sleep_share: f64,
+    /// The wait tuner's probes in the interval.
+    pub wait_probes: u64,
+    /// The wait tuner's switches in the interval.
+    pub wait_switches: u64,
     /// Per worker.
     pub workers: Vec<WorkerActivity>,
 }
 
+/// [`StatsReport::verdict`]: average share of the time workers wait for a CPU from which a
+/// pool is contended (measured here: 5-12% on an idle 2-core machine, 36-100% with two
+/// busy processes beside the pool).
+pub const CONTENDED_RUNQUEUE: f64 = 0.2;
 /// [`StatsReport::verdict`]: average worker utilization from which a pool is env-bound.
 pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
 /// [`StatsReport::verdict`]: share of the time the trainer spends outside pool calls from
@@ -489,14 +561,17 @@ pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
 pub const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
 
 impl StatsReport {
-    /// Where the time went, in one word: `"env-bound"` (workers busy in env code most of the
-    /// time), `"trainer-bound"` (workers mostly wait while the trainer is outside pool
-    /// calls), or `"sync-bound"` (neither: the time goes to handing batches over).
+    /// Where the time went, in one word: `"contended"` (workers wait for a CPU that other
+    /// processes hold), `"env-bound"` (workers busy in env code most of the time),
+    /// `"trainer-bound"` (workers mostly wait while the trainer is outside pool calls), or
+    /// `"sync-bound"` (none of these: the time goes to handing batches over).
     pub fn verdict(&self) -> &'static str {
         let n = self.workers.len().max(1) as f64;
         let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
         let outside = 1.0 - self.trainer_call_share;
-        if util >= ENV_BOUND_UTILIZATION {
+        if self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n >= CONTENDED_RUNQUEUE {
+            "contended"
+        } else if util >= ENV_BOUND_UTILIZATION {
             "env-bound"
         } else if outside >= TRAINER_BOUND_OUTSIDE {
             "trainer-bound"

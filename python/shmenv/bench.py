@@ -177,12 +177,14 @@ def shmenv_sync(
     python: bool = False,
     copy: bool = True,
     plugin: str | None = None,
+    **pool: Any,
 ) -> Contestant:
-    """shmenv in sync mode; `copy` is passed explicitly (True: owned arrays, False: views)."""
+    """shmenv in sync mode; `copy` is passed explicitly (True: owned arrays, False: views);
+    `pool` holds further ``make_vec`` keywords (``wait``, ``pin_workers``)."""
     import shmenv
 
     envs = shmenv.make_vec(
-        _target(env_id, python), n, num_workers=workers, seed=0, config=config, copy=copy, plugin=plugin
+        _target(env_id, python), n, num_workers=workers, seed=0, config=config, copy=copy, plugin=plugin, **pool
     )
     envs.reset()
     acts = _cycle(_actions(envs.single_action_space, n))
@@ -204,13 +206,15 @@ def shmenv_async(
     python: bool,
     copy: bool = True,
     plugin: str | None = None,
+    **pool: Any,
 ) -> Contestant:
-    """shmenv in async mode (`batch` < `n`), EnvPool style: ``recv`` a batch, ``send`` its actions."""
+    """shmenv in async mode (`batch` < `n`), EnvPool style: ``recv`` a batch, ``send`` its actions;
+    `pool` holds further ``make_vec`` keywords (``wait``, ``pin_workers``)."""
     import shmenv
 
     envs = shmenv.make_vec(
         _target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config, copy=copy,
-        plugin=plugin,
+        plugin=plugin, **pool,
     )
     envs.async_reset()
     acts = _cycle(_actions(envs.single_action_space, batch))
@@ -340,6 +344,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=",".join(KEYS), help="comma-separated contestants: " + ", ".join(KEYS))
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--png", default=None, help="save a bar chart (needs matplotlib)")
+    p.add_argument(
+        "--contend",
+        type=int,
+        default=None,
+        metavar="N",
+        help="contention benchmark (shmenv.bench_contend): every shmenv wait strategy x pinning, shmenv async, "
+        "SyncVectorEnv and EnvPool, each idle and with N busy processes (CPU spin loops; 0 for none), rounds "
+        "interleaved, medians (defaults then: --num-envs 64 --rounds 5; --passes, --only, --png do not apply)",
+    )
+    p.add_argument(
+        "--trainer-threads",
+        type=int,
+        default=0,
+        metavar="T",
+        help="with --contend: in the contended rounds the trainer also does four 192x192 float32 matmuls on T "
+        "BLAS threads between batches, as a small policy update would (needs threadpoolctl; 0: none)",
+    )
     return p
 
 
@@ -392,7 +413,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return workload_main(argv)
     p = _parser()
+    if p.parse_known_args(argv)[0].contend is not None:
+        from shmenv.bench_contend import DEFAULTS, run as contend_main
+
+        p.set_defaults(**DEFAULTS)
+        return contend_main(p, p.parse_args(argv))
     args = p.parse_args(argv)
+    if args.trainer_threads:
+        p.error("--trainer-threads needs --contend N (0: no busy processes)")
     n, w = args.num_envs, args.workers
     batch = args.batch_size or max(1, n // 2)
     wanted = [k for k in args.only.split(",") if k]

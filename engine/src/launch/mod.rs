@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 mod affinity;
 mod watch;
 
-pub use affinity::CpuAffinity;
 pub(crate) use affinity::place;
+pub use affinity::CpuAffinity;
 use watch::supervise;
 
 /// The first argument that tells a worker program it was started by a pool.

@@ -100,6 +100,8 @@ struct Core {
     /// `CpuAffinity::Auto`: each worker's core while the pool waits actively (workers
     /// sleeping under contention are unpinned).
     pinned: Vec<Option<usize>>,
+    /// The mode the workers' placement is for.
+    placed_for: WaitMode,
     first_reset_done: bool,
     has_reset: bool,
     closed: Option<String>,
@@ -429,25 +431,26 @@ impl Core {
         }
         let Some(tuner) = self.tuner.as_mut() else { return };
         if let Some(mode) = tuner.on_call(now, now - entered, steps) {
-            let (probes, switches) = (tuner.probes, tuner.switches);
-            if std::env::var_os("SHMENV_DEBUG_TUNER").is_some() { eprintln!("{:.3} -> {mode:?} probes {probes} switches {switches}", now as f64 / 1e9); }
-            self.follow_wait_mode(mode);
+            let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
+            self.follow_wait_mode(mode, chosen);
             self.pool_stats().set_wait(mode, probes, switches);
         }
     }
 
     /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
-    /// their next wait (they read the `WAIT_MODE` word); workers pinned by
-    /// `CpuAffinity::Auto` are unpinned while they sleep.
-    fn follow_wait_mode(&mut self, mode: WaitMode) {
+    /// their next wait (they read the `WAIT_MODE` word). Workers pinned by
+    /// `CpuAffinity::Auto` are unpinned while the tuner has chosen to sleep (`chosen`; a
+    /// probe of the other mode leaves them where they are).
+    fn follow_wait_mode(&mut self, mode: WaitMode, chosen: WaitMode) {
         self.region.atomic_u32(protocol::WAIT_MODE).store(mode as u32, Ordering::Relaxed);
         self.waiter.follow(mode);
-        if self.supervisor.any_exited() {
-            return; // A pid may be stale: placement waits for the next switch.
+        if chosen == self.placed_for || self.supervisor.any_exited() {
+            return; // A pid may be stale after an exit: placement waits for the next switch.
         }
+        self.placed_for = chosen;
         for (&pid, &cpu) in self.supervisor.pids().iter().zip(&self.pinned) {
             if cpu.is_some() {
-                crate::launch::place(pid, cpu.filter(|_| mode == WaitMode::Active));
+                crate::launch::place(pid, cpu.filter(|_| chosen == WaitMode::Active));
             }
         }
     }

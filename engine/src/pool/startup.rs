@@ -14,12 +14,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{
-    wait_tuner, mark_unwritten, settings, trainer_semaphore, AsyncState, Control, Core, FailurePolicy, MemoryRoom, Mode,
-    Pool, PoolBuilder, RingState, SyncState,
+    mark_unwritten, settings, trainer_semaphore, wait_tuner, AsyncState, Control, Core, FailurePolicy,
+    MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
 };
 use crate::launch::{CpuAffinity, WorkerCommand};
-use crate::sync::WaitStrategy;
 use crate::protocol::AutoReset;
+use crate::sync::WaitStrategy;
 use std::sync::Arc;
 
 /// A pool whose workers have not yet agreed on a spec. Dropping it (after `abandon`)
@@ -83,6 +83,7 @@ impl Pool {
             waiter,
             tuner,
             pinned,
+            placed_for: crate::sync::WaitMode::Active,
             first_reset_done: false,
             has_reset: false,
             closed: None,

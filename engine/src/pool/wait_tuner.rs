@@ -15,9 +15,10 @@
 //! spends outside pool calls capped at a few times its running average (an SGD phase or a
 //! log flush between two batches is not the pool's doing). The tuner runs in the chosen
 //! mode, measuring it in windows of at least 8 batches and 20 ms; from time to time it runs
-//! the same number of batches as the last window in the other mode, and switches when the other is cheaper by
-//! [`MARGIN`]. A probe that has already cost more than the window it is compared with stops
-//! at once, so trying the wrong mode costs at most one window. Probes come 100 ms after a
+//! the same number of batches as the last window in the other mode (or 3 when those already
+//! cost 1.5x as much), and switches when the other is cheaper by
+//! [`MARGIN`] (to wait actively again, in two probes in a row: see [`wins_needed`]). A probe that has already cost more than the window it is compared with stops
+//! at once, so trying the wrong mode costs at most one window, and a few batches when it is far worse. Probes come 100 ms after a
 //! switch and twice as far apart after each probe that confirms the mode, up to 2 s; a
 //! window whose batches cost twice what the last probe measured while active (contention
 //! came), or half while asleep (it went), starts one at once.
@@ -35,6 +36,12 @@ const MAX_WINDOW_NS: u64 = 200_000_000;
 const FEW_BATCHES: u32 = 3;
 /// The other mode takes over when its batches cost this share less.
 pub const MARGIN: f64 = 0.05;
+/// A return to sleeping this soon after leaving it counts as a probe that sleeping won
+/// (see [`WaitTuner::switch`]).
+const REVERT_NS: u64 = 1_000_000_000;
+/// A probe whose first [`FEW_BATCHES`] or more cost this many times the compared window's
+/// mean ends there: the other mode is far worse (as waiting actively is under contention).
+const LOSING: f64 = 1.5;
 /// The first probe, and the next one after a switch, comes this long after.
 const FIRST_INTERVAL_NS: u64 = 100_000_000;
 /// Probes that confirm the mode double the interval up to this.
@@ -47,6 +54,17 @@ const DRIFT: f64 = 2.0;
 const OUTSIDE_CAP: f64 = 4.0;
 /// See [`OUTSIDE_CAP`].
 const OUTSIDE_SLACK_NS: f64 = 20_000.0;
+
+/// Probes in a row that `mode` must win to take over: two to start waiting actively (a
+/// pool that does so under contention loses most of its speed until the next probe; a
+/// lucky window must not be enough), one to start sleeping (which costs a wake-up a batch
+/// at worst).
+fn wins_needed(mode: WaitMode) -> u32 {
+    match mode {
+        WaitMode::Active => 2,
+        WaitMode::Sleep => 1,
+    }
+}
 
 /// Batches measured in one mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -104,6 +122,13 @@ pub(super) struct WaitTuner {
     settled_cost_ns: f64,
     interval_ns: u64,
     next_probe_ns: u64,
+    /// The interval between probes while asleep, kept across a short excursion into
+    /// waiting actively (see [`WaitTuner::switch`]).
+    sleep_interval_ns: u64,
+    /// When the tuner last chose to wait actively.
+    active_since_ns: u64,
+    /// Probes in a row that the other mode won.
+    wins: u32,
     /// Probes so far.
     pub probes: u64,
     /// Switches so far.
@@ -123,9 +148,17 @@ impl WaitTuner {
             settled_cost_ns: 0.0,
             interval_ns: FIRST_INTERVAL_NS,
             next_probe_ns: u64::MAX,
+            sleep_interval_ns: FIRST_INTERVAL_NS,
+            active_since_ns: 0,
+            wins: 0,
             probes: 0,
             switches: 0,
         }
+    }
+
+    /// The mode chosen (a probe may be running the other one).
+    pub fn chosen(&self) -> WaitMode {
+        self.mode
     }
 
     /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
@@ -176,18 +209,27 @@ impl WaitTuner {
                 }
                 window.add(cost_ns);
                 let (window, against) = (*window, *against);
-                if window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
+                let hopeless = window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean();
+                if hopeless || window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
                     // The other mode has already cost more: stay.
                     self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
+                    if self.mode == WaitMode::Sleep {
+                        self.sleep_interval_ns = self.interval_ns;
+                    }
                     self.settle(now_ns, against.mean());
                     return Some(self.mode);
                 }
-                if window.batches >= against.batches {
-                    self.mode = self.mode.other();
-                    self.switches += 1;
-                    self.interval_ns = FIRST_INTERVAL_NS;
-                    self.settle(now_ns, window.mean());
+                if window.batches < against.batches {
+                    return None;
                 }
+                self.wins += 1;
+                if self.wins < wins_needed(self.mode.other()) {
+                    // Won once: measure the chosen mode again and probe again at once.
+                    self.phase = Phase::Settled(Window::starting(now_ns));
+                    self.next_probe_ns = now_ns;
+                    return Some(self.mode);
+                }
+                self.switch(now_ns, window.mean());
                 None
             }
         }
@@ -204,7 +246,32 @@ impl WaitTuner {
             }
     }
 
+    /// Takes the other mode. Probes of the mode left start `FIRST_INTERVAL_NS` after, but
+    /// for a return to sleeping within [`REVERT_NS`] of leaving it: waiting actively then
+    /// looked better only for a while (under contention it has fast stretches of tens of
+    /// milliseconds between stalls of a time slice each), so the next try waits twice as
+    /// long as the last.
+    fn switch(&mut self, now_ns: u64, cost_ns: f64) {
+        self.mode = self.mode.other();
+        self.switches += 1;
+        self.interval_ns = match self.mode {
+            WaitMode::Active => {
+                self.active_since_ns = now_ns;
+                FIRST_INTERVAL_NS
+            }
+            WaitMode::Sleep if now_ns.saturating_sub(self.active_since_ns) < REVERT_NS => {
+                (self.sleep_interval_ns * 2).min(MAX_INTERVAL_NS)
+            }
+            WaitMode::Sleep => FIRST_INTERVAL_NS,
+        };
+        if self.mode == WaitMode::Sleep {
+            self.sleep_interval_ns = self.interval_ns;
+        }
+        self.settle(now_ns, cost_ns);
+    }
+
     fn settle(&mut self, now_ns: u64, cost_ns: f64) {
+        self.wins = 0;
         self.phase = Phase::Settled(Window::starting(now_ns));
         self.settled_cost_ns = cost_ns;
         self.next_probe_ns = now_ns.saturating_add(self.interval_ns);
@@ -218,7 +285,12 @@ mod tests {
     /// Feeds `tuner` batches whose cost in each mode comes from `cost` (ns), back to back,
     /// for `seconds`, following the modes it asks for; returns the mode followed at the end
     /// and the share of the time spent in `WaitMode::Sleep`.
-    fn run(tuner: &mut WaitTuner, now: &mut u64, seconds: f64, cost: impl Fn(WaitMode) -> u64) -> (WaitMode, f64) {
+    fn run(
+        tuner: &mut WaitTuner,
+        now: &mut u64,
+        seconds: f64,
+        cost: impl Fn(WaitMode) -> u64,
+    ) -> (WaitMode, f64) {
         let mut following = tuner.mode;
         let end = *now + (seconds * 1e9) as u64;
         let mut asleep = 0;
@@ -240,7 +312,8 @@ mod tests {
         let mut t = WaitTuner::new();
         let mut now = 1;
         // CartPole-like on an idle machine: 45 us a batch active, 55 us asleep.
-        let (mode, asleep) = run(&mut t, &mut now, 10.0, |m| if m == WaitMode::Active { 45_000 } else { 55_000 });
+        let (mode, asleep) =
+            run(&mut t, &mut now, 10.0, |m| if m == WaitMode::Active { 45_000 } else { 55_000 });
         assert_eq!((mode, t.mode, t.switches), (WaitMode::Active, WaitMode::Active, 0));
         assert!(asleep < 0.02, "{asleep}");
         assert!(t.probes <= 10, "{}", t.probes);

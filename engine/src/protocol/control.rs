@@ -353,7 +353,8 @@ mod tests {
     #[test]
     fn control_words_do_not_share_cache_lines() {
         let line = |offset: usize| offset / CACHE_LINE;
-        let trainer_words = [STATE_WORD, COMMAND_WORD, RESET_SEED, SYNC_BLOCK, COMMAND_SEQ, RING_PAUSE, WAIT_MODE];
+        let trainer_words =
+            [STATE_WORD, COMMAND_WORD, RESET_SEED, SYNC_BLOCK, COMMAND_SEQ, RING_PAUSE, WAIT_MODE];
         assert!(trainer_words.iter().all(|&o| line(o) == line(POOL_CONTROL)));
         assert_ne!(line(TRAINER_SEMAPHORE), line(STATE_WORD));
         for w in 0..3 {
