@@ -53,7 +53,7 @@ pub use shmenv_engine as engine;
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
     FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, Space, StatsReport, StatsSnapshot,
-    StepError, ViewError, WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit,
+    StepError, ViewError, WaitMode, WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit,
 };
 #[doc(inline)]
 pub use shmenv_worker as worker;

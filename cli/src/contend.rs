@@ -283,7 +283,7 @@ fn report(all: &[Contestant], load: &Load, seconds: f64, rounds: usize, loads: (
         println!("{out}");
         return;
     }
-    eprint!("\r{:40}\r", "");
+    progress_clear();
     println!("loaded: {}; medians of {rounds} interleaved rounds", load.describe());
     println!(
         "  wait   affinity        idle steps/s  of best  vs serial    loaded steps/s  of best  vs serial"
@@ -309,4 +309,11 @@ fn report(all: &[Contestant], load: &Load, seconds: f64, rounds: usize, loads: (
         "  load average {:.2} before, {:.2} after (it counts the run's own busy processes)",
         loads.0, loads.1
     );
+}
+
+fn progress_clear() {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{:40}\r", "");
+    }
 }

@@ -56,4 +56,4 @@ pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};
 #[cfg(not(loom))]
 pub use stats::{StatsReport, StatsSnapshot, WorkerActivity};
-pub use sync::WaitStrategy;
+pub use sync::{WaitMode, WaitStrategy};

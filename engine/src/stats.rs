@@ -272,7 +272,7 @@ pub struct StatsSnapshot {
     pub ring_full_sum: u64,
     /// Async: `recv` calls sampled.
     pub ring_samples: u64,
-    /// The wait mode now (see [`WaitMode`]).
+    /// The wait mode the tuner chose (see [`WaitMode`]).
     pub wait_mode: WaitMode,
     /// Batches returned while the pool slept at once.
     pub sleep_batches: u64,
@@ -538,7 +538,7 @@ pub struct StatsReport {
     /// Share of the interval the trainer was runnable but waiting for a CPU (on an idle
     /// machine a yielding trainer shows some too: it waits for the worker it yields to).
     pub trainer_runqueue_share: f64,
-    /// The wait mode at the end of the interval.
+    /// The wait mode the tuner had chosen at the end of the interval.
     pub wait_mode: WaitMode,
     /// Share of the batches returned while the pool slept at once (`WaitMode::Sleep`).
     pub sleep_share: f64,

@@ -433,7 +433,7 @@ impl Core {
         if let Some(mode) = tuner.on_call(now, now - entered, steps) {
             let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
             self.follow_wait_mode(mode, chosen);
-            self.pool_stats().set_wait(mode, probes, switches);
+            self.pool_stats().set_wait(chosen, probes, switches);
         }
     }
 

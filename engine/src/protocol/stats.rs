@@ -36,7 +36,8 @@ pub struct PoolBlock {
     pub ring_full_sum: u64,
     /// Async: `recv` calls counted in `ring_full_sum`.
     pub ring_samples: u64,
-    /// The wait mode now (`sync::WaitMode` as a number: 0 active, 1 sleep).
+    /// The wait mode the tuner chose (`sync::WaitMode` as a number: 0 active, 1 sleep; a
+    /// probe may be running the other).
     pub wait_mode: u64,
     /// Batches returned while the wait mode was `sleep`.
     pub sleep_batches: u64,
