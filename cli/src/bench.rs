@@ -3,7 +3,7 @@
 
 use crate::args::{self, Affinity, Envs, OnOff, Wait};
 use crate::contend;
-use crate::stepping::{contenders, fmt_rate, Baseline, Progress, Stepper, Tally};
+use crate::stepping::{contenders, fmt_rate, load_average, Baseline, Progress, Stepper, Tally};
 use crate::Error;
 use serde_json::json;
 use shmenv::engine::protocol::{AutoReset, PoolParams};
@@ -116,6 +116,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if let (Some(b), Some(r)) = (&baseline, ratio) {
         println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
         println!("  ratio:         {r:>10.2}x");
+        println!("  {}", ratio_hint(r));
     }
     if let Some(p) = &profile {
         print_profile(p);
@@ -163,6 +164,22 @@ fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Val
     }
     let build = |wait, affinity| Ok(pool_builder(args, wait, affinity)?.build()?);
     contend::run(build, args.seed, baseline, &load, args.seconds, args.json)
+}
+
+/// What to expect of the ratio, and what to check when it is low.
+fn ratio_hint(ratio: f64) -> String {
+    let (load, cores) = (load_average(), shmenv::engine::sync::available_cores());
+    if ratio < 0.9 && load > 0.7 * cores as f64 {
+        format!(
+            "load average {load:.2} on {cores} cores: other processes hold the cores, which slows a pool (a handoff \
+             per batch) more than a serial loop; --profile shows it, --contend 2 compares settings"
+        )
+    } else {
+        format!(
+            "expect 1.2-1.4x for CartPole-v1 x 1024 on 2 workers of an idle 2-core machine (load average now \
+             {load:.2} on {cores} cores); if it is far below 1.0, run with --profile"
+        )
+    }
 }
 
 /// The baseline's envs: all of them in one shard, as the pool would make them (from the

@@ -10,7 +10,7 @@
 //! gives each one's median round.
 
 use crate::args::{Affinity, Wait};
-use crate::stepping::{contenders, fmt_rate, Baseline, Progress, Stepper, Tally};
+use crate::stepping::{contenders, fmt_rate, load_average, Baseline, Progress, Stepper, Tally};
 use crate::Error;
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
@@ -249,14 +249,6 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// The machine's 1-minute load average.
-fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|f| f.parse().ok()))
-        .unwrap_or(f64::NAN)
 }
 
 fn report(all: &[Contestant], load: &Load, seconds: f64, rounds: usize, loads: (f64, f64), json: bool) {

@@ -247,3 +247,11 @@ pub fn fmt_rate(r: f64) -> String {
         format!("{r:.0}")
     }
 }
+
+/// The machine's 1-minute load average (NaN when unknown).
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|f| f.parse().ok()))
+        .unwrap_or(f64::NAN)
+}

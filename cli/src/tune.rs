@@ -1,8 +1,9 @@
-//! `shmenv tune`: try worker counts, batch sizes and wait strategies briefly; print a
-//! ranked table and the settings of the fastest for each front end (CLI, Rust, Python).
+//! `shmenv tune`: try worker counts, batch sizes, wait strategies and worker affinity
+//! briefly, on the machine as it is loaded now; print a ranked table and the settings of
+//! the fastest for each front end (CLI, Rust, Python).
 
-use crate::args::{self, Envs};
-use crate::stepping::{contenders, fmt_rate, Progress, Tally};
+use crate::args::{self, Affinity, Envs};
+use crate::stepping::{contenders, fmt_rate, load_average, Progress, Tally};
 use crate::Error;
 use serde_json::{json, Value};
 use shmenv::{Pool, WaitStrategy};
@@ -28,6 +29,7 @@ struct Trial {
     envs_per_worker: String,
     batch_size: usize,
     wait: &'static str,
+    affinity: &'static str,
     steps_per_sec: f64,
 }
 
@@ -36,8 +38,13 @@ const FINALISTS: usize = 3;
 /// ... with each of these wait strategies (spin only when every process has a core) ...
 const FINAL_WAITS: [WaitStrategy; 4] =
     [WaitStrategy::Auto, WaitStrategy::Yield, WaitStrategy::Block, WaitStrategy::Spin];
+/// ... and each of these worker placements (but spinning unpinned) ...
+const FINAL_AFFINITIES: [Affinity; 2] = [Affinity::Auto, Affinity::None];
 /// ... this many times each, and keeps the median.
 const REPEATS: usize = 3;
+/// The defaults (`auto`, `auto`) are recommended unless another setting of the same shape
+/// is faster by more than this share (the noise of a short trial).
+const DEFAULTS_WITHIN: f64 = 0.05;
 
 /// Runs `shmenv tune`.
 pub fn run(args: TuneArgs) -> Result<(), Error> {
@@ -45,10 +52,11 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     let n = args.envs.num_envs;
     let cores = shmenv::engine::sync::available_cores();
     let slice = Duration::from_secs_f64(args.seconds);
-    let run = |workers: usize, batch: usize, wait: WaitStrategy| -> Result<f64, Error> {
-        let pool = args.envs.builder()?.num_workers(workers).batch_size(batch).wait(wait).seed(0).build()?;
-        trial(pool, slice)
+    let run = |workers: usize, batch: usize, wait: WaitStrategy, affinity: Affinity| -> Result<f64, Error> {
+        let builder = args.envs.builder()?.num_workers(workers).batch_size(batch).seed(0);
+        trial(builder.wait(wait).cpu_affinity(affinity.setting()).build()?, slice)
     };
+    let load_before = load_average();
     let workers: Vec<usize> = (1..=2 * cores).filter(|&w| w <= n).collect();
     let mut batches = vec![n, n / 2, n / 4];
     batches.retain(|&b| b >= 1);
@@ -57,7 +65,7 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
         eprintln!(
             "tuning {} x {n}: about {} trials of {:.2} s ...",
             args.envs.env,
-            workers.len() * batches.len() + FINALISTS * FINAL_WAITS.len() * REPEATS,
+            workers.len() * batches.len() + FINALISTS * FINAL_WAITS.len() * FINAL_AFFINITIES.len() * REPEATS,
             slice.as_secs_f64()
         );
     }
@@ -65,41 +73,61 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
     let mut trials = Vec::new();
     for &w in &workers {
         for &b in &batches {
-            let steps_per_sec = run(w, b, WaitStrategy::Auto)?;
+            let steps_per_sec = run(w, b, WaitStrategy::Auto, Affinity::Auto)?;
             let envs_per_worker = envs_per_worker(n, w);
-            trials.push(Trial { workers: w, envs_per_worker, batch_size: b, wait: "auto", steps_per_sec });
+            trials.push(Trial {
+                workers: w,
+                envs_per_worker,
+                batch_size: b,
+                wait: "auto",
+                affinity: "auto",
+                steps_per_sec,
+            });
         }
     }
-    // Stage 2: the three best shapes, each with every wait strategy (spin only when every
-    // process can have a core), measured three times; medians.
+    // Stage 2: the three best shapes, each with every wait strategy and placement (spin only
+    // pinned and when every process can have a core), measured three times; medians.
     trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
     let mut finals = Vec::new();
     for shape in trials.iter().take(FINALISTS).cloned().collect::<Vec<_>>() {
-        for wait in FINAL_WAITS {
-            if wait == WaitStrategy::Spin && shape.workers + 1 > cores {
+        for (wait, affinity) in FINAL_WAITS.into_iter().flat_map(|w| FINAL_AFFINITIES.map(|a| (w, a))) {
+            if wait == WaitStrategy::Spin && (shape.workers + 1 > cores || affinity == Affinity::None) {
                 continue;
             }
             let mut rates = (0..REPEATS)
-                .map(|_| run(shape.workers, shape.batch_size, wait))
+                .map(|_| run(shape.workers, shape.batch_size, wait, affinity))
                 .collect::<Result<Vec<_>, _>>()?;
             rates.sort_by(|a, b| a.total_cmp(b));
-            finals.push(Trial { wait: wait.name(), steps_per_sec: rates[REPEATS / 2], ..shape.clone() });
+            let median = rates[REPEATS / 2];
+            finals.push(Trial {
+                wait: wait.name(),
+                affinity: affinity.name(),
+                steps_per_sec: median,
+                ..shape.clone()
+            });
         }
     }
     finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
-    let best = finals.first().ok_or("no configuration could run")?;
+    let best = recommended(&finals).ok_or("no configuration could run")?;
+    let loads = (load_before, load_average());
     let plugin = args.envs.plugin.as_deref();
     let rec = Recommendation { env: &args.envs.env, plugin, config: &config, num_envs: n, best };
     if args.json {
         let recommended = json!({"cli": rec.cli(), "rust": rec.rust(), "python": rec.python()});
         println!(
             "{}",
-            json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": recommended})
+            json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals, "recommended": recommended,
+                   "load_average_before": loads.0, "load_average_after": loads.1, "cores": cores})
         );
         return Ok(());
     }
     print_ranking(&args.envs.env, n, cores, trials.len(), &finals);
-    println!("recommended (workers pinned to cores when there are enough, the default):");
+    println!(
+        "measured at a load average of {:.2} to {:.2} on {cores} cores: the ranking holds for a machine \
+         this busy (rerun when the load differs; the default wait adapts to it)",
+        loads.0, loads.1
+    );
+    println!("recommended (the defaults, auto wait and auto affinity, unless another setting beats them by over 5%):");
     println!("  CLI:     {}", rec.cli());
     println!("  Rust:    {}", rec.rust());
     println!("  Python:  {}", rec.python());
@@ -113,20 +141,31 @@ fn print_ranking(env: &str, n: usize, cores: usize, shapes: usize, finals: &[Tri
     println!(
         "{env} x {n}, {cores} cores: {shapes} shapes tried, the 3 best with each wait strategy (median of 3)"
     );
-    println!("  rank  workers  envs/worker  batch   mode   wait      steps/s");
+    println!("  rank  workers  envs/worker  batch   mode   wait  affinity      steps/s");
     for (i, t) in finals.iter().enumerate() {
         let mode = if t.batch_size < n { "async" } else { "sync" };
         println!(
-            "  {:>4}  {:>7}  {:>11}  {:>5}  {:>5}  {:>5}  {:>11}",
+            "  {:>4}  {:>7}  {:>11}  {:>5}  {:>5}  {:>5}  {:>8}  {:>11}",
             i + 1,
             t.workers,
             t.envs_per_worker,
             t.batch_size,
             mode,
             t.wait,
+            t.affinity,
             fmt_rate(t.steps_per_sec)
         );
     }
+}
+
+/// The fastest of `finals` (sorted, fastest first), or the defaults of the same shape when
+/// they are within [`DEFAULTS_WITHIN`] of it.
+fn recommended(finals: &[Trial]) -> Option<&Trial> {
+    let best = finals.first()?;
+    let defaults = finals.iter().find(|t| {
+        (t.workers, t.batch_size, t.wait, t.affinity) == (best.workers, best.batch_size, "auto", "auto")
+    });
+    Some(defaults.filter(|d| d.steps_per_sec >= best.steps_per_sec * (1.0 - DEFAULTS_WITHIN)).unwrap_or(best))
 }
 
 fn envs_per_worker(n: usize, w: usize) -> String {
@@ -162,6 +201,7 @@ enum Setting<'a> {
     Config(&'a Value),
     BatchSize(usize),
     Wait(&'static str),
+    Unpinned,
 }
 
 impl Recommendation<'_> {
@@ -180,6 +220,9 @@ impl Recommendation<'_> {
         if self.best.wait != "auto" {
             out.push(Setting::Wait(self.best.wait));
         }
+        if self.best.affinity != "auto" {
+            out.push(Setting::Unpinned);
+        }
         out
     }
 
@@ -197,6 +240,7 @@ impl Recommendation<'_> {
             Setting::Config(c) => format!(" --config '{c}'"),
             Setting::BatchSize(b) => format!(" --batch-size {b}"),
             Setting::Wait(w) => format!(" --wait {w}"),
+            Setting::Unpinned => " --affinity none".into(),
         };
         self.render(head, part, "")
     }
@@ -210,6 +254,7 @@ impl Recommendation<'_> {
             Setting::Config(c) => format!(".config(serde_json::json!({c}))"),
             Setting::BatchSize(b) => format!(".batch_size({b})"),
             Setting::Wait(w) => format!(".wait(WaitStrategy::{}{})", w[..1].to_uppercase(), &w[1..]),
+            Setting::Unpinned => ".cpu_affinity(CpuAffinity::None)".into(),
         };
         self.render(head, part, "")
     }
@@ -223,6 +268,7 @@ impl Recommendation<'_> {
             Setting::Config(c) => format!(", config={}", python_literal(c)),
             Setting::BatchSize(b) => format!(", batch_size={b}"),
             Setting::Wait(w) => format!(", wait={w:?}"),
+            Setting::Unpinned => ", pin_workers=False".into(),
         };
         self.render(head, part, ")")
     }
@@ -256,21 +302,38 @@ mod tests {
             envs_per_worker: "2".into(),
             batch_size: 2,
             wait: "spin",
+            affinity: "none",
             steps_per_sec: 1.0,
         };
         let config = json!({"step_us": 5, "fast": true, "name": null});
         let rec = Recommendation { env: "Burn-v0", plugin: None, config: &config, num_envs: 4, best: &best };
         assert_eq!(
             rec.cli(),
-            r#"shmenv bench --env Burn-v0 --num-envs 4 --workers 2 --config '{"fast":true,"name":null,"step_us":5}' --batch-size 2 --wait spin"#
+            r#"shmenv bench --env Burn-v0 --num-envs 4 --workers 2 --config '{"fast":true,"name":null,"step_us":5}' --batch-size 2 --wait spin --affinity none"#
         );
         assert_eq!(
             rec.rust(),
-            r#"Pool::builder("Burn-v0").num_envs(4).num_workers(2).config(serde_json::json!({"fast":true,"name":null,"step_us":5})).batch_size(2).wait(WaitStrategy::Spin)"#
+            r#"Pool::builder("Burn-v0").num_envs(4).num_workers(2).config(serde_json::json!({"fast":true,"name":null,"step_us":5})).batch_size(2).wait(WaitStrategy::Spin).cpu_affinity(CpuAffinity::None)"#
         );
         assert_eq!(
             rec.python(),
-            r#"shmenv.make_vec("Burn-v0", num_envs=4, num_workers=2, config={"fast": True, "name": None, "step_us": 5}, batch_size=2, wait="spin")"#
+            r#"shmenv.make_vec("Burn-v0", num_envs=4, num_workers=2, config={"fast": True, "name": None, "step_us": 5}, batch_size=2, wait="spin", pin_workers=False)"#
         );
+    }
+
+    #[test]
+    fn the_defaults_are_recommended_unless_clearly_beaten() {
+        let t = |wait, affinity, steps_per_sec| Trial {
+            workers: 2,
+            envs_per_worker: "2".into(),
+            batch_size: 4,
+            wait,
+            affinity,
+            steps_per_sec,
+        };
+        let close = [t("block", "none", 100.0), t("auto", "auto", 97.0)];
+        assert_eq!(recommended(&close).map(|r| (r.wait, r.affinity)), Some(("auto", "auto")));
+        let far = [t("block", "none", 100.0), t("auto", "auto", 80.0)];
+        assert_eq!(recommended(&far).map(|r| (r.wait, r.affinity)), Some(("block", "none")));
     }
 }
