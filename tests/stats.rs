@@ -44,7 +44,7 @@ fn sync_stats_count_exactly_what_the_pool_did() {
     assert_eq!(snap.workers.iter().map(|w| w.hist.iter().sum::<u64>()).sum::<u64>(), sampled);
     assert!(report.trainer_wait_share > 0.0 && report.trainer_wait_share <= report.trainer_call_share);
     assert!(report.trainer_call_share <= 1.0);
-    assert!(["env-bound", "trainer-bound", "sync-bound"].contains(&report.verdict()));
+    assert!(["contended", "env-bound", "trainer-bound", "sync-bound"].contains(&report.verdict()));
     // Intervals: nothing happened between two snapshots taken back to back.
     let later = pool.stats_snapshot();
     let idle = later.since(Some(&snap));

@@ -347,9 +347,12 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
 
     def stats(self) -> dict:
         """What the pool did since it started, from the live stats in shared memory: per
-        worker steps, utilization (share of time in env code), wait share, env-step p50/p99;
-        the trainer's wait share; and a verdict ("env-bound", "trainer-bound", "sync-bound").
-        See docs/profiling.md; ``shmenv top --pid <this pid>`` shows the same live."""
+        worker steps, utilization (share of time in env code), wait share, run-queue share
+        (time waiting for a CPU), env-step p50/p99; the trainer's wait share; the wait mode
+        the default ``wait="auto"`` chose ("active" or, under contention, "sleep"), with the
+        share of batches that slept; and a verdict ("contended", "env-bound",
+        "trainer-bound", "sync-bound"). See docs/profiling.md; ``shmenv top --pid <this
+        pid>`` shows the same live."""
         return json.loads(self._pool.stats_json())
 
     @property
@@ -494,11 +497,14 @@ def make_vec(
     - ``worker_program``: a native worker binary (your own Rust build with custom envs)
       instead of ``python -m shmenv.worker``.
     - ``max_episode_steps``: a time limit (truncation) on top of the env's own.
-    - ``wait``: how the trainer and workers wait for each other: "auto" (measured, adaptive),
-      "spin", "yield" or "block".
+    - ``wait``: how the trainer and workers wait for each other: "auto" (measured,
+      adaptive: waits actively on an idle machine, sleeps on the futex, workers unpinned,
+      when other processes or the trainer's own threads compete for the cores), "spin",
+      "yield" or "block" (fixed).
     - ``ring_depth``: async mode, result blocks in the ring (default 2, 3 with
       ``copy=False``, which keeps the two latest batches intact).
-    - ``pin_workers``: pin each worker to its own core when there are enough cores.
+    - ``pin_workers``: pin each worker to its own core when there are enough cores (while
+      ``wait="auto"`` sleeps under contention, the workers are unpinned).
     - ``episode_stats_key``: the infos key of per-episode return and length ("r", "l") at
       episode ends ("" for none).
     - ``step_timeout``: seconds; hang detection, raises ``WorkerTimeoutError`` naming the

@@ -98,8 +98,8 @@ impl Worker {
         result
     }
 
-    /// After a command ran: books the stats, posts the trainer, stores the command's
-    /// sequence number, then the times and the trace.
+    /// After a command ran: books the stats and the spans so far, posts the trainer, stores
+    /// the command's sequence number, then the times and the publish span.
     #[inline]
     fn finish_command(
         &self,
@@ -118,6 +118,13 @@ impl Worker {
         stats.add_steps(steps as u64, shard.resets() - *resets_seen);
         *resets_seen = shard.resets();
         stats.flush_hist(shard.hist_mut());
+        // The spans known now go in before the post too: a trainer that writes its trace
+        // right after the batch has them (only the publish span may still be missing).
+        let ring = layout.trace.as_ref().map(|rows| TraceRing::new(&self.region, rows, self.index));
+        if let Some(ring) = &ring {
+            ring.record(trace::kind::WAIT, waited_from, started);
+            ring.record(trace::kind::ENV, started, worked);
+        }
         self.post_trainer();
         // After the post (Release): a trainer that sees this sequence number knows the
         // post is in (the Restart policy counts on it).
@@ -125,10 +132,7 @@ impl Worker {
         self.region.atomic_u32(done).store(seq, Ordering::Release);
         let posted = now_ns();
         stats.add_times(worked - started, started - waited_from, posted - worked);
-        if let Some(rows) = &layout.trace {
-            let ring = TraceRing::new(&self.region, rows, self.index);
-            ring.record(trace::kind::WAIT, waited_from, started);
-            ring.record(trace::kind::ENV, started, worked);
+        if let Some(ring) = &ring {
             ring.record(trace::kind::PUBLISH, worked, posted);
         }
     }
