@@ -85,29 +85,8 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
             });
         }
     }
-    // Stage 2: the three best shapes, each with every wait strategy and placement (spin only
-    // pinned and when every process can have a core), measured three times; medians.
     trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
-    let mut finals = Vec::new();
-    for shape in trials.iter().take(FINALISTS).cloned().collect::<Vec<_>>() {
-        for (wait, affinity) in FINAL_WAITS.into_iter().flat_map(|w| FINAL_AFFINITIES.map(|a| (w, a))) {
-            if wait == WaitStrategy::Spin && (shape.workers + 1 > cores || affinity == Affinity::None) {
-                continue;
-            }
-            let mut rates = (0..REPEATS)
-                .map(|_| run(shape.workers, shape.batch_size, wait, affinity))
-                .collect::<Result<Vec<_>, _>>()?;
-            rates.sort_by(|a, b| a.total_cmp(b));
-            let median = rates[REPEATS / 2];
-            finals.push(Trial {
-                wait: wait.name(),
-                affinity: affinity.name(),
-                steps_per_sec: median,
-                ..shape.clone()
-            });
-        }
-    }
-    finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    let finals = final_trials(&trials[..trials.len().min(FINALISTS)], cores, &run)?;
     let best = recommended(&finals).ok_or("no configuration could run")?;
     let loads = (load_before, load_average());
     let plugin = args.envs.plugin.as_deref();
@@ -135,6 +114,37 @@ pub fn run(args: TuneArgs) -> Result<(), Error> {
         println!("  (async: use send()/recv(); sync step() needs batch_size = num_envs)");
     }
     Ok(())
+}
+
+/// Stage 2: each of the best `shapes` with every wait strategy and placement (spin only
+/// pinned and when every process can have a core), measured [`REPEATS`] times; medians,
+/// fastest first.
+fn final_trials(
+    shapes: &[Trial],
+    cores: usize,
+    run: &impl Fn(usize, usize, WaitStrategy, Affinity) -> Result<f64, Error>,
+) -> Result<Vec<Trial>, Error> {
+    let mut finals = Vec::new();
+    for shape in shapes {
+        for (wait, affinity) in FINAL_WAITS.into_iter().flat_map(|w| FINAL_AFFINITIES.map(|a| (w, a))) {
+            if wait == WaitStrategy::Spin && (shape.workers + 1 > cores || affinity == Affinity::None) {
+                continue;
+            }
+            let mut rates = (0..REPEATS)
+                .map(|_| run(shape.workers, shape.batch_size, wait, affinity))
+                .collect::<Result<Vec<_>, _>>()?;
+            rates.sort_by(|a, b| a.total_cmp(b));
+            let median = rates[REPEATS / 2];
+            finals.push(Trial {
+                wait: wait.name(),
+                affinity: affinity.name(),
+                steps_per_sec: median,
+                ..shape.clone()
+            });
+        }
+    }
+    finals.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
+    Ok(finals)
 }
 
 fn print_ranking(env: &str, n: usize, cores: usize, shapes: usize, finals: &[Trial]) {

@@ -214,3 +214,38 @@ fn list_and_bench_take_a_plugin_library() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("plugin library /nonexistent/lib.so: No such file"), "{stderr}");
 }
+
+#[test]
+fn bench_contend_reports_every_setting_idle_and_loaded_and_leaves_no_busy_process() {
+    let _w = Watchdog::new("cli contend", Duration::from_secs(120));
+    let mut child = Command::new(SHMENV)
+        .args(["bench", "--num-envs", "64", "--workers", "2", "--seconds", "0.2", "--baseline", "--json"])
+        .args(["--contend", "1", "--trainer-threads", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The busy process shows up among the benchmark's children while it runs.
+    let start = Instant::now();
+    let mut busy = Vec::new();
+    while busy.is_empty() && start.elapsed() < Duration::from_secs(20) {
+        let is_busy = |p: &u32| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.windows(13).any(|w| w == b"busy\0--parent"))
+        };
+        busy = grandchildren(child.id()).into_iter().filter(is_busy).collect();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7, "6 settings and the serial loop: {doc}");
+    for row in rows {
+        assert!(row["idle_steps_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["loaded_steps_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert_eq!((rows[0]["wait"].as_str(), rows[0]["affinity"].as_str()), (Some("auto"), Some("auto")));
+    assert!(doc["load"].as_str().unwrap().contains("1 busy processes"), "{doc}");
+    assert!(!busy.is_empty(), "the busy process was seen while the benchmark ran");
+    assert!(busy.iter().all(|&p| !alive(p)), "no busy process is left: {busy:?}");
+}
