@@ -130,6 +130,8 @@ impl<'a> PoolStats<'a> {
             .atomic_u32(self.base + stats::pool::TRAINER_PID)
             .store(std::process::id(), Ordering::Relaxed);
         self.word(stats::pool::STARTED_NS).store(now_ns(), Ordering::Relaxed);
+        let runqueue = sched_times(std::process::id()).1;
+        self.word(stats::pool::TRAINER_RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
     }
 
     /// Records one call that returned a batch: its total time and the part spent waiting.
@@ -280,7 +282,8 @@ pub struct StatsSnapshot {
     pub wait_probes: u64,
     /// The wait tuner's switches.
     pub wait_switches: u64,
-    /// The trainer's time runnable but waiting for a CPU ([`sched_times`]).
+    /// The trainer's time runnable but waiting for a CPU since the pool started
+    /// ([`sched_times`]).
     pub trainer_runqueue_ns: u64,
     /// Per worker.
     pub workers: Vec<WorkerCounters>,
@@ -324,7 +327,9 @@ impl StatsSnapshot {
             sleep_batches: load(base + stats::pool::SLEEP_BATCHES),
             wait_probes: load(base + stats::pool::WAIT_PROBES),
             wait_switches: load(base + stats::pool::WAIT_SWITCHES),
-            trainer_runqueue_ns: sched_times(trainer_pid).1,
+            trainer_runqueue_ns: sched_times(trainer_pid)
+                .1
+                .saturating_sub(load(base + stats::pool::TRAINER_RUNQUEUE_AT_START)),
             batches: load(base + stats::pool::BATCHES),
             trainer_wait_ns: load(base + stats::pool::TRAINER_WAIT_NS),
             trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
@@ -368,8 +373,8 @@ impl StatsSnapshot {
                     publish_ns: d(a.publish_ns, b.publish_ns),
                     sampled: d(a.sampled, b.sampled),
                     hist: a.hist.iter().zip(&b.hist).map(|(x, y)| d(*x, *y)).collect(),
-                    cpu_ns: d(a.cpu_ns, b.cpu_ns),
-                    runqueue_ns: d(a.runqueue_ns, b.runqueue_ns),
+                    cpu_ns: kernel_delta(a, b, |w| w.cpu_ns),
+                    runqueue_ns: kernel_delta(a, b, |w| w.runqueue_ns),
                 })
                 .collect(),
         }
@@ -436,7 +441,7 @@ impl StatsSnapshot {
                     utilization: d(now.env_ns, then.env_ns) as f64 / 1e9 / secs,
                     wait_share: d(now.wait_ns, then.wait_ns) as f64 / 1e9 / secs,
                     publish_share: d(now.publish_ns, then.publish_ns) as f64 / 1e9 / secs,
-                    runqueue_share: d(now.runqueue_ns, then.runqueue_ns) as f64 / 1e9 / secs,
+                    runqueue_share: kernel_delta(now, then, |w| w.runqueue_ns) as f64 / 1e9 / secs,
                     step_p50_us: quantile(&hist, 0.5).map(|ns| ns / 1e3),
                     step_p99_us: quantile(&hist, 0.99).map(|ns| ns / 1e3),
                 }
@@ -462,6 +467,16 @@ impl StatsSnapshot {
             wait_switches: d(self.wait_switches, e.wait_switches),
             workers,
         }
+    }
+}
+
+/// A kernel counter of a worker between two snapshots: a replacement worker (another pid)
+/// counts from its own start.
+fn kernel_delta(now: &WorkerCounters, then: &WorkerCounters, f: fn(&WorkerCounters) -> u64) -> u64 {
+    if now.pid == then.pid {
+        f(now).saturating_sub(f(then))
+    } else {
+        f(now)
     }
 }
 

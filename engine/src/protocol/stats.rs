@@ -45,8 +45,10 @@ pub struct PoolBlock {
     pub wait_probes: u64,
     /// Times the wait tuner changed the mode.
     pub wait_switches: u64,
+    /// The trainer's run-queue delay (`/proc/PID/schedstat`) when the pool started.
+    pub trainer_runqueue_at_start: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 21],
+    pub reserved: [u64; 20],
 }
 
 /// A worker's block (written by that worker).
@@ -117,6 +119,8 @@ pub mod pool {
     pub const WAIT_PROBES: usize = offset_of!(PoolBlock, wait_probes);
     /// u64: [`PoolBlock::wait_switches`].
     pub const WAIT_SWITCHES: usize = offset_of!(PoolBlock, wait_switches);
+    /// u64: [`PoolBlock::trainer_runqueue_at_start`].
+    pub const TRAINER_RUNQUEUE_AT_START: usize = offset_of!(PoolBlock, trainer_runqueue_at_start);
 }
 
 /// Offsets of a worker block's words ([`WorkerBlock`]).
