@@ -70,6 +70,13 @@ impl<'a> WorkerStats<'a> {
         self.region.atomic_u32(self.base + stats::worker::PID).store(pid, Ordering::Relaxed);
     }
 
+    /// Marks the start of serving the pool: the kernel counters of this worker count from
+    /// here (its start-up, importing and building envs, is not the pool's running).
+    pub fn mark_running(&self) {
+        let runqueue = sched_times(std::process::id()).1;
+        self.word(stats::worker::RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
+    }
+
     /// Adds env steps and resets.
     #[inline]
     pub fn add_steps(&self, steps: u64, resets: u64) {
@@ -249,7 +256,8 @@ pub struct WorkerCounters {
     pub hist: Vec<u64>,
     /// Time on a CPU, from the kernel ([`sched_times`]).
     pub cpu_ns: u64,
-    /// Time runnable but waiting for a CPU, from the kernel ([`sched_times`]).
+    /// Time runnable but waiting for a CPU since it started serving the pool, from the
+    /// kernel ([`sched_times`]).
     pub runqueue_ns: u64,
 }
 
@@ -300,6 +308,7 @@ impl StatsSnapshot {
                 let b = protocol::worker_stats_offset(num_workers, w);
                 let pid = region.atomic_u32(b + stats::worker::PID).load(Ordering::Relaxed);
                 let (cpu_ns, runqueue_ns) = sched_times(pid);
+                let runqueue_ns = runqueue_ns.saturating_sub(load(b + stats::worker::RUNQUEUE_AT_START));
                 WorkerCounters {
                     worker: w,
                     pid,

@@ -76,8 +76,11 @@ pub struct WorkerBlock {
     pub busy_since: u64,
     /// The env-step time histogram.
     pub hist: [u64; HIST_BUCKETS],
+    /// The worker's run-queue delay (`/proc/PID/schedstat`) when it started serving the
+    /// pool (after building its envs).
+    pub runqueue_at_start: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 7],
 }
 
 const _: () = {
@@ -146,6 +149,8 @@ pub mod worker {
     pub const BUSY_SINCE: usize = offset_of!(WorkerBlock, busy_since);
     /// `HIST_BUCKETS` u64: [`WorkerBlock::hist`]; bucket `k` at `HIST + k * HIST_STRIDE`.
     pub const HIST: usize = offset_of!(WorkerBlock, hist);
+    /// u64: [`WorkerBlock::runqueue_at_start`].
+    pub const RUNQUEUE_AT_START: usize = offset_of!(WorkerBlock, runqueue_at_start);
     /// Bytes between two histogram buckets.
     pub const HIST_STRIDE: usize = size_of::<u64>();
 }

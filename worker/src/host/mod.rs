@@ -230,6 +230,7 @@ impl Worker {
             Ok(l) => l,
             Err(e) => return self.fail(WorkerReport::Failed { message: e.to_string() }),
         };
+        self.stats().mark_running();
         self.set_status(WorkerStatus::Running);
         self.post_trainer();
         let stop = match &layout.ring {
