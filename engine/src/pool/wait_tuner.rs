@@ -14,14 +14,15 @@
 //! The cost of a batch is the time from one batch to the next, with the time the trainer
 //! spends outside pool calls capped at a few times its running average (an SGD phase or a
 //! log flush between two batches is not the pool's doing). The tuner runs in the chosen
-//! mode, measuring it in windows of at least 8 batches and 20 ms; from time to time it runs
-//! the same number of batches as the last window in the other mode (or 3 when those already
-//! cost 1.5x as much), and switches when the other is cheaper by
-//! [`MARGIN`] (to wait actively again, in two probes in a row: see [`wins_needed`]). A probe that has already cost more than the window it is compared with stops
-//! at once, so trying the wrong mode costs at most one window, and a few batches when it is far worse. Probes come 100 ms after a
-//! switch and twice as far apart after each probe that confirms the mode, up to 2 s; a
-//! window whose batches cost twice what the last probe measured while active (contention
-//! came), or half while asleep (it went), starts one at once.
+//! mode, measuring it in windows of at least 8 batches and 20 ms. When a probe is due it
+//! runs as many batches as the last window in the other mode, and switches when they cost
+//! [`MARGIN`] less (to wait actively again, in two probes in a row: see [`wins_needed`]).
+//! A probe stops as soon as it has cost more than the window it is compared with, or its
+//! batches cost 1.5x the window's mean over 3 batches or 4x over any: trying the wrong mode
+//! costs at most one window, and a batch or two when it is far worse. Probes come 100 ms
+//! after a switch and twice as far apart after each probe that confirms the mode, up to
+//! 2 s; while active, 3 or more batches that cost twice what the last probe measured
+//! (contention came) start one at once.
 
 use crate::sync::WaitMode;
 
@@ -36,6 +37,9 @@ const MAX_WINDOW_NS: u64 = 200_000_000;
 const FEW_BATCHES: u32 = 3;
 /// The other mode takes over when its batches cost this share less.
 pub const MARGIN: f64 = 0.05;
+/// A probe whose batches (even its first, of transition) cost this many times the
+/// compared window's mean ends at once.
+const FAR_WORSE: f64 = 4.0;
 /// A return to sleeping this soon after leaving it counts as a probe that sleeping won
 /// (see [`WaitTuner::switch`]).
 const REVERT_NS: u64 = 1_000_000_000;
@@ -46,8 +50,8 @@ const LOSING: f64 = 1.5;
 const FIRST_INTERVAL_NS: u64 = 100_000_000;
 /// Probes that confirm the mode double the interval up to this.
 const MAX_INTERVAL_NS: u64 = 2_000_000_000;
-/// A window this many times costlier (active) or cheaper (asleep) than the last probe's
-/// starts a probe.
+/// Batches this many times costlier than the last probe measured, while active, start a
+/// probe.
 const DRIFT: f64 = 2.0;
 /// Time outside pool calls counts up to this many times its running average (plus
 /// [`OUTSIDE_SLACK_NS`]).
@@ -188,11 +192,12 @@ impl WaitTuner {
         match &mut self.phase {
             Phase::Settled(window) => {
                 window.add(cost_ns);
-                if !window.is_complete(now_ns) {
+                let window = *window;
+                let drifted = self.drifted(&window);
+                if !window.is_complete(now_ns) && !drifted {
                     return None;
                 }
-                let window = *window;
-                if now_ns >= self.next_probe_ns || self.drifted(window.mean()) {
+                if now_ns >= self.next_probe_ns || drifted {
                     self.probes += 1;
                     self.phase = Phase::Probe { skip: 1, window: Window::default(), against: window };
                     return Some(self.mode.other());
@@ -202,14 +207,18 @@ impl WaitTuner {
             }
             Phase::Probe { skip, window, against } => {
                 if *skip > 0 {
-                    // The processes are still changing modes: not counted.
+                    // The processes are still changing modes: not counted, unless it
+                    // already shows the other mode far worse.
                     *skip -= 1;
                     *window = Window::starting(now_ns);
-                    return None;
+                    if cost_ns <= FAR_WORSE * against.mean() {
+                        return None;
+                    }
                 }
                 window.add(cost_ns);
                 let (window, against) = (*window, *against);
-                let hopeless = window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean();
+                let hopeless = window.mean() > FAR_WORSE * against.mean()
+                    || (window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean());
                 if hopeless || window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
                     // The other mode has already cost more: stay.
                     self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
@@ -235,15 +244,16 @@ impl WaitTuner {
         }
     }
 
-    /// Whether batches now cost what would make the other mode worth a try before the
-    /// next probe is due: much more while active (contention came), much less while
-    /// asleep (it went).
-    fn drifted(&self, cost_ns: f64) -> bool {
-        self.settled_cost_ns > 0.0
-            && match self.mode {
-                WaitMode::Active => cost_ns > DRIFT * self.settled_cost_ns,
-                WaitMode::Sleep => cost_ns * DRIFT < self.settled_cost_ns,
-            }
+    /// Whether the batches of `window` (at least [`FEW_BATCHES`] of them) cost what
+    /// makes sleeping worth a try before the next probe is due: twice what the last probe
+    /// measured while active (contention came). Asleep, cost swings are no reason: under
+    /// contention they are wide (one window 4x another), and each try of waiting actively
+    /// then costs time slices; the periodic probes find the end of contention.
+    fn drifted(&self, window: &Window) -> bool {
+        self.mode == WaitMode::Active
+            && self.settled_cost_ns > 0.0
+            && window.batches >= FEW_BATCHES
+            && window.mean() > DRIFT * self.settled_cost_ns
     }
 
     /// Takes the other mode. Probes of the mode left start `FIRST_INTERVAL_NS` after, but
