@@ -218,7 +218,7 @@ fn list_and_bench_take_a_plugin_library() {
 #[test]
 fn bench_contend_reports_every_setting_idle_and_loaded_and_leaves_no_busy_process() {
     let _w = Watchdog::new("cli contend", Duration::from_secs(120));
-    let mut child = Command::new(SHMENV)
+    let child = Command::new(SHMENV)
         .args(["bench", "--num-envs", "64", "--workers", "2", "--seconds", "0.2", "--baseline", "--json"])
         .args(["--contend", "1", "--trainer-threads", "2"])
         .stdout(Stdio::piped())
