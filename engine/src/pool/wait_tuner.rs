@@ -22,7 +22,7 @@
 //! costs at most one window, and a batch or two when it is far worse. Probes come 100 ms
 //! after a switch and twice as far apart after each probe that confirms the mode, up to
 //! 2 s; while active, 3 or more batches that cost twice what the last probe measured
-//! (contention came) start one at once.
+//! (contention came) start one at once, and while asleep a window at a third (it went).
 
 use crate::sync::WaitMode;
 
@@ -193,8 +193,9 @@ impl WaitTuner {
             Phase::Settled(window) => {
                 window.add(cost_ns);
                 let window = *window;
-                let drifted = self.drifted(&window);
-                if !window.is_complete(now_ns) && !drifted {
+                let complete = window.is_complete(now_ns);
+                let drifted = self.drifted(&window, complete);
+                if !complete && !drifted {
                     return None;
                 }
                 if now_ns >= self.next_probe_ns || drifted {
@@ -244,16 +245,18 @@ impl WaitTuner {
         }
     }
 
-    /// Whether the batches of `window` (at least [`FEW_BATCHES`] of them) cost what
-    /// makes sleeping worth a try before the next probe is due: twice what the last probe
-    /// measured while active (contention came). Asleep, cost swings are no reason: under
-    /// contention they are wide (one window 4x another), and each try of waiting actively
-    /// then costs time slices; the periodic probes find the end of contention.
-    fn drifted(&self, window: &Window) -> bool {
-        self.mode == WaitMode::Active
-            && self.settled_cost_ns > 0.0
-            && window.batches >= FEW_BATCHES
-            && window.mean() > DRIFT * self.settled_cost_ns
+    /// Whether the batches of `window` cost what makes the other mode worth a try before
+    /// the next probe is due: while active, 3 or more at twice what the last probe measured
+    /// (contention came); while asleep, a whole window at a third (it went: under
+    /// contention the cost of sleeping swings widely, so only a large drop counts).
+    fn drifted(&self, window: &Window, complete: bool) -> bool {
+        self.settled_cost_ns > 0.0
+            && match self.mode {
+                WaitMode::Active => {
+                    window.batches >= FEW_BATCHES && window.mean() > DRIFT * self.settled_cost_ns
+                }
+                WaitMode::Sleep => complete && window.mean() * 3.0 < self.settled_cost_ns,
+            }
     }
 
     /// Takes the other mode. Probes of the mode left start `FIRST_INTERVAL_NS` after, but
