@@ -6,8 +6,11 @@
 //! the loaded ones), and/or a trainer that does multi-threaded work between batches (`T`
 //! threads multiplying matrices, as a small policy update would). Each setting is a pool of
 //! its own, built once; every round steps each of them (and the serial loop) for a slice,
-//! idle and then loaded, so that the machine's noise hits all of them alike. The table
-//! gives each one's median round.
+//! idle and then loaded, in an order that turns by one each round, so that the machine's
+//! noise hits all of them alike. The table gives each one's median round. The default
+//! (adaptive) setting carries its choice from one slice to the next, so each slice starts
+//! with it finding out that the load changed: the alternation is harder on it than a
+//! training run, whose load changes less often than every second.
 
 use crate::args::{Affinity, Wait};
 use crate::stepping::{contenders, fmt_rate, load_average, Baseline, Progress, Stepper, Tally};
@@ -208,12 +211,16 @@ pub fn run(
     if let Some(stepper) = serial {
         all.push(Contestant { wait: None, affinity: None, stepper, rates: Default::default() });
     }
-    let rounds = 5;
+    let rounds = 7;
     let slice = Duration::from_secs_f64(seconds / rounds as f64);
     let load_before = load_average();
     for round in 0..rounds {
         for (condition, on) in [false, true].into_iter().enumerate() {
             load.set(on);
+            // The order turns by one each round: what ran just before a contestant
+            // matters on a contended machine (the scheduler remembers who ran).
+            let len = all.len();
+            all.rotate_left(round % len.max(1));
             for c in &mut all {
                 if !json {
                     progress_line(round, rounds, on);
@@ -225,6 +232,7 @@ pub fn run(
                 tally.run(&mut loaded, slice, &mut Progress::new("", true))?;
                 c.rates[condition].push(tally.rate());
             }
+            all.rotate_right(round % len.max(1));
         }
     }
     load.set(false);
