@@ -66,7 +66,12 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let _w = Watchdog::new("contention", Duration::from_secs(120));
     let cores = std::thread::available_parallelism().unwrap().get();
-    let mut pool = builder("CartPole-v1").num_envs(1024).num_workers(cores.min(2)).build().unwrap();
+    let mut pool = builder("CartPole-v1")
+        .num_envs(1024)
+        .num_workers(cores.min(2))
+        .failure_policy(shmenv::FailurePolicy::Restart { max_restarts: 3 })
+        .build()
+        .unwrap();
     pool.reset().unwrap();
 
     // Idle: waiting actively is much faster for this pool, so it stays the choice.
@@ -103,6 +108,16 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
         let mine = allowed(std::process::id());
         for &pid in pool.worker_pids() {
             assert_eq!(allowed(pid), mine, "sleeping workers are unpinned");
+        }
+        // A worker restarted meanwhile is unpinned too.
+        let dead = pool.worker_pids()[0];
+        // SAFETY: kill has no memory effects; `dead` is this pool's worker, a child of ours.
+        unsafe { libc::kill(dead as libc::pid_t, libc::SIGKILL) };
+        let (after, _) = step_for(&mut pool, 0.3, 5_000);
+        let replacement = pool.worker_pids()[0];
+        assert_ne!(replacement, dead, "the worker was restarted");
+        if after.wait_mode == WaitMode::Sleep {
+            assert_eq!(allowed(replacement), mine, "a replacement of a sleeping pool is unpinned");
         }
     }
     drop(busy);

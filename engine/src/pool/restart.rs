@@ -10,7 +10,7 @@ use crate::protocol::{self, queue_entry, worker_block, Column, Command, WorkerRe
 use crate::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
-use crate::sync::WaitOutcome;
+use crate::sync::{WaitMode, WaitOutcome};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -132,7 +132,13 @@ impl Core {
     pub(super) fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
         loop {
             match self.start_replacement(w)? {
-                None => return Ok(()),
+                None => {
+                    // Spawned on its core: unpinned like the others while the pool sleeps.
+                    if self.placed_for == WaitMode::Sleep && self.pinned.get(w).is_some_and(Option::is_some) {
+                        crate::launch::place(self.supervisor.pids()[w], None);
+                    }
+                    return Ok(());
+                }
                 Some(_) if self.may_restart(1) => {
                     // Nobody else posts the trainer now (see `start_replacement`); a post
                     // the dead replacement made before it died is stale.
