@@ -37,6 +37,10 @@ const MAX_WINDOW_NS: u64 = 200_000_000;
 const FEW_BATCHES: u32 = 3;
 /// The other mode takes over when its batches cost this share less.
 pub const MARGIN: f64 = 0.05;
+/// Workers unpinned while the pool slept are pinned again only once it has waited actively
+/// this long: under contention that comes and goes, a pinned worker waits for the core a
+/// busy process holds while an unpinned one moves to the other.
+pub const REPIN_AFTER_NS: u64 = 2_000_000_000;
 /// A probe whose batches (even its first, of transition) cost this many times the
 /// compared window's mean ends at once.
 const FAR_WORSE: f64 = 4.0;
@@ -163,6 +167,15 @@ impl WaitTuner {
     /// The mode chosen (a probe may be running the other one).
     pub fn chosen(&self) -> WaitMode {
         self.mode
+    }
+
+    /// How long the tuner has waited actively since it last chose to (0 while asleep; from
+    /// the pool's start before it first slept).
+    pub fn active_for_ns(&self, now_ns: u64) -> u64 {
+        match self.mode {
+            WaitMode::Active => now_ns.saturating_sub(self.active_since_ns),
+            WaitMode::Sleep => 0,
+        }
     }
 
     /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
