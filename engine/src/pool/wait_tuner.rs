@@ -63,16 +63,22 @@ const OUTSIDE_CAP: f64 = 4.0;
 /// See [`OUTSIDE_CAP`].
 const OUTSIDE_SLACK_NS: f64 = 20_000.0;
 
-/// Probes in a row that `mode` must win to take over: two to start waiting actively (a
-/// pool that does so under contention loses most of its speed until the next probe; a
-/// lucky window must not be enough), one to start sleeping (which costs a wake-up a batch
-/// at worst).
-fn wins_needed(mode: WaitMode) -> u32 {
+/// Probes in a row that `mode` must win to take over, given the cost of the probe's
+/// batches against the compared window's (`ratio`): two to start waiting actively (a pool
+/// that does so under contention loses most of its speed until the next probe; a lucky
+/// window must not be enough); to start sleeping, one when it is far cheaper (contention:
+/// every batch counts) and two otherwise (on an idle machine a window can be a few percent
+/// off by chance, and sleeping there costs a wake-up a batch).
+fn wins_needed(mode: WaitMode, ratio: f64) -> u32 {
     match mode {
         WaitMode::Active => 2,
-        WaitMode::Sleep => 1,
+        WaitMode::Sleep if ratio < CLEARLY_CHEAPER => 1,
+        WaitMode::Sleep => 2,
     }
 }
+
+/// See [`wins_needed`].
+const CLEARLY_CHEAPER: f64 = 0.75;
 
 /// Batches measured in one mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -246,7 +252,7 @@ impl WaitTuner {
                     return None;
                 }
                 self.wins += 1;
-                if self.wins < wins_needed(self.mode.other()) {
+                if self.wins < wins_needed(self.mode.other(), window.mean() / against.mean().max(1.0)) {
                     // Won once: measure the chosen mode again and probe again at once.
                     self.phase = Phase::Settled(Window::starting(now_ns));
                     self.next_probe_ns = now_ns;
