@@ -429,43 +429,7 @@ impl Core {
         if batch && self.tuner.is_some() && self.waiter.mode() == WaitMode::Sleep {
             self.pool_stats().add_sleep_batch();
         }
-        let Some(tuner) = self.tuner.as_mut() else { return };
-        let follow = tuner.on_call(now, now - entered, steps);
-        let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
-        let active_for = tuner.active_for_ns(now);
-        if let Some(mode) = follow {
-            self.follow_wait_mode(mode);
-            self.pool_stats().set_wait(chosen, probes, switches);
-        }
-        // Unpinned at once when the pool sleeps, pinned again once it has waited actively
-        // for a while (see `wait_tuner::REPIN_AFTER_NS`).
-        let placement = match chosen {
-            WaitMode::Active if active_for < wait_tuner::REPIN_AFTER_NS => self.placed_for,
-            mode => mode,
-        };
-        self.place_workers(placement);
-    }
-
-    /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
-    /// their next wait (they read the `WAIT_MODE` word).
-    fn follow_wait_mode(&mut self, mode: WaitMode) {
-        self.region.atomic_u32(protocol::WAIT_MODE).store(mode as u32, Ordering::Relaxed);
-        self.waiter.follow(mode);
-    }
-
-    /// Places the workers pinned by `CpuAffinity::Auto` for `mode`: on their cores while
-    /// the pool waits actively, anywhere while it sleeps (a pinned worker cannot flee a
-    /// core a busy process holds).
-    fn place_workers(&mut self, mode: WaitMode) {
-        if mode == self.placed_for || self.supervisor.any_exited() {
-            return; // A pid may be stale after an exit: placement waits for the next call.
-        }
-        self.placed_for = mode;
-        for (&pid, &cpu) in self.supervisor.pids().iter().zip(&self.pinned) {
-            if cpu.is_some() {
-                crate::launch::place(pid, cpu.filter(|_| mode == WaitMode::Active));
-            }
-        }
+        self.tune(now, now - entered, steps);
     }
 
     fn check_open(&self) -> Result<(), StepError> {

@@ -10,7 +10,7 @@ use crate::protocol::{self, queue_entry, worker_block, Column, Command, WorkerRe
 use crate::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
-use crate::sync::{WaitMode, WaitOutcome};
+use crate::sync::WaitOutcome;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -133,10 +133,7 @@ impl Core {
         loop {
             match self.start_replacement(w)? {
                 None => {
-                    // Spawned on its core: unpinned like the others while the pool sleeps.
-                    if self.placed_for == WaitMode::Sleep && self.pinned.get(w).is_some_and(Option::is_some) {
-                        crate::launch::place(self.supervisor.pids()[w], None);
-                    }
+                    self.place_replacement(w);
                     return Ok(());
                 }
                 Some(_) if self.may_restart(1) => {

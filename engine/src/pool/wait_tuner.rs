@@ -1,6 +1,7 @@
 //! The wait tuner: how the trainer of a [`WaitStrategy::Auto`](crate::WaitStrategy::Auto)
 //! pool decides, while it runs, whether its processes wait actively (spin and yield, then
-//! sleep) or sleep at once.
+//! sleep) or sleep at once, and (`Core::tune`) how the pool applies that choice: the
+//! `WAIT_MODE` word, its own waiter and where the workers run.
 //!
 //! Neither is best everywhere, and the difference is large both ways (figures in
 //! `docs/architecture.md`, "Waiting under contention"): on an idle machine a yield hands the
@@ -24,7 +25,10 @@
 //! 2 s; while active, 3 or more batches that cost twice what the last probe measured
 //! (contention came) start one at once, and while asleep a window at a third (it went).
 
+use super::Core;
+use crate::protocol;
 use crate::sync::WaitMode;
+use std::sync::atomic::Ordering;
 
 /// A window ends after this many batches and [`MIN_WINDOW_NS`], or after
 /// [`MAX_WINDOW_NS`] with at least [`FEW_BATCHES`].
@@ -307,6 +311,58 @@ impl WaitTuner {
         self.phase = Phase::Settled(Window::starting(now_ns));
         self.settled_cost_ns = cost_ns;
         self.next_probe_ns = now_ns.saturating_add(self.interval_ns);
+    }
+}
+
+impl Core {
+    /// Feeds the tuner a pool call that ended at `now_ns` after `call_ns`, and applies what
+    /// it chose: the mode every process waits in and where the workers run.
+    pub(super) fn tune(&mut self, now_ns: u64, call_ns: u64, steps: bool) {
+        let Some(tuner) = self.tuner.as_mut() else { return };
+        let follow = tuner.on_call(now_ns, call_ns, steps);
+        let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
+        let active_for = tuner.active_for_ns(now_ns);
+        if let Some(mode) = follow {
+            self.follow_wait_mode(mode);
+            self.pool_stats().set_wait(chosen, probes, switches);
+        }
+        // Unpinned at once when the pool sleeps, pinned again once it has waited actively
+        // for a while (see `REPIN_AFTER_NS`).
+        let placement = match chosen {
+            WaitMode::Active if active_for < REPIN_AFTER_NS => self.placed_for,
+            mode => mode,
+        };
+        self.place_workers(placement);
+    }
+
+    /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
+    /// their next wait (they read the `WAIT_MODE` word).
+    fn follow_wait_mode(&mut self, mode: WaitMode) {
+        self.region.atomic_u32(protocol::WAIT_MODE).store(mode as u32, Ordering::Relaxed);
+        self.waiter.follow(mode);
+    }
+
+    /// Places the workers pinned by `CpuAffinity::Auto` for `mode`: on their cores while
+    /// the pool waits actively, anywhere while it sleeps (a pinned worker cannot flee a
+    /// core a busy process holds).
+    fn place_workers(&mut self, mode: WaitMode) {
+        if mode == self.placed_for || self.supervisor.any_exited() {
+            return; // A pid may be stale after an exit: placement waits for the next call.
+        }
+        self.placed_for = mode;
+        for (&pid, &cpu) in self.supervisor.pids().iter().zip(&self.pinned) {
+            if cpu.is_some() {
+                crate::launch::place(pid, cpu.filter(|_| mode == WaitMode::Active));
+            }
+        }
+    }
+
+    /// A replacement of worker `w`, spawned on its core, is unpinned like the others while
+    /// the pool sleeps.
+    pub(super) fn place_replacement(&self, w: usize) {
+        if self.placed_for == WaitMode::Sleep && self.pinned.get(w).is_some_and(Option::is_some) {
+            crate::launch::place(self.supervisor.pids()[w], None);
+        }
     }
 }
 
