@@ -503,7 +503,18 @@ impl Core {
         Err(StepError::WrongMode { call, hint })
     }
 
+    /// The error for a worker that exited: the failure it reported before exiting if
+    /// any (a worker that reported a panic may exit before the trainer looks), else
+    /// its death.
     fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
+        let reported = self.control().status(worker) == Some(protocol::WorkerStatus::Failed)
+            && matches!(
+                self.control().report(worker),
+                Some(WorkerReport::EnvPanicked { .. } | WorkerReport::Failed { .. })
+            );
+        if reported {
+            return self.worker_error(worker);
+        }
         StepError::WorkerDied {
             worker,
             pid: self.supervisor.pids()[worker],
