@@ -114,6 +114,38 @@ proptest! {
         }
     }
 
+    /// Shapes whose element or byte count overflows a `usize` (or passes 1 GiB) are refused
+    /// by every space that takes a shape, as JSON from a spec and as Burn's config, with
+    /// the shape and the limit named; none panics, none is laid out at a wrapped size.
+    #[test]
+    fn shapes_whose_size_overflows_are_refused(
+        dims in prop::collection::vec(1usize..=usize::MAX, 1..5),
+        big in (1usize << 16)..=usize::MAX,
+        dtype in prop::sample::select(vec![DType::U8, DType::F32, DType::F64, DType::I64]),
+    ) {
+        let mut shape = dims;
+        shape.push(big);
+        shape.push(big);
+        let bytes = shape.iter().try_fold(dtype.size(), |n, &d| n.checked_mul(d));
+        let dtype = dtype.name();
+        prop_assume!(bytes.is_none_or(|b| b > shmenv::engine::space::MAX_VALUE_BYTES));
+        let spaces = [
+            serde_json::json!({"type": "Box", "dtype": dtype, "shape": shape, "low": 0, "high": 1}),
+            serde_json::json!({"type": "MultiDiscrete", "nvec": [2], "shape": shape, "dtype": "i64"}),
+            serde_json::json!({"type": "MultiBinary", "n": 4, "shape": shape}),
+        ];
+        for space in spaces {
+            let e = Space::from_json(&space).unwrap_err();
+            prop_assert!(e.contains(&format!("{shape:?}")) && e.contains("1 GiB"), "{}", e);
+            let spec = serde_json::json!({"observations": [{"name": "obs", "space": space}], "action": {"type": "Discrete", "n": 2, "start": 0}});
+            prop_assert!(EnvSpec::from_json(&spec).is_err());
+        }
+        let registry = Registry::with_builtins();
+        let config = serde_json::json!({"obs_shape": shape, "obs_dtype": "u8"});
+        let e = registry.make("Burn-v0", &config).err().expect("refused").to_string();
+        prop_assert!(e.contains("obs_shape") && e.contains("1 GiB"), "{}", e);
+    }
+
     /// Actions against spaces: never panics; accepted actions are inside the space.
     #[test]
     fn action_validation_never_panics(

@@ -212,3 +212,44 @@ fn faults_are_recovered_under_the_restart_policy() {
     assert_eq!(restarted, vec![0, 1]);
     assert_eq!(pool.restarts(), &[1, 0]);
 }
+
+#[test]
+fn plugin_specs_are_read_whole_and_validated_like_configs() {
+    let _w = Watchdog::new("plugin specs", Duration::from_secs(120));
+    let specs = plugin_library("tests/plugins/specs.c");
+    // A valid spec of ~20 KiB (past the 4 KiB error-text cut) is read whole and steps.
+    let mut pool = builder("LongSpec-v0").plugin(&specs).num_envs(2).num_workers(1).build().unwrap();
+    assert_eq!(pool.spec().observations[0].space.box_bounds(1999), Some((-2000.5, 1e9)));
+    pool.reset().unwrap();
+    pool.step(&[0i64, 1]).unwrap();
+    drop(pool);
+    // Each refusal names what is wrong, the value and the rule (2 envs per worker, so a
+    // NaN bound is not mistaken for two envs disagreeing).
+    let cases = [
+        ("TooLongSpec-v0", &["spec_json returned", "more than the 65536"][..]),
+        ("Overflow-v0", &["shape [2305843009213693953] of f64", "1 GiB"]),
+        ("NaNBound-v0", &["(low NaN, high 1) is NaN"]),
+        ("LowAboveHigh-v0", &["(low 2, high 1) has low above high"]),
+        ("U8Range-v0", &["Box [1] of u8", "(low -5, high 1000)", "dtype cannot hold; u8 bounds are 0..=255"]),
+        ("UnknownKey-v0", &["unknown key \"max_episode_step\" in the spec; valid keys: observations"]),
+        ("EpisodeLimit-v0", &["spec_json sets max_episode_steps 3 but the env's info table says none"]),
+    ];
+    for (id, expected) in cases {
+        let err = builder(id).plugin(&specs).num_envs(4).num_workers(2).build().unwrap_err();
+        assert!(matches!(err, BuildError::WorkerFailed { .. }), "{id}: {err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("cannot create {id}")), "{id}: {text}");
+        for needle in expected {
+            assert!(text.contains(needle), "{id}: {needle:?} not in {text}");
+        }
+    }
+    // A library that exits while loading or creating is named as the first suspect.
+    let exit_in_entry = plugin_library("tests/plugins/exit_in_entry.c");
+    for (id, library) in [("ExitInCreate-v0", &specs), ("X-v0", &exit_in_entry)] {
+        let err = builder(id).plugin(library).num_envs(2).num_workers(1).build().unwrap_err();
+        assert!(matches!(err, BuildError::WorkerDied { .. }), "{id}: {err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("Check that plugin {}", library.display())), "{text}");
+        assert!(text.contains("does not exit or crash in shmenv_plugin_entry or create"), "{text}");
+    }
+}

@@ -104,8 +104,8 @@ pub enum BuildError {
     },
     /// A worker process ended during start-up.
     #[error(
-        "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. Check that \
-         {program} is a shmenv worker program built against this shmenv version"
+        "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. {}",
+        startup_death_hint(program, plugin.as_deref())
     )]
     WorkerDied {
         /// Worker index.
@@ -116,6 +116,9 @@ pub enum BuildError {
         exit: WorkerExit,
         /// The program.
         program: PathBuf,
+        /// The plugin library the workers load, if any (the first suspect: a library that
+        /// exits or crashes while it loads or creates its envs ends the worker).
+        plugin: Option<PathBuf>,
     },
     /// A worker reported a failure during start-up.
     #[error("worker {worker} failed to start: {message}")]
@@ -419,3 +422,16 @@ macro_rules! debug_as_display {
 }
 
 debug_as_display!(BuildError, ActionError, StepError, ViewError);
+
+/// What to check when a worker ends during start-up: the plugin it loads first, if any.
+fn startup_death_hint(program: &std::path::Path, plugin: Option<&std::path::Path>) -> String {
+    let program = program.display();
+    match plugin {
+        Some(plugin) => format!(
+            "Check that plugin {} does not exit or crash in shmenv_plugin_entry or create (its output is above), \
+             and that {program} is a shmenv worker program built against this shmenv version",
+            plugin.display()
+        ),
+        None => format!("Check that {program} is a shmenv worker program built against this shmenv version"),
+    }
+}

@@ -14,7 +14,7 @@ use crate::dtype::DType;
 /// `MultiDiscrete` is one element of its integer dtype per entry; `MultiBinary` is one
 /// `i8` (0 or 1) per entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type")]
+#[serde(tag = "type", deny_unknown_fields)]
 pub enum Space {
     /// A box of numbers with per-element bounds (`low`/`high` hold one value for every
     /// element, or a single value that applies to all).
@@ -63,6 +63,45 @@ pub enum Space {
 /// Entries above which a `MultiDiscrete`'s uniform `nvec` or `start` is spelled as one value.
 const COMPACT_ABOVE: usize = 64;
 
+/// The most bytes one value of a space (one env's observation array or action) may take:
+/// 1 GiB.
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+/// Bytes of one value of `shape` in `dtype`, computed with checked arithmetic (shapes come
+/// from configs, plugins and hosted envs): an error naming the shape and the limit when
+/// the product overflows or passes [`MAX_VALUE_BYTES`].
+///
+/// ```
+/// use shmenv_engine::space::{checked_value_bytes, MAX_VALUE_BYTES};
+/// use shmenv_engine::spec::DType;
+/// assert_eq!(checked_value_bytes(&[84, 84, 4], DType::U8), Ok(28_224));
+/// assert!(checked_value_bytes(&[1 << 32, 1 << 32], DType::U8).unwrap_err().contains("1 GiB"));
+/// assert!(checked_value_bytes(&[MAX_VALUE_BYTES / 4 + 1], DType::F32).is_err());
+/// ```
+pub fn checked_value_bytes(shape: &[usize], dtype: DType) -> Result<usize, String> {
+    let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    elements.and_then(|n| n.checked_mul(dtype.size())).filter(|&b| b <= MAX_VALUE_BYTES).ok_or_else(|| {
+        let elements = shape.iter().map(|&d| d as f64).product::<f64>();
+        format!(
+            "shape {shape:?} of {dtype} is {elements:e} elements, more than the {MAX_VALUE_BYTES} bytes (1 GiB) \
+             one observation array or action of one env may take; use a smaller shape"
+        )
+    })
+}
+
+/// Whether `v` is a bound values of `dtype` can have: infinite (unbounded) for numeric
+/// types, else within the type's range (0 or 1 for `bool`).
+fn representable(dtype: DType, v: f64) -> bool {
+    match dtype.integer_range() {
+        _ if dtype == DType::Bool => v == 0.0 || v == 1.0,
+        _ if v.is_infinite() => true,
+        Some((min, max)) => v >= min as f64 && v <= max as f64,
+        None if dtype == DType::F16 => v.abs() <= 65504.0,
+        None if dtype == DType::F32 => v.abs() <= f64::from(f32::MAX),
+        None => true,
+    }
+}
+
 fn default_multi_discrete_dtype() -> DType {
     DType::I64
 }
@@ -73,6 +112,16 @@ fn entry(values: &[i64], j: usize) -> i64 {
         values[0]
     } else {
         values[j]
+    }
+}
+
+/// Refuses keys of JSON object `v` (a spec, an observation array, a space) other than
+/// `keys`: a misspelt or misplaced key must not be ignored silently.
+pub(crate) fn known_keys(v: &serde_json::Value, what: &str, keys: &[&str]) -> Result<(), String> {
+    let Some(object) = v.as_object() else { return Err(format!("{what} must be a JSON object, got {v}")) };
+    match object.keys().find(|k| !keys.contains(&k.as_str())) {
+        Some(k) => Err(format!("unknown key {k:?} in {what}; valid keys: {}", keys.join(", "))),
+        None => Ok(()),
     }
 }
 
@@ -179,7 +228,8 @@ impl Space {
                 if start.is_empty() {
                     *start = vec![0];
                 }
-                let count: usize = shape.iter().product();
+                // Saturating: the shape is not validated yet.
+                let count = shape.iter().fold(1usize, |n, &d| n.saturating_mul(d));
                 for values in [nvec, start] {
                     if count <= COMPACT_ABOVE && values.len() == 1 {
                         *values = vec![values[0]; count];
@@ -204,21 +254,13 @@ impl Space {
         self.num_elements() * self.dtype().size()
     }
 
-    /// Checks that the space is well-formed (bounds lengths, positive sizes).
+    /// Checks that the space is well-formed: its size (checked arithmetic, at most
+    /// [`MAX_VALUE_BYTES`]), bounds (numbers the dtype can hold, `low <= high`, no NaN),
+    /// positive counts.
     pub fn validate(&self) -> Result<(), String> {
+        checked_value_bytes(&self.shape(), self.dtype())?;
         match self {
-            Space::Box { shape, low, high, .. } => {
-                let n: usize = shape.iter().product();
-                for (what, b) in [("low", low), ("high", high)] {
-                    if b.len() != 1 && b.len() != n {
-                        return Err(format!(
-                            "Box {what} has {} values; expected 1 or {n} (the product of shape {shape:?})",
-                            b.len()
-                        ));
-                    }
-                }
-                Ok(())
-            }
+            Space::Box { .. } => self.validate_box(),
             Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
             Space::Discrete { n, start } if start.checked_add(*n).is_none() => {
                 Err(format!("Discrete start + n must fit an i64, got start {start} and n {n}"))
@@ -229,6 +271,46 @@ impl Space {
             }
             _ => Ok(()),
         }
+    }
+
+    fn validate_box(&self) -> Result<(), String> {
+        let Space::Box { shape, low, high, dtype } = self else { return Ok(()) };
+        let n = self.num_elements();
+        for (what, b) in [("low", low), ("high", high)] {
+            if b.len() != 1 && b.len() != n {
+                return Err(format!(
+                    "Box {what} has {} values; expected 1 or {n} (the product of shape {shape:?})",
+                    b.len()
+                ));
+            }
+        }
+        // Uniform bounds are one check, whatever the shape.
+        for j in 0..low.len().max(high.len()) {
+            let (lo, hi) = self.box_bounds(j).unwrap_or_default();
+            let at = if low.len().max(high.len()) == 1 { String::new() } else { format!("[{j}]") };
+            let bad = if lo.is_nan() || hi.is_nan() {
+                "is NaN; a bound is a number, or -inf/inf for none"
+            } else if lo > hi {
+                "has low above high; low must be <= high"
+            } else if lo == f64::INFINITY || hi == f64::NEG_INFINITY {
+                "is empty (low inf or high -inf); use -inf for no lower bound, inf for no upper bound"
+            } else if !representable(*dtype, lo) || !representable(*dtype, hi) {
+                let range = match dtype.integer_range() {
+                    _ if *dtype == DType::Bool => "0 or 1".to_string(),
+                    Some((min, max)) => format!("{min}..={max}, or -inf/inf"),
+                    None if *dtype == DType::F16 => "-65504..=65504, or -inf/inf".into(),
+                    None => format!("{}..={}, or -inf/inf", f32::MIN, f32::MAX),
+                };
+                return Err(format!(
+                    "Box {shape:?} of {dtype}: element{at} bounds (low {lo}, high {hi}) has a bound its dtype \
+                     cannot hold; {dtype} bounds are {range}"
+                ));
+            } else {
+                continue;
+            };
+            return Err(format!("Box {shape:?} of {dtype}: element{at} bounds (low {lo}, high {hi}) {bad}"));
+        }
+        Ok(())
     }
 
     fn validate_multi_discrete(&self) -> Result<(), String> {
@@ -286,6 +368,7 @@ impl Space {
     /// Parses the canonical JSON form.
     pub fn from_json(v: &serde_json::Value) -> Result<Space, String> {
         let space = if v.get("type").and_then(|t| t.as_str()) == Some("Box") {
+            known_keys(v, "a Box space", &["type", "dtype", "shape", "low", "high"])?;
             let dtype: DType =
                 serde_json::from_value(v["dtype"].clone()).map_err(|e| format!("Box dtype: {e}"))?;
             let shape: Vec<usize> =
@@ -423,6 +506,35 @@ mod tests {
         assert!(Space::from_json(&bad).unwrap_err().contains("must hold n = 5"));
         let flags = serde_json::json!({"type": "Box", "dtype": "bool", "shape": [2], "low": 0, "high": 1});
         assert_eq!(Space::from_json(&flags).unwrap().value_bytes(), 2);
+    }
+
+    #[test]
+    fn bounds_and_keys_are_validated_and_refusals_say_which() {
+        let bad = |v: serde_json::Value| Space::from_json(&v).unwrap_err();
+        let box_of = |dtype: &str, low: serde_json::Value, high: serde_json::Value| serde_json::json!({"type": "Box", "dtype": dtype, "shape": [3], "low": low, "high": high});
+        let e = bad(box_of("f32", serde_json::json!([0, "nan", 0]), serde_json::json!(1)));
+        assert!(e.contains("element[1] bounds (low NaN, high 1) is NaN"), "{e}");
+        assert!(bad(box_of("f64", serde_json::json!(2), serde_json::json!(1))).contains("low above high"));
+        assert!(bad(box_of("f64", serde_json::json!("inf"), serde_json::json!("inf"))).contains("is empty"));
+        let e = bad(box_of("u8", serde_json::json!(-5), serde_json::json!(1000)));
+        assert!(e.contains("u8 bounds are 0..=255"), "{e}");
+        assert!(bad(box_of("bool", serde_json::json!(0), serde_json::json!(2)))
+            .contains("bool bounds are 0 or 1"));
+        assert!(
+            bad(box_of("f32", serde_json::json!(-1e39), serde_json::json!(0))).contains("dtype cannot hold")
+        );
+        // Unbounded integer boxes and the i64 extremes (which round to 2^63 as f64) are fine.
+        Space::from_json(&box_of("i64", serde_json::json!("-inf"), serde_json::json!("inf"))).unwrap();
+        Space::from_json(&box_of("i64", serde_json::json!(i64::MIN), serde_json::json!(i64::MAX))).unwrap();
+        let e = bad(
+            serde_json::json!({"type": "Box", "dtype": "f32", "shape": [1], "low": 0, "high": 1, "hi": 2}),
+        );
+        assert!(
+            e.contains("unknown key \"hi\" in a Box space; valid keys: type, dtype, shape, low, high"),
+            "{e}"
+        );
+        let e = bad(serde_json::json!({"type": "Discrete", "n": 3, "strat": 1}));
+        assert!(e.contains("unknown field `strat`"), "{e}");
     }
 
     #[test]

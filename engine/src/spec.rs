@@ -9,6 +9,7 @@
 use std::fmt;
 
 pub use crate::dtype::{as_bytes, Bool8, DType, Element, F16};
+use crate::space::known_keys;
 pub use crate::space::Space;
 
 /// One named observation array. Single-array envs use the name `"obs"`; a Dict space is
@@ -86,10 +87,12 @@ impl EnvSpec {
 
     /// Parses the canonical JSON form.
     pub fn from_json(v: &serde_json::Value) -> Result<EnvSpec, String> {
+        known_keys(v, "the spec", &["observations", "action", "max_episode_steps", "single_key_dict"])?;
         let obs = v["observations"].as_array().ok_or("spec.observations must be a list")?;
         let observations = obs
             .iter()
             .map(|o| {
+                known_keys(o, "an observation array", &["name", "space", "info"])?;
                 Ok(ObsArray {
                     name: o["name"].as_str().ok_or("observation name must be a string")?.to_string(),
                     space: Space::from_json(&o["space"])?,

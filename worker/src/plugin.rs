@@ -15,6 +15,7 @@
 
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::registry::MakeError;
+use shmenv_engine::protocol::REPORT_CAPACITY;
 use shmenv_engine::spec::EnvSpec;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
@@ -231,12 +232,21 @@ impl Plugin {
         // From here on the env is destroyed on every path (OwnedHandle's Drop).
         let handle = OwnedHandle { handle, destroy: self.functions.destroy };
         // SAFETY: the handle is live; the ABI says the string is the env's, valid until destroy.
-        let spec = unsafe { message_of((self.functions.spec_json)(handle.as_ptr())) }
-            .ok_or_else(|| failed("spec_json returned NULL".into()))?;
+        let spec = unsafe { spec_text_of((self.functions.spec_json)(handle.as_ptr())) }.map_err(failed)?;
         let spec = serde_json::from_str(&spec)
             .map_err(|e| e.to_string())
             .and_then(|v| EnvSpec::from_json(&v))
             .map_err(|e| failed(format!("spec_json is not a valid spec ({e}): {spec}")))?;
+        let table = self.env(id).and_then(|e| e.max_episode_steps);
+        if spec.max_episode_steps.is_some_and(|k| Some(k) != table) {
+            return Err(failed(format!(
+                "spec_json sets max_episode_steps {} but the env's info table says {}: the table's \
+                 (shmenv_env_info.max_episode_steps, 0 for none) is the one used; remove it from the spec \
+                 or make the two agree",
+                spec.max_episode_steps.unwrap_or_default(),
+                table.map_or("none".into(), |k| k.to_string())
+            )));
+        }
         let env = PluginEnv { handle, functions: self.functions, plugin: self.clone(), id: id.into(), spec };
         Ok(Box::new(env))
     }
@@ -320,6 +330,27 @@ unsafe fn message_of(p: *const c_char) -> Option<String> {
         end -= 1;
     }
     Some(text[..end].to_string())
+}
+
+/// The text of `spec_json`'s string, whole: at most [`REPORT_CAPACITY`] bytes (a worker
+/// reports its spec in that area), else an error naming its length and the limit.
+///
+/// # Safety
+/// `p` is NULL or points at a NUL-terminated string that lives for the call.
+unsafe fn spec_text_of(p: *const c_char) -> Result<String, String> {
+    if p.is_null() {
+        return Err("spec_json returned NULL".into());
+    }
+    // SAFETY: the caller's promise.
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    if bytes.len() > REPORT_CAPACITY {
+        return Err(format!(
+            "spec_json returned {} bytes, more than the {REPORT_CAPACITY} a spec may take (a worker's \
+             report area): give Boxes uniform bounds (one low and one high) or use fewer arrays",
+            bytes.len()
+        ));
+    }
+    String::from_utf8(bytes.to_vec()).map_err(|e| format!("spec_json returned text that is not UTF-8 ({e})"))
 }
 
 /// Observation arrays whose row pointers fit on the stack in `observe`.

@@ -195,10 +195,10 @@ impl Startup {
                 other: specs[other].to_string(),
             });
         }
-        let spec =
-            EnvSpec::from_json(&specs[0]).and_then(|s| protocol::check_spaces(&s).map(|()| s)).map_err(
-                |message| BuildError::WorkerFailed { worker: 0, message: format!("bad spec: {message}") },
-            )?;
+        let spec = EnvSpec::from_json(&specs[0]).map_err(|message| BuildError::WorkerFailed {
+            worker: 0,
+            message: format!("bad spec: {message}"),
+        })?;
         let layout = Layout::compute(&spec, &self.params);
         settings::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
         self.region
@@ -244,6 +244,7 @@ impl Startup {
                 pid: self.supervisor.pids()[worker],
                 exit,
                 program: self.program.clone(),
+                plugin: self.params.plugin.as_ref().map(PathBuf::from),
             }),
             Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
                 workers: (0..n)

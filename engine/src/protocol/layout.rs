@@ -4,7 +4,7 @@
 use super::{
     bootstrap_size, round_up, trace, AutoReset, PoolParams, CACHE_LINE, LAYOUT_VERSION, PAGE, SYNC_BLOCKS,
 };
-use crate::spec::{EnvSpec, Space};
+use crate::spec::EnvSpec;
 use std::ops::Range;
 
 /// The envs that worker `w` hosts: a contiguous shard, sizes differing by at most one.
@@ -285,17 +285,6 @@ impl Layout {
     }
 }
 
-/// Checks that an action space and observation spaces can be laid out (non-zero sizes are
-/// not required: a `Box` of shape `[0]` is legal and takes no bytes).
-pub fn check_spaces(spec: &EnvSpec) -> Result<(), String> {
-    spec.validate()?;
-    let too_big = |s: &Space| s.value_bytes() > (1 << 30);
-    if too_big(&spec.action) || spec.observations.iter().any(|o| too_big(&o.space)) {
-        return Err("an observation or action larger than 1 GiB per env is not supported".into());
-    }
-    Ok(())
-}
-
 struct Fnv(u64);
 
 impl Fnv {
@@ -315,7 +304,7 @@ impl Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::DType;
+    use crate::spec::{DType, Space};
 
     fn params(n: usize, w: usize, autoreset: AutoReset) -> PoolParams {
         PoolParams {

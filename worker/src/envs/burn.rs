@@ -6,6 +6,7 @@
 use crate::config::{Config, ConfigError};
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::rng::Pcg64;
+use shmenv_engine::space::checked_value_bytes;
 use shmenv_engine::spec::{DType, EnvSpec, Space};
 use std::time::Duration;
 
@@ -93,15 +94,19 @@ impl Burn {
         if episode_len == 0 {
             return Err(ConfigError("config key \"episode_len\" must be at least 1".into()));
         }
+        let obs_shape = c.dims("obs_shape", &[4])?;
+        let dtype = match c.choice("obs_dtype", "f32", &["f32", "u8"])? {
+            "u8" => DType::U8,
+            _ => DType::F32,
+        };
+        checked_value_bytes(&obs_shape, dtype)
+            .map_err(|e| ConfigError(format!("config key \"obs_shape\": {e}")))?;
         Ok(Burn {
             step_cost: Duration::from_micros(step_us),
             jitter: Duration::from_micros(jitter_us),
             rng: Pcg64::from_seed(0),
-            obs_shape: c.dims("obs_shape", &[4])?,
-            dtype: match c.choice("obs_dtype", "f32", &["f32", "u8"])? {
-                "u8" => DType::U8,
-                _ => DType::F32,
-            },
+            obs_shape,
+            dtype,
             episode_len,
             t: 0,
             offset: 0,
