@@ -246,7 +246,8 @@ fn plugin_specs_are_read_whole_and_validated_like_configs() {
     // A library that exits while loading or creating is named as the first suspect.
     let exit_in_entry = plugin_library("tests/plugins/exit_in_entry.c");
     for (id, library) in [("ExitInCreate-v0", &specs), ("X-v0", &exit_in_entry)] {
-        let err = builder(id).plugin(library).num_envs(2).num_workers(1).build().unwrap_err();
+        let b = builder(id).plugin(library).config(json!({"exit": 3})).num_envs(2).num_workers(1);
+        let err = b.build().unwrap_err();
         assert!(matches!(err, BuildError::WorkerDied { .. }), "{id}: {err:?}");
         let text = err.to_string();
         assert!(text.contains(&format!("Check that plugin {}", library.display())), "{text}");

@@ -94,12 +94,27 @@ struct ListArgs {
 fn list_plugin(path: &Path) -> Result<(), Error> {
     let plugin = Plugin::load(path)?;
     println!("plugin {} (shmenv ABI version {})", path.display(), shmenv::worker::plugin::ABI_VERSION);
+    // Every env is listed; one that cannot be created shows why, and the command fails.
+    let mut failed = 0;
     for info in plugin.envs() {
-        let env = plugin.make(&info.id, &json!({}))?;
+        let spec = match plugin.make(&info.id, &json!({})) {
+            Ok(env) => env.spec().to_string(),
+            Err(e) => {
+                failed += 1;
+                format!("cannot be created with config {{}}: {e}")
+            }
+        };
         let limit = info.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!("{:<14} {}{limit}\n{:<14} {}", info.id, env.spec(), "", info.description);
+        println!("{:<14} {spec}{limit}\n{:<14} {}", info.id, "", info.description);
     }
-    Ok(())
+    match failed {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} of the plugin's {} envs cannot be created with config {{}} (above)",
+            plugin.envs().len()
+        )
+        .into()),
+    }
 }
 
 fn list(registry: &Registry) -> Result<(), Error> {

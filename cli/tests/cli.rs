@@ -215,6 +215,34 @@ fn list_and_bench_take_a_plugin_library() {
     assert!(stderr.contains("plugin library /nonexistent/lib.so: No such file"), "{stderr}");
 }
 
+/// Sizes and bounds from configs and plugin specs are checked (no wrapped products): each
+/// refusal names the shape or bound and the rule, and `list` shows every env of a plugin,
+/// with why those that cannot be created cannot.
+#[test]
+fn shapes_and_bounds_from_configs_and_plugins_are_refused_by_name() {
+    let _w = Watchdog::new("cli specs", Duration::from_secs(120));
+    let config = r#"{"obs_shape": [4294967296, 4294967296], "obs_dtype": "u8"}"#;
+    let out = shmenv(&["bench", "--env", "Burn-v0", "--num-envs", "1", "--seconds", "1", "--config", config]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("config key \"obs_shape\": shape [4294967296, 4294967296] of u8"), "{stderr}");
+    assert!(stderr.contains("(1 GiB)") && !stderr.contains("panicked"), "{stderr}");
+
+    let lib = plugin_library::plugin_library("tests/plugins/specs.c");
+    let lib = lib.to_str().unwrap();
+    let out = shmenv(&["bench", "--plugin", lib, "--env", "U8Range-v0", "--num-envs", "2", "--seconds", "0.1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(low -5, high 1000) has a bound its dtype cannot hold; u8 bounds are 0..=255"), "{stderr}");
+
+    let out = shmenv(&["list", "--plugin", lib]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.contains("LongSpec-v0    obs Box([-1.5, -2.5, -3.5, -4.5, ... 1992 more ..."), "{stdout}");
+    assert!(stdout.contains("NaNBound-v0    cannot be created with config {}"), "{stdout}");
+    assert!(stderr.contains("of the plugin's 9 envs cannot be created"), "{stderr}");
+}
+
 #[test]
 fn bench_contend_reports_every_setting_idle_and_loaded_and_leaves_no_busy_process() {
     let _w = Watchdog::new("cli contend", Duration::from_secs(120));

@@ -395,6 +395,9 @@ impl Space {
     }
 }
 
+/// Per-element bounds longer than this print only their first and last four values.
+const ELIDE_ABOVE: usize = 16;
+
 impl fmt::Display for Space {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -403,11 +406,20 @@ impl fmt::Display for Space {
                 // the f64 it widens to (-4.800000190734863).
                 let one =
                     |x: f64| if *dtype == DType::F32 { format!("{}", x as f32) } else { format!("{x}") };
+                // Long per-element bounds print their ends (a spec may hold thousands).
                 let show = |b: &Vec<f64>| {
+                    let list = |xs: &[f64]| xs.iter().map(|&x| one(x)).collect::<Vec<_>>().join(", ");
                     if b.len() == 1 || b.iter().all(|x| x.to_bits() == b[0].to_bits()) {
                         one(b[0])
+                    } else if b.len() > ELIDE_ABOVE {
+                        format!(
+                            "[{}, ... {} more ..., {}]",
+                            list(&b[..4]),
+                            b.len() - 8,
+                            list(&b[b.len() - 4..])
+                        )
                     } else {
-                        format!("[{}]", b.iter().map(|&x| one(x)).collect::<Vec<_>>().join(", "))
+                        format!("[{}]", list(b))
                     }
                 };
                 write!(f, "Box({}, {}, {shape:?}, {dtype})", show(low), show(high))
@@ -475,6 +487,13 @@ mod tests {
             "Box(0.1, 2, [1], f32)"
         );
         assert_eq!(Space::boxed(DType::F64, &[1], 0.1, 2.0).to_string(), "Box(0.1, 2, [1], f64)");
+        let long = Space::Box {
+            dtype: DType::F64,
+            shape: vec![20],
+            low: (0..20).map(f64::from).collect(),
+            high: vec![99.0],
+        };
+        assert_eq!(long.to_string(), "Box([0, 1, 2, 3, ... 12 more ..., 16, 17, 18, 19], 99, [20], f64)");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 /*
  * Test plugin: one env id per kind of spec a library may return, valid and not. Every env
  * observes one f64 per element of its observation (zeros) and takes a Discrete(2) action.
- * `ExitInCreate-v0` calls exit(3) in create, before any env exists.
+ * `ExitInCreate-v0` calls exit(3) in create when its config is {"exit": 3}.
  */
 #include "shmenv_env.h"
 
@@ -25,7 +25,7 @@ static const shmenv_env_info ENVS[] = {
     {"U8Range-v0", "a u8 Box with bounds -5 and 1000", 0, 0},
     {"UnknownKey-v0", "a misspelt key beside observations", 0, 0},
     {"EpisodeLimit-v0", "max_episode_steps 3 in the spec, none in this table", 0, 0},
-    {"ExitInCreate-v0", "calls exit(3) in create", 0, 0},
+    {"ExitInCreate-v0", "calls exit(3) in create given config {\"exit\": 3}", 0, 0},
 };
 
 static const char *ACTION = "\"action\":{\"type\":\"Discrete\",\"n\":2,\"start\":0}";
@@ -65,16 +65,15 @@ static char *make_spec(enum kind kind) {
     case U8_RANGE: return spec_of("{\"type\":\"Box\",\"dtype\":\"u8\",\"shape\":[1],\"low\":-5,\"high\":1000}", "");
     case UNKNOWN_KEY: return spec_of(box, ",\"max_episode_step\":3");
     case EPISODE_LIMIT: return spec_of(box, ",\"max_episode_steps\":3");
-    default: return NULL;
+    default: return spec_of(box, "");
     }
 }
 
 static const char *create(const char *id, const char *config, shmenv_env **out) {
-    (void)config;
     int kind = -1;
     for (int i = 0; i < (int)(sizeof ENVS / sizeof ENVS[0]); i++)
         if (strcmp(id, ENVS[i].id) == 0) kind = i;
-    if (kind == EXIT) {
+    if (kind == EXIT && strcmp(config, "{\"exit\":3}") == 0) {
         fprintf(stderr, "specs plugin: exiting in create\n");
         exit(3);
     }

@@ -236,7 +236,7 @@ impl Plugin {
         let spec = serde_json::from_str(&spec)
             .map_err(|e| e.to_string())
             .and_then(|v| EnvSpec::from_json(&v))
-            .map_err(|e| failed(format!("spec_json is not a valid spec ({e}): {spec}")))?;
+            .map_err(|e| failed(format!("spec_json is not a valid spec ({e}): {}", excerpt(&spec))))?;
         let table = self.env(id).and_then(|e| e.max_episode_steps);
         if spec.max_episode_steps.is_some_and(|k| Some(k) != table) {
             return Err(failed(format!(
@@ -330,6 +330,15 @@ unsafe fn message_of(p: *const c_char) -> Option<String> {
         end -= 1;
     }
     Some(text[..end].to_string())
+}
+
+/// The start of a long text, for an error message.
+fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 400;
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
 }
 
 /// The text of `spec_json`'s string, whole: at most [`REPORT_CAPACITY`] bytes (a worker
