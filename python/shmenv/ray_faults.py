@@ -39,6 +39,14 @@ class ActorFaults:
                 death: Exception = e
             except ChannelLost as e:
                 death = self._death(k, e)
+            except WorkerDiedError:
+                # A killed actor's workers may die (and be reported by it) just before it
+                # does: then the actor's death is the cause.
+                actor_death = self._actor_death(k)
+                if actor_death is None:
+                    self.close()
+                    raise
+                death = actor_death
             except _FATAL:
                 self.close()
                 raise
@@ -71,6 +79,19 @@ class ActorFaults:
             return ChannelLost(f"the actor process {self._described[k]['pid']} ended ({lost}); Ray recreated it")
         self._die(k, f"its step connection ended ({lost}) while the actor process lives",
                   "check the network between the driver and the node")
+
+    def _actor_death(self, k: int, grace: float = 5.0) -> Exception | None:
+        """Ray's account of actor ``k``'s death if it died (or was recreated) within
+        ``grace`` seconds, else None (it lives: what it reported is its own)."""
+        try:
+            described = self._ray.get(self._actors[k].describe.remote(), timeout=grace)
+        except (self._ray.exceptions.RayActorError, self._ray.exceptions.RayTaskError) as e:
+            return e
+        except self._ray.exceptions.GetTimeoutError:
+            return None
+        if described["pid"] != self._described[k]["pid"]:
+            return ChannelLost(f"the actor process {self._described[k]['pid']} ended; Ray recreated it")
+        return None
 
     def _revive(self, k: int, death: Exception) -> None:
         """Waits for Ray to recreate dead actor ``k``, within its restart budget."""

@@ -212,6 +212,40 @@ def test_a_killed_actor_raises_a_typed_error_naming_it(cluster):
     assert wait_gone(pids, timeout=20) == [], "the actors and their workers must be gone"
 
 
+@pytest.mark.timeout(120)
+def test_an_actor_killed_as_it_reports_its_workers_death_raises_actor_died(cluster, monkeypatch):
+    """Killing an actor may kill its pool's workers first: the actor can answer a step with
+    their death just before it dies itself. The actor's death is the error then; while
+    the actor lives, its workers' death is raised as it is."""
+    envs = shmenv_ray.make_vec("CartPole-v1", 6, num_actors=2, num_workers=2, seed=2)
+    victim = envs.actors[1]
+    envs.reset()
+    get = envs._get
+
+    def killed_while_answering(ref):
+        try:
+            return get(ref)
+        except shmenv.WorkerDiedError:
+            ray.kill(envs._actors[1])  # the order seen on a loaded machine
+            raise
+
+    monkeypatch.setattr(envs, "_get", killed_while_answering)
+    for pid in victim["worker_pids"]:
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(shmenv.ActorDiedError) as info:
+        envs.step(np.zeros(6, dtype=np.int64))
+    assert (info.value.actor, info.value.pid, info.value.env_ids) == (1, victim["pid"], [3, 4, 5])
+    assert envs.closed
+
+    envs = shmenv_ray.make_vec("CartPole-v1", 6, num_actors=2, num_workers=2, seed=2)
+    envs.reset()
+    os.kill(envs.actors[0]["worker_pids"][0], signal.SIGKILL)
+    with pytest.raises(shmenv.WorkerDiedError) as info:
+        envs.step(np.zeros(6, dtype=np.int64))
+    assert not isinstance(info.value, shmenv.ActorDiedError), "the actor lives: its worker died"
+    assert envs.closed
+
+
 @pytest.mark.timeout(150)
 def test_a_killed_actor_is_recreated_under_a_budget_sync(cluster):
     n = 6
