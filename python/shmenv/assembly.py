@@ -4,6 +4,7 @@ actions becomes the engine's action array (checked, converted, packed when compo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,10 +73,43 @@ class Assembly:
         and shape (integral floats are accepted for integer spaces, as Gymnasium's spaces
         take them); a Dict/Tuple action checked leaf by leaf and packed into byte rows."""
         if self.packing is not None:
+            refuse_extra_parts(self.single_action_space, actions)
             return self.packing.pack(actions, count, as_action_array, _check)
         a = as_action_array(actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions")
         # Bool actions go as their bytes: the engine never reads them as Rust bools.
         return a.view(np.uint8) if a.dtype == np.bool_ else a
+
+
+def refuse_extra_parts(space: spaces.Space, actions: Any, path: tuple = ()) -> None:
+    """Refuses a key that a Dict action space does not have, or an item past a Tuple action
+    space's length, anywhere in a batch of composite actions: packing takes the space's
+    parts only, so an extra part would be dropped unseen (a misspelt key, a stale layout).
+    Missing parts are the packing's to report."""
+    what = f"action {'/'.join(map(str, path))} has" if path else "the actions have"
+    its = "its space" if path else "the action space"
+    if isinstance(space, spaces.Dict) and isinstance(actions, Mapping):
+        extra = [k for k in actions if k not in space.spaces]
+        if extra:
+            raise ActionError(
+                f"{what} the key {extra[0]!r}, which {its} {space} does not have: its keys are "
+                f"{list(space.spaces)}; pass a dict of exactly those keys"
+            )
+        for key, sub in space.spaces.items():
+            if key in actions:
+                refuse_extra_parts(sub, actions[key], (*path, key))
+    elif isinstance(space, spaces.Tuple) and not isinstance(actions, (str, bytes, Mapping)):
+        try:
+            given = len(actions)
+        except TypeError:  # not a sequence (a number, a 0-d array): the packing says what is missing
+            return
+        length = len(space.spaces)
+        if given > length:
+            raise ActionError(
+                f"{what} {given} items, but {its} {space} has {length} (indices 0..{length - 1}): "
+                f"item {length} is extra; pass a tuple of {length} batches, one per part"
+            )
+        for i, sub in enumerate(space.spaces[:given]):
+            refuse_extra_parts(sub, actions[i], (*path, i))
 
 
 def _check(space_json: str, array: np.ndarray, count: int, what: str) -> None:

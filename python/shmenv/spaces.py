@@ -3,11 +3,13 @@ each space is stored in. Workers use :func:`space_to_json`, the trainer the rest
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 DTYPES = {
     "f32": np.float32,
@@ -38,11 +40,50 @@ def _bound(v: Any) -> float:
     return float(v)
 
 
-def _bounds(b: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """A Box bound of the spec (one value for every element: a number or a list of one;
-    or one value per element) as a float64 array of ``shape``."""
-    values = np.array([_bound(v) for v in (b if isinstance(b, list) else [b])], dtype=np.float64)
-    return np.full(shape, values[0]) if values.size == 1 else values.reshape(shape)
+BOUND_CHUNK = 1 << 20
+"""Per-element Box bounds are converted this many elements at a time: the whole bound is
+never held as float64 (8 bytes an element), only in the Box's dtype."""
+
+
+def _in_dtype(b: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Float64 bounds as values of ``dtype``: integers exact, a bound at or past the type's
+    limit (infinite, or a 64-bit limit that float64 rounds up) the limit itself; floats
+    rounded to the dtype (a float16 bound past 65504 is infinite, as the engine stores it)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        out = np.empty(b.shape, dtype=dtype)
+        top, bottom = b >= float(info.max), b <= float(info.min)
+        out[top], out[bottom] = info.max, info.min
+        inside = ~(top | bottom)
+        out[inside] = b[inside].astype(dtype)
+        return out
+    with np.errstate(over="ignore"):
+        return b.astype(dtype)
+
+
+def _python_scalar(x: np.ndarray) -> int | float:
+    """A one-element bound as the Python number Gymnasium's ``Box`` takes as a scalar bound
+    (an int for bool and integer dtypes, exact even for 64-bit limits)."""
+    x = np.asarray(x).reshape(-1)[0]
+    return int(x) if x.dtype.kind in "biu" else float(x)
+
+
+def _scalar_bound(v: Any, dtype: np.dtype) -> int | float:
+    """A spec bound (a number, or "inf"/"-inf"/"nan") as a scalar bound of ``dtype``."""
+    return _python_scalar(_in_dtype(np.array([_bound(v)], dtype=np.float64), dtype))
+
+
+def _bound_array(values: list, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A Box bound of the spec (one value for every element, or one per element in
+    row-major order) as an array of ``dtype`` and ``shape``, built :data:`BOUND_CHUNK`
+    elements at a time (its memory is the result's, plus one chunk)."""
+    if len(values) == 1:
+        return np.full(shape, _scalar_bound(values[0], dtype), dtype=dtype)
+    out = np.empty(len(values), dtype=dtype)
+    for start in range(0, len(values), BOUND_CHUNK):
+        chunk = np.array([_bound(v) for v in values[start : start + BOUND_CHUNK]], dtype=np.float64)
+        out[start : start + len(chunk)] = _in_dtype(chunk, dtype)
+    return out.reshape(shape)
 
 
 def _per_entry(values: list, dtype, shape: tuple) -> np.ndarray:
@@ -51,28 +92,67 @@ def _per_entry(values: list, dtype, shape: tuple) -> np.ndarray:
     return np.full(shape, a[0], dtype=dtype) if a.size == 1 else a.reshape(shape)
 
 
-def _integer_bound(b: np.ndarray, dtype) -> np.ndarray:
-    """Float64 bounds as exact integers of ``dtype``: a bound at or past the type's limit
-    (infinite, or a 64-bit limit that float64 rounds up) is the limit itself."""
-    info = np.iinfo(dtype)
-    out = np.empty(b.shape, dtype=dtype)
-    top, bottom = b >= float(info.max), b <= float(info.min)
-    out[top], out[bottom] = info.max, info.min
-    inside = ~(top | bottom)
-    out[inside] = b[inside].astype(dtype)
-    return out
+class UniformBox(spaces.Box):
+    """A Gymnasium ``Box`` whose elements all share one lower and one upper bound (an
+    image's 0..255): ``low``, ``high``, ``bounded_below`` and ``bounded_above`` are
+    read-only broadcast views of one value each, so building it (and batching it, see
+    :func:`_batch_uniform_box`) costs the same for a 4-element or a 1 GiB observation,
+    where a plain ``Box`` holds four arrays of the observation's shape. It compares,
+    samples, checks and prints as the plain ``Box`` of the same bounds; it pickles as that
+    plain ``Box`` (which then holds full arrays), so that loading a pickled space (an SB3
+    model) needs Gymnasium only; ``copy.deepcopy`` keeps it a ``UniformBox``."""
+
+    def __init__(self, low: int | float, high: int | float, shape: tuple[int, ...], dtype: Any, seed: Any = None):
+        # Gymnasium checks and casts the scalar bounds (shape ()), then they are broadcast.
+        super().__init__(low, high, shape=(), dtype=dtype, seed=seed)
+        self._scalars = (_python_scalar(self.low), _python_scalar(self.high))
+        self.low_repr, self.high_repr = str(self.low[()]), str(self.high[()])
+        self._shape = tuple(int(d) for d in shape)
+        for name in ("low", "high", "bounded_below", "bounded_above"):
+            setattr(self, name, np.broadcast_to(getattr(self, name), self._shape))
+        if 0 in self._shape:  # no elements: Gymnasium prints the empty arrays
+            self.low_repr = self.high_repr = None
+
+    def is_bounded(self, manner: str = "both") -> bool:
+        """As ``Box.is_bounded`` (``"both"``, ``"below"`` or ``"above"``), from the two
+        scalar bounds instead of a pass over every element."""
+        if 0 in self._shape:
+            return super().is_bounded(manner)
+        below, above = bool(self.bounded_below.flat[0]), bool(self.bounded_above.flat[0])
+        if manner not in ("both", "below", "above"):
+            raise ValueError(f"manner is not in {{'below', 'above', 'both'}}, actual value: {manner}")
+        return {"both": below and above, "below": below, "above": above}[manner]
+
+    def __reduce__(self) -> tuple:
+        return spaces.Box, (*self._scalars, self._shape, self.dtype), {"_np_random": self._np_random}
+
+    def __deepcopy__(self, memo: dict) -> "UniformBox":
+        return UniformBox(*self._scalars, self._shape, self.dtype, seed=copy.deepcopy(self._np_random, memo))
+
+
+@batch_space.register(UniformBox)
+def _batch_uniform_box(space: UniformBox, n: int = 1) -> UniformBox:
+    """``gymnasium.vector.utils.batch_space`` of a :class:`UniformBox`: the same bounds over
+    ``(n, *shape)``, still two scalars (Gymnasium's own tiles both bounds ``n`` times)."""
+    return UniformBox(*space._scalars, (n, *space.shape), space.dtype, seed=copy.deepcopy(space.np_random))
+
+
+def _box_from_json(s: dict) -> spaces.Box:
+    """A Box of the spec in its own dtype: a :class:`UniformBox` when each bound is one
+    value, else a plain ``Box`` whose bounds never pass through a whole float64 array."""
+    dtype = np.dtype(DTYPES[s["dtype"]])
+    shape = tuple(int(d) for d in s["shape"])
+    low, high = (b if isinstance(b, list) else [b] for b in (s["low"], s["high"]))
+    if len(low) == 1 and len(high) == 1:
+        return UniformBox(_scalar_bound(low[0], dtype), _scalar_bound(high[0], dtype), shape, dtype)
+    return spaces.Box(low=_bound_array(low, dtype, shape), high=_bound_array(high, dtype, shape), dtype=dtype)
 
 
 def space_from_json(s: dict) -> spaces.Space:
     """One space of the spec."""
     kind = s["type"]
     if kind == "Box":
-        dtype = DTYPES[s["dtype"]]
-        shape = tuple(s["shape"])
-        low, high = _bounds(s["low"], shape), _bounds(s["high"], shape)
-        if np.issubdtype(dtype, np.integer):
-            low, high = _integer_bound(low, dtype), _integer_bound(high, dtype)
-        return spaces.Box(low=low.astype(dtype), high=high.astype(dtype), shape=shape, dtype=dtype)
+        return _box_from_json(s)
     if kind == "Discrete":
         return spaces.Discrete(int(s["n"]), start=int(s.get("start", 0)))
     if kind == "MultiDiscrete":
@@ -107,10 +187,14 @@ def _bound_json(v: float):
 
 def _uniform(values: Any) -> list:
     """One value when every element is the same (images: the whole frame shares 0..255),
-    so the spec report stays small; else one value per element (row-major)."""
+    so the spec report stays small; else one value per element (row-major). Compared in
+    the values' own dtype: no float64 copy of a large bound."""
     flat = np.asarray(values).reshape(-1)
-    if flat.size > 0 and np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=flat.dtype.kind == "f"):
-        flat = flat[:1]
+    if flat.size > 0:
+        first = flat[0]
+        same = np.isnan(flat).all() if flat.dtype.kind == "f" and np.isnan(first) else (flat == first).all()
+        if same:
+            flat = flat[:1]
     return flat.tolist()
 
 
@@ -121,13 +205,12 @@ def space_to_json(space: spaces.Space, what: str) -> dict:
         name = DTYPE_NAMES.get(np.dtype(space.dtype).name)
         if name is None:
             raise TypeError(f"{what}: Box dtype {space.dtype} is not supported (use one of {sorted(DTYPE_NAMES)})")
-        low, high = (np.asarray(b, dtype=np.float64) for b in (space.low, space.high))
         return {
             "type": "Box",
             "dtype": name,
             "shape": list(space.shape),
-            "low": [_bound_json(v) for v in _uniform(low)],
-            "high": [_bound_json(v) for v in _uniform(high)],
+            "low": [_bound_json(v) for v in _uniform(space.low)],
+            "high": [_bound_json(v) for v in _uniform(space.high)],
         }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}

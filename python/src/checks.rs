@@ -1,7 +1,8 @@
 //! Action checks for the parts of a composite (Dict or Tuple) action: the trainer packs
 //! such an action into one byte row per env, so the engine sees bytes; each part is first
 //! checked here with the engine's own rules (`shmenv_engine::action::validate`), as a
-//! plain action of that space would be.
+//! plain action of that space would be. Also the pool's config, parsed with a clear
+//! `ConfigError` for the NaN and infinities Python's `json` writes but JSON does not have.
 
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -48,4 +49,74 @@ pub(crate) fn check_actions(
         action::validate(&space, num_envs, values)
     });
     checked.map_err(|e| crate::errors::raise(py, "ActionError", format!("{what}: {e}"), vec![]))
+}
+
+/// The pool's config (`config_json`, as `json.dumps` wrote it) parsed, or a
+/// `shmenv.ConfigError` naming the first NaN or infinity in it: Python writes them as
+/// `NaN`/`Infinity`, which JSON (and the engine's parser) does not have. Other parse
+/// errors are `ValueError`s (the Python layer only ever passes JSON it wrote).
+pub(crate) fn parse_config(py: Python<'_>, env_id: &str, config_json: &str) -> PyResult<serde_json::Value> {
+    serde_json::from_str(config_json).map_err(|e| match non_finite(py, config_json) {
+        Some((path, value)) => {
+            // A Python env's config is `{"kind": ..., "kwargs": {...}}`: its keywords are the user's config.
+            let path = match path.strip_prefix("['kwargs']") {
+                Some(rest) if env_id == crate::pyenv::PYTHON_ENV_ID => rest.to_string(),
+                _ => path,
+            };
+            let todo = if env_id == crate::pyenv::PYTHON_ENV_ID {
+                "pass a finite number (or a string the env converts), or build the env with a factory \
+                 (make_vec(lambda: MyEnv(x=float('nan')), n)), which is pickled, not sent as JSON"
+            } else {
+                "pass a finite number in the range the env documents (shmenv.builtin_env_ids() lists the native envs)"
+            };
+            crate::errors::raise(
+                py,
+                "ConfigError",
+                format!(
+                    "config{path} is {value}: the config goes to the workers as JSON, and JSON has no NaN or \
+                     Infinity; {todo}"
+                ),
+                vec![],
+            )
+        }
+        None => PyValueError::new_err(format!("config is not valid JSON: {e}")),
+    })
+}
+
+/// The path (`['a'][0]`) and value (`nan`, `inf`, `-inf`) of the first non-finite number
+/// in `config_json`, read with Python's `json` module (which takes `NaN` and `Infinity`);
+/// `None` when there is none, or the text is not even Python's JSON.
+fn non_finite(py: Python<'_>, config_json: &str) -> Option<(String, String)> {
+    fn walk(value: &Bound<'_, PyAny>, path: &mut String) -> PyResult<Option<String>> {
+        let child = |key: String, item: &Bound<'_, PyAny>, path: &mut String| -> PyResult<Option<String>> {
+            let len = path.len();
+            path.push_str(&format!("[{key}]"));
+            let found = walk(item, path)?;
+            if found.is_none() {
+                path.truncate(len);
+            }
+            Ok(found)
+        };
+        if let Ok(dict) = value.cast::<pyo3::types::PyDict>() {
+            for (k, v) in dict.iter() {
+                if let Some(found) = child(k.repr()?.to_string(), &v, path)? {
+                    return Ok(Some(found));
+                }
+            }
+        } else if let Ok(list) = value.cast::<pyo3::types::PyList>() {
+            for (i, v) in list.iter().enumerate() {
+                if let Some(found) = child(i.to_string(), &v, path)? {
+                    return Ok(Some(found));
+                }
+            }
+        } else if let Ok(f) = value.cast::<pyo3::types::PyFloat>() {
+            if !f.value().is_finite() {
+                return Ok(Some(f.repr()?.to_string()));
+            }
+        }
+        Ok(None)
+    }
+    let parsed = py.import("json").and_then(|json| json.call_method1("loads", (config_json,))).ok()?;
+    let mut path = String::new();
+    walk(&parsed, &mut path).ok().flatten().map(|value| (path, value))
 }

@@ -117,8 +117,7 @@ impl PyPool {
         fair_scheduling: bool,
         plugin: Option<String>,
     ) -> PyResult<Self> {
-        let config: serde_json::Value = serde_json::from_str(config_json)
-            .map_err(|e| PyValueError::new_err(format!("config is not valid JSON: {e}")))?;
+        let config = crate::checks::parse_config(py, env_id, config_json)?;
         let wait = WaitStrategy::from_name(wait).ok_or_else(|| {
             PyValueError::new_err(format!("unknown wait strategy {wait:?}: use auto, spin, yield or block"))
         })?;

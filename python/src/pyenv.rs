@@ -86,15 +86,13 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             reset_options: reset_options.unbind(),
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
-            as_array: py
-                .import("numpy")
-                .and_then(|np| np.getattr("ascontiguousarray"))
-                .map_err(fail)?
-                .unbind(),
+            label: env.str().map_err(fail)?.to_string(),
+            as_array: py.import("numpy").and_then(|np| np.getattr("asarray")).map_err(fail)?.unbind(),
             flatten_obs: optional(module.call_method1("obs_flattener", (&env,)).map_err(fail)?),
             unpack_action: optional(module.call_method1("action_unpacker", (&env,)).map_err(fail)?),
             dict_obs: names.len() > 1 || spec.single_key_dict,
             row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
+            shapes: spec.observations.iter().map(|o| o.space.shape()).collect(),
             held: spec.observations.iter().map(|_| Held::Int(0)).collect(),
             names,
             spec,
@@ -118,8 +116,12 @@ struct PyEnv {
     reset_options: Py<PyDict>,
     step: Py<PyAny>,
     reset: Py<PyAny>,
-    /// `numpy.ascontiguousarray`, for observations that are not already C-contiguous
-    /// arrays of the right dtype.
+    /// The env as Python prints it (`<TimeLimit<...<CartPoleEnv<CartPole-v1>>>>`), for
+    /// messages.
+    label: String,
+    /// `numpy.asarray` (called with `order="C"`), for observations that are not already
+    /// C-contiguous arrays of the right dtype (unlike `ascontiguousarray`, it keeps a
+    /// scalar 0-d, the shape of a `Box(shape=())` value).
     as_array: Py<PyAny>,
     /// A nested Dict/Tuple observation space: `shmenv.worker`'s function from an
     /// observation to its arrays in spec order.
@@ -132,6 +134,9 @@ struct PyEnv {
     dict_obs: bool,
     /// Bytes of each observation array's row.
     row_bytes: Vec<usize>,
+    /// Each observation array's shape (one value's): an observation of another shape
+    /// (`(3, 1)` for `Box((3,))`) is refused, as `SyncVectorEnv` cannot batch it either.
+    shapes: Vec<Vec<usize>>,
     /// The last observation, one entry per observation array: the (checked) array the env
     /// returned, copied into the region by `observe`, which the host calls before the env's
     /// next `reset`/`step` (right after it in sync mode; after a few other envs' steps in
@@ -164,12 +169,24 @@ impl PyEnv {
     }
 
     /// Keeps observation array `k` (`value`) for `observe`, once it is a C-contiguous array
-    /// of the space's dtype and size (converted with `numpy.ascontiguousarray` when it is
-    /// not; an array that already is one is kept as is, not copied).
+    /// of the space's dtype and shape (converted with `numpy.asarray` when it is not; an
+    /// array that already is one is kept as is, not copied). `None`, a value of another
+    /// shape, or a `Discrete` observation that is not an int is refused, naming the env.
     fn store(&mut self, py: Python<'_>, k: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let space = &self.spec.observations[k].space;
+        if value.is_none() {
+            return Err(self.bad_obs(
+                k,
+                "None".into(),
+                "return a value of the space (an array, or an int for Discrete)",
+            ));
+        }
         if let Space::Discrete { .. } = space {
-            self.held[k] = Held::Int(value.extract::<i64>()?);
+            let v = value.extract::<i64>().map_err(|_| {
+                let got = format!("{} (a {})", short_repr(value), type_name(value));
+                self.bad_obs(k, got, "return an int (a Python or numpy integer)")
+            })?;
+            self.held[k] = Held::Int(v);
             return Ok(());
         }
         let descr = views::descr(py, space.dtype());
@@ -177,14 +194,24 @@ impl PyEnv {
         let array = match value.cast::<PyUntypedArray>() {
             Ok(a) if a.is_c_contiguous() && a.dtype().is_equiv_to(&descr) => a,
             _ => {
-                converted = self.as_array.bind(py).call1((value, &descr))?;
+                converted = self.as_array.bind(py).call1((value, &descr, "C"))?;
                 converted.cast::<PyUntypedArray>()?
             }
         };
+        if array.shape() != self.shapes[k].as_slice() {
+            let got = format!("an array of shape {}", py_shape(array.shape()));
+            let todo = format!(
+                "return an array of shape {} (reshape it in the env, or declare the space with the shape the env \
+                 returns)",
+                py_shape(&self.shapes[k])
+            );
+            return Err(self.bad_obs(k, got, &todo));
+        }
         if !array.is_c_contiguous() || array.len() * descr.itemsize() != self.row_bytes[k] {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "observation {:?} has {} elements, its space {} has {}",
+                "observation {:?} of {} has {} elements, its space {} has {}",
                 self.names[k],
+                self.label,
                 array.len(),
                 space,
                 space.num_elements()
@@ -192,6 +219,22 @@ impl PyEnv {
         }
         self.held[k] = Held::Array(array.clone().unbind());
         Ok(())
+    }
+
+    /// The error for observation array `k` when the env returned `got` for it: names the
+    /// env, the array, its space and shape, and what to do.
+    fn bad_obs(&self, k: usize, got: String, todo: &str) -> PyErr {
+        let space = &self.spec.observations[k].space;
+        let what = if self.names.len() > 1 || self.dict_obs {
+            format!("observation {:?}", self.names[k])
+        } else {
+            "observation".to_string()
+        };
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "{} returned {got} as its {what}, but its space {space} takes values of shape {}: {todo}",
+            self.label,
+            py_shape(&self.shapes[k])
+        ))
     }
 
     /// Copies the kept observation array `k` into `row` (exactly its bytes).
@@ -255,6 +298,50 @@ impl PyEnv {
     }
 }
 
+/// A shape as Python prints it: `(3,)`, `(3, 1)`, `()`.
+fn py_shape(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The name of `value`'s type (`list`, `NoneType`).
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+}
+
+/// `repr(value)`, cut to 80 characters for messages.
+fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    let text = value.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// What a `reset()` (`n` = 2: obs, info) or `step()` (`n` = 5: obs, reward, terminated,
+/// truncated, info) returned, checked: a tuple of `n` values whose last (the info) is a
+/// dict, as the Gymnasium API returns them (and `SyncVectorEnv` requires).
+fn returned<'py>(out: &Bound<'py, PyAny>, call: &str, n: usize, env: &str) -> PyResult<Bound<'py, PyTuple>> {
+    let form = if n == 2 { "(obs, info)" } else { "(obs, reward, terminated, truncated, info)" };
+    let bad = |got: String| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "{call} of {env} returned {got}; the Gymnasium API returns a tuple of {n} values {form}, with info a \
+             dict (return {{}} when there is no info)"
+        ))
+    };
+    let t = out.cast::<PyTuple>().map_err(|_| bad(format!("a {} ({})", type_name(out), short_repr(out))))?;
+    if t.len() != n {
+        return Err(bad(if t.len() == 1 { "1 value".into() } else { format!("{} values", t.len()) }));
+    }
+    let info = t.get_item(n - 1)?;
+    if !info.is_instance_of::<PyDict>() {
+        return Err(bad(format!("an info of type {} ({})", type_name(&info), short_repr(&info))));
+    }
+    Ok(t.clone())
+}
+
 /// Panics with `err`'s traceback: the host reports it as `EnvPanicked`, and the trainer
 /// raises it as `shmenv.WorkerError` (once, with the traceback).
 fn raise(py: Python<'_>, what: &str, err: PyErr) -> ! {
@@ -295,7 +382,7 @@ impl Env for PyEnv {
                     }
                 }
                 let out = self.reset.call(py, (), Some(&kwargs))?;
-                let out = out.bind(py).cast::<PyTuple>()?;
+                let out = returned(out.bind(py), "reset()", 2, &self.label)?;
                 self.store_obs(py, &out.get_item(0)?)?;
                 self.keep_info(py, "reset", &out.get_item(1)?)
             })();
@@ -310,13 +397,7 @@ impl Env for PyEnv {
             let result = (|| -> PyResult<Transition> {
                 let a = self.action(py, action)?;
                 let out = self.step.bind(py).call1((a,))?;
-                let t = out.cast::<PyTuple>()?;
-                if t.len() != 5 {
-                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                        "step() returned {} values; the Gymnasium API returns 5 (obs, reward, terminated, truncated, info)",
-                        t.len()
-                    )));
-                }
+                let t = returned(&out, "step()", 5, &self.label)?;
                 self.store_obs(py, &t.get_item(0)?)?;
                 self.keep_info(py, "step", &t.get_item(4)?)?;
                 Ok(Transition {

@@ -6,6 +6,7 @@ at once says so. (pytest-timeout bounds every test.)"""
 import os
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,3 +165,116 @@ def test_a_pool_in_a_forked_child_is_inert(what):
             envs.step(np.ones(4, dtype=np.int64))
     finally:
         envs.close()
+
+
+# --- config values JSON cannot carry -----------------------------------------------------
+
+CONFIG_ROWS = [
+    # (env, config, words the message must hold)
+    ("Burn-v0", {"step_us": float("nan")}, ["config['step_us']", "nan", "JSON has no NaN or Infinity"]),
+    ("Burn-v0", {"obs_shape": [4], "step_us": float("inf")}, ["config['step_us']", "inf", "finite"]),
+    (
+        "shmenv_fixtures.counter:CounterEnv",
+        {"length": 3, "weights": [1.0, {"w": float("-inf")}]},
+        ["config['weights'][1]['w']", "-inf", "factory"],
+    ),
+]
+
+
+@pytest.mark.parametrize("env,config,words", CONFIG_ROWS, ids=[str(r[1]) for r in CONFIG_ROWS])
+def test_nan_and_infinity_in_config_are_refused_naming_the_key(env, config, words):
+    from conftest import children
+
+    from shmenv.errors import ConfigError
+
+    before = children()
+    with pytest.raises(ConfigError) as info:
+        shmenv.make_vec(env, 2, num_workers=1, config=config)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+    assert isinstance(info.value, ValueError)
+    assert children() == before, "workers were left running for a refused config"
+
+
+# --- hosted Python envs that return what the Gymnasium API does not --------------------
+
+
+def _returning(where: str, bad) -> Any:
+    """A factory of a Box((3,)) env whose ``reset`` (``where="reset"``) or ``step``
+    returns ``bad(obs, info)`` instead of ``(obs, info)`` / the step's five values."""
+    import gymnasium as gym
+
+    class BadReturns(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            obs = np.zeros(3, np.float32)
+            return bad(obs, {}) if where == "reset" else (obs, {})
+
+        def step(self, action):
+            obs = np.ones(3, np.float32)
+            return bad(obs, {}) if where == "step" else (obs, 0.0, False, False, {})
+
+    return lambda: BadReturns()
+
+
+ENV_ROWS = [
+    # (id, where, what the env returns, words the message must hold)
+    ("obs (3, 1)", "reset", lambda o, i: (o.reshape(3, 1), i), ["BadReturns", "shape (3, 1)", "shape (3,)"]),
+    ("step obs (1, 3)", "step", lambda o, i: (o.reshape(1, 3), 0.0, False, False, i), ["shape (1, 3)", "(3,)"]),
+    ("obs None", "reset", lambda o, i: (None, i), ["BadReturns", "returned None", "shape (3,)"]),
+    ("reset (obs,)", "reset", lambda o, i: (o,), ["reset()", "returned 1 value", "(obs, info)"]),
+    ("reset (obs, None)", "reset", lambda o, i: (o, None), ["reset()", "info of type NoneType", "dict"]),
+    ("reset (obs, {}, 1)", "reset", lambda o, i: (o, i, 1), ["reset()", "returned 3 values", "(obs, info)"]),
+    ("reset [obs, {}]", "reset", lambda o, i: [o, i], ["reset()", "returned a list", "tuple"]),
+    ("step 4 values", "step", lambda o, i: (o, 0.0, False, i), ["step()", "returned 4 values", "5 values"]),
+]
+
+
+@pytest.mark.parametrize("where,bad,words", [r[1:] for r in ENV_ROWS], ids=[r[0] for r in ENV_ROWS])
+def test_env_returns_off_the_gymnasium_api_are_refused_naming_the_env(where, bad, words):
+    from shmenv.errors import ClosedError, WorkerError
+
+    envs = shmenv.make_vec(_returning(where, bad), 2, num_workers=1)
+    try:
+        with pytest.raises(WorkerError) as info:
+            envs.reset(seed=0)
+            envs.step(np.zeros(2, dtype=np.int64))
+        message = str(info.value)
+        for w in words:
+            assert w in message, (w, message)
+        assert info.value.env_id == 0 and "Rust" not in message and "pyenv.rs" not in message, message
+        with pytest.raises(ClosedError):  # an env that failed closes the pool, as documented
+            envs.step(np.zeros(2, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+# --- composite actions with parts the action space does not have ------------------------
+
+EXTRA_PART_ROWS = [
+    # (id, the bad actions made from good ones, words the message must hold)
+    ("tuple item 3", lambda g: (*g, g[2]), ["4 items", "has 3", "item 3 is extra"]),
+    ("dict key 'zz'", lambda g: ({**g[0], "zz": g[0]["h"]}, g[1], g[2]), ["action 0 has the key 'zz'", "['h', 'md']"]),
+]
+
+
+@pytest.mark.parametrize("make_bad,words", [r[1:] for r in EXTRA_PART_ROWS], ids=[r[0] for r in EXTRA_PART_ROWS])
+def test_extra_parts_of_composite_actions_are_refused_and_the_pool_is_unchanged(make_bad, words):
+    config = {"obs": "box_u16", "action": "composite"}
+    entry = "shmenv_fixtures.spaces:SpacesEnv"
+    with shmenv.make_vec(entry, 3, num_workers=1, config=config, seed=4) as envs, shmenv.make_vec(
+        entry, 3, num_workers=1, config=config, seed=4
+    ) as ref:
+        envs.reset()
+        ref.reset()
+        envs.action_space.seed(0)
+        good = envs.action_space.sample()
+        with pytest.raises(ActionError) as info:
+            envs.step(make_bad(good))
+        for w in words:
+            assert w in str(info.value), (w, str(info.value))
+        got, want = envs.step(good), ref.step(good)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])

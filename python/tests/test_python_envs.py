@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -272,3 +273,62 @@ def test_python_envs_in_async_mode(no_leaks):
             seen += ids.tolist()
             envs.send(np.ones(3, dtype=np.int64), ids)
         assert set(seen) == set(range(6))
+
+
+# --- what an env may return as its observation ------------------------------------------
+
+
+def _loose_observations() -> Any:
+    """A factory of an env whose observations take the forms Gymnasium's vector envs
+    accept without being C-contiguous arrays of the space's dtype: a numpy scalar and a
+    Python float for ``Box(shape=())``, a list for ``Box((3,))``, a strided view for a
+    ``Box((2, 2))``, a numpy integer for ``Discrete``."""
+
+    class Loose(gym.Env):
+        observation_space = gym.spaces.Dict(
+            {
+                "scalar": gym.spaces.Box(-10, 10, (), np.float32),
+                "plain": gym.spaces.Box(-10, 10, (), np.float64),
+                "listed": gym.spaces.Box(-10, 10, (3,), np.float32),
+                "strided": gym.spaces.Box(-10, 10, (2, 2), np.int32),
+                "count": gym.spaces.Discrete(9),
+            }
+        )
+        action_space = gym.spaces.Discrete(2)
+
+        def _obs(self):
+            t = self.t
+            strided = (np.arange(16, dtype=np.int32).reshape(4, 4) + t)[::2, ::2] % 10
+            return {
+                "scalar": np.float32(t / 2),
+                "plain": t / 4,
+                "listed": [t, -t, 0.5],
+                "strided": strided,
+                "count": np.int64(t % 9),
+            }
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = int(self.np_random.integers(3))
+            return self._obs(), {}
+
+        def step(self, action):
+            self.t += 1 + int(action)
+            return self._obs(), 1.0, self.t > 7, False, {}
+
+    return Loose
+
+
+def test_scalars_lists_and_strided_observations_are_accepted_as_sync_vector_env_takes_them(no_leaks):
+    cls = _loose_observations()
+    ref = gym.vector.SyncVectorEnv([cls for _ in range(2)])
+    with shmenv.make_vec(lambda: cls(), 2, num_workers=1) as envs:
+        got, _ = envs.reset(seed=3)
+        want, _ = ref.reset(seed=3)
+        for t in range(6):
+            for key in want:
+                assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, (t, key)
+                np.testing.assert_array_equal(got[key], want[key], err_msg=f"step {t} {key}")
+            actions = np.array([t % 2, 1], dtype=np.int64)
+            got, want = envs.step(actions)[0], ref.step(actions)[0]
+    ref.close()

@@ -130,3 +130,133 @@ def test_variable_size_spaces_are_refused_naming_the_space_and_what_to_do(space,
         shmenv.make_vec(lambda: Varying(), 2, num_workers=1)
     message = str(err.value)
     assert f"{name}" in message and "no fixed size" in message and "AsyncVectorEnv" in message, message
+
+
+# --- the cost of the spaces: independent of the observation size when bounds are uniform ---
+
+
+@pytest.mark.parametrize(
+    "dtype, low, high, want",
+    [
+        ("u8", 0, 255, (0, 255)),
+        ("i64", "-inf", "inf", (np.iinfo(np.int64).min, np.iinfo(np.int64).max)),
+        ("u64", 0, 2.0**64, (0, np.iinfo(np.uint64).max)),  # float64 rounds the top up: the limit
+        ("f16", -1e6, 1e6, (-np.inf, np.inf)),  # past float16's range: infinite, as the engine stores it
+        ("f32", -4.8, 4.8, (np.float32(-4.8), np.float32(4.8))),
+        ("bool", 0, 1, (False, True)),
+    ],
+)
+def test_a_uniform_box_is_two_scalars_and_acts_as_gymnasiums_box(dtype, low, high, want):
+    import copy
+    import pickle
+
+    from gymnasium.vector.utils import batch_space
+
+    from shmenv.spaces import UniformBox, space_from_json
+
+    shape = (3, 4)
+    box = space_from_json({"type": "Box", "dtype": dtype, "shape": list(shape), "low": [low], "high": [high]})
+    low, high = (np.full(shape, w, dtype=box.dtype) for w in want)
+    plain = gym.spaces.Box(low, high, dtype=box.dtype)
+    assert isinstance(box, UniformBox) and box.dtype == plain.dtype and box.shape == shape
+    assert box == plain and plain == box and repr(box) == repr(plain)
+    for bound in (box.low, box.high, box.bounded_below, box.bounded_above):
+        assert bound.shape == shape and bound.strides == (0, 0) and not bound.flags.writeable
+    np.testing.assert_array_equal(box.low, plain.low)
+    np.testing.assert_array_equal(box.high, plain.high)
+    np.testing.assert_array_equal(box.bounded_below, plain.bounded_below)
+    assert all(box.is_bounded(m) == plain.is_bounded(m) for m in ("both", "below", "above"))
+    box.seed(3)
+    assert box.contains(box.sample()) and plain.contains(box.sample())
+    batched = batch_space(box, 5)
+    assert isinstance(batched, UniformBox) and batched.low.strides == (0, 0, 0)
+    assert batched == batch_space(plain, 5) and repr(batched) == repr(batch_space(plain, 5))
+    # Pickled, it is Gymnasium's own Box (loading needs no shmenv), random state included.
+    loaded = pickle.loads(pickle.dumps(box))
+    assert type(loaded) is gym.spaces.Box and loaded == box
+    assert np.array_equal(loaded.sample(), copy.deepcopy(box).sample())
+    assert isinstance(copy.deepcopy(box), UniformBox)
+
+
+def test_a_uniform_box_costs_the_same_for_any_observation_size():
+    import tracemalloc
+
+    from gymnasium.vector.utils import batch_space
+
+    from shmenv.spaces import space_from_json
+
+    tracemalloc.start()
+    try:
+        box = space_from_json({"type": "Box", "dtype": "f32", "shape": [1 << 15, 1 << 15], "low": [-1], "high": ["inf"]})
+        batched = batch_space(box, 64)  # 2**36 elements: 256 GiB of float32 bounds if they were arrays
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert batched.shape == (64, 1 << 15, 1 << 15) and not batched.is_bounded() and batched.is_bounded("below")
+    assert peak < 1 << 20, f"building a 2**30-element Box and its batch of 64 allocated {peak} bytes"
+
+
+def test_per_element_bounds_are_built_in_the_box_dtype_without_a_float64_copy():
+    import tracemalloc
+
+    from shmenv.spaces import space_from_json
+
+    n = 8 << 20
+    values = [0.0, 1.0, 2.0, 3.0] * (n // 4)
+    spec = {"type": "Box", "dtype": "u8", "shape": [n // 64, 64], "low": values, "high": [255.0] + values[1:]}
+    tracemalloc.start()
+    try:
+        box = space_from_json(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert box.low.dtype == np.uint8 and box.low.shape == (n // 64, 64) and box.high[0, 0] == 255
+    assert box.low[0, :4].tolist() == [0, 1, 2, 3] and box.high[-1, -4:].tolist() == [0, 1, 2, 3]
+    # Gymnasium's Box itself peaks at 6 bytes an element for uint8 (its copies of the bounds,
+    # its masks, np.isneginf); ours add the two arrays handed to it and one chunk. Through
+    # float64 arrays this Box peaked at 27.8 bytes an element.
+    assert peak < 10 * n, f"building a Box of {n} uint8 elements peaked at {peak / n:.1f} bytes an element"
+
+
+def test_per_element_bounds_keep_integer_limits_and_infinities():
+    from shmenv.spaces import space_from_json
+
+    box = space_from_json({"type": "Box", "dtype": "i64", "shape": [3], "low": ["-inf", 0, -5], "high": ["inf", 2.0**63, 7]})
+    assert box.low.tolist() == [np.iinfo(np.int64).min, 0, -5]
+    assert box.high.tolist() == [np.iinfo(np.int64).max, np.iinfo(np.int64).max, 7]
+    box = space_from_json({"type": "Box", "dtype": "f32", "shape": [2], "low": ["-inf", -1.5], "high": [1.0, "inf"]})
+    assert box.low.dtype == np.float32 and box.low.tolist() == [-np.inf, -1.5] and box.high.tolist() == [1.0, np.inf]
+
+
+BIG_OBS = """
+import json, resource, sys, time
+import numpy as np
+import shmenv
+n = int(sys.argv[1])
+start = time.perf_counter()
+envs = shmenv.make_vec("Burn-v0", 1, num_workers=1, copy=False, config={"obs_shape": [n], "obs_dtype": "u8", "step_us": 0})
+built = time.perf_counter() - start
+region = envs.mapping_range[1] - envs.mapping_range[0]
+obs, _ = envs.reset(seed=0)
+envs.step(np.zeros(1, dtype=np.int64))
+assert obs.shape == (1, n) and envs.observation_space.shape == (1, n)
+print(json.dumps({"built": built, "region": region, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+envs.close()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_256_mib_observation_pool_builds_in_seconds_within_its_region_plus_a_constant():
+    # Bounds as float64 arrays, tiled again by batch_space, peaked at 5.9 GB for this pool
+    # (and took 27 s to build); a 1 GiB observation got the trainer OOM-killed.
+    import json
+    import subprocess
+    import sys
+
+    n = 256 << 20
+    out = subprocess.run([sys.executable, "-c", BIG_OBS, str(n)], capture_output=True, text=True, timeout=200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    allowed = got["region"] + 200e6
+    assert got["peak"] < allowed, f"peak RSS {got['peak'] / 1e6:.0f} MB, region {got['region'] / 1e6:.0f} MB: {got}"
+    assert got["built"] < 30, f"a 256 MiB-observation pool took {got['built']:.1f} s to build"
