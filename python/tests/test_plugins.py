@@ -70,3 +70,44 @@ def test_plugin_errors_are_raised_before_any_step(cartpole, tmp_path, no_leaks):
         shmenv.make_vec("CartPoleC-v1", 2, num_workers=1, config={"x": 1}, plugin=cartpole)
     with pytest.raises(shmenv.errors.InvalidArgumentError, match="plugin must be the path"):
         shmenv.make_vec("CartPoleC-v1", 2, plugin=3)
+
+
+SPEC_ROWS = [
+    # (env id of tests/plugins/specs.c, words the BuildError must hold)
+    ("TooLongSpec-v0", ["spec_json returned", "more than the 65536"]),
+    ("Overflow-v0", ["shape [2305843009213693953] of f64", "1 GiB"]),
+    ("NaNBound-v0", ["(low NaN, high 1) is NaN"]),
+    ("LowAboveHigh-v0", ["(low 2, high 1) has low above high"]),
+    ("U8Range-v0", ["(low -5, high 1000)", "u8 bounds are 0..=255"]),
+    ("UnknownKey-v0", ['unknown key "max_episode_step" in the spec']),
+    ("EpisodeLimit-v0", ["spec_json sets max_episode_steps 3", "info table says none"]),
+]
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory) -> str:
+    return compile_plugin("tests/plugins/specs.c", tmp_path_factory.mktemp("plugins"))
+
+
+@pytest.mark.parametrize("env_id,words", SPEC_ROWS, ids=[r[0] for r in SPEC_ROWS])
+def test_plugin_specs_are_validated_like_configs(specs, env_id, words, no_leaks):
+    with pytest.raises(shmenv.BuildError) as info:
+        shmenv.make_vec(env_id, 4, num_workers=2, plugin=specs)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_a_long_valid_plugin_spec_is_read_whole(specs):
+    with shmenv.make_vec("LongSpec-v0", 2, num_workers=1, plugin=specs) as envs:
+        assert envs.single_observation_space.shape == (2000,)
+        assert envs.single_observation_space.low[1999] == -2000.5
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 2000)
+
+
+def test_shapes_whose_size_overflows_are_a_config_error():
+    config = {"obs_shape": [2**32, 2**32], "obs_dtype": "u8"}
+    with pytest.raises(shmenv.errors.ConfigError) as info:
+        shmenv.make_vec("Burn-v0", 1, num_workers=1, config=config)
+    assert 'config key "obs_shape": shape [4294967296, 4294967296] of u8' in str(info.value)
+    assert "(1 GiB)" in str(info.value)
