@@ -46,7 +46,7 @@
 //! reliably linked into the program. Without it a pool runs a program named
 //! `shmenv-worker` found next to the executable or on `$PATH`, or the one named by
 //! [`PoolBuilder::worker_program`] or `SHMENV_WORKER_PROGRAM`
-//! (see [`engine::program`] for the order).
+//! (see [`engine::launch::program`] for the order).
 
 #[doc(inline)]
 pub use shmenv_engine as engine;

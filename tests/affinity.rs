@@ -33,8 +33,7 @@ fn workers_are_pinned_as_configured() {
     let pool = builder("CartPole-v1").num_envs(4).num_workers(cores.min(4)).build().unwrap();
     let masks: Vec<String> = pool.worker_pids().iter().map(|&p| allowed(p)).collect();
     assert!(masks.iter().all(|m| m.parse::<usize>().is_ok()), "Auto pins each worker to one core: {masks:?}");
-    let mut distinct = masks.clone();
-    distinct.dedup();
+    let distinct: std::collections::BTreeSet<&String> = masks.iter().collect();
     assert_eq!(distinct.len(), masks.len(), "Auto gives each worker its own core: {masks:?}");
 
     // More workers than cores: Auto does not pin.

@@ -128,7 +128,7 @@ proptest! {
         shape.push(big);
         let bytes = shape.iter().try_fold(dtype.size(), |n, &d| n.checked_mul(d));
         let dtype = dtype.name();
-        prop_assume!(bytes.is_none_or(|b| b > shmenv::engine::space::MAX_VALUE_BYTES));
+        prop_assume!(bytes.is_none_or(|b| b > shmenv::engine::spec::space::MAX_VALUE_BYTES));
         let spaces = [
             serde_json::json!({"type": "Box", "dtype": dtype, "shape": shape, "low": 0, "high": 1}),
             serde_json::json!({"type": "MultiDiscrete", "nvec": [2], "shape": shape, "dtype": "i64"}),
@@ -238,7 +238,7 @@ proptest! {
         dead_posts in prop::collection::vec(0u32..12, 8),
         consistent in any::<bool>(),
     ) {
-        use shmenv::engine::recovery::{plan, RingSnapshot, RowOwner};
+        use shmenv::engine::ring::recovery::{plan, RingSnapshot, RowOwner};
         let (b, start) = (batch_size, next_batch * batch_size);
         let released = next_batch.saturating_sub(released_behind);
         let s = RingSnapshot {

@@ -230,10 +230,14 @@ fn shapes_and_bounds_from_configs_and_plugins_are_refused_by_name() {
 
     let lib = plugin_library::plugin_library("tests/plugins/specs.c");
     let lib = lib.to_str().unwrap();
-    let out = shmenv(&["bench", "--plugin", lib, "--env", "U8Range-v0", "--num-envs", "2", "--seconds", "0.1"]);
+    let out =
+        shmenv(&["bench", "--plugin", lib, "--env", "U8Range-v0", "--num-envs", "2", "--seconds", "0.1"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("(low -5, high 1000) has a bound its dtype cannot hold; u8 bounds are 0..=255"), "{stderr}");
+    assert!(
+        stderr.contains("(low -5, high 1000) has a bound its dtype cannot hold; u8 bounds are 0..=255"),
+        "{stderr}"
+    );
 
     let out = shmenv(&["list", "--plugin", lib]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

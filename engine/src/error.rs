@@ -89,7 +89,7 @@ pub enum BuildError {
     #[error(
         "the shared-memory region would need {} ({region} bytes) for {num_envs} envs, more than this process \
          may use: {}. Use fewer envs, smaller observations or a smaller ring_depth, or raise the memory limit",
-        crate::memory::human(*region),
+        crate::launch::memory::human(*region),
         memory_figures(*mem_available, cgroup.as_ref())
     )]
     NotEnoughMemory {
@@ -100,7 +100,7 @@ pub enum BuildError {
         /// `MemAvailable` of `/proc/meminfo`, bytes.
         mem_available: Option<u64>,
         /// The tightest cgroup v2 memory limit on this process.
-        cgroup: Option<crate::memory::CgroupLimit>,
+        cgroup: Option<crate::launch::memory::CgroupLimit>,
     },
     /// A worker process ended during start-up.
     #[error(
@@ -370,8 +370,8 @@ pub enum ViewError {
 
 /// "MemAvailable is 1.2 GiB; cgroup /sys/fs/cgroup/x allows 2.0 GiB (memory.max) with 1.5
 /// GiB in use".
-fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::memory::CgroupLimit>) -> String {
-    let human = crate::memory::human;
+fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::launch::memory::CgroupLimit>) -> String {
+    let human = crate::launch::memory::human;
     let mut parts = vec![match mem_available {
         Some(a) => format!("MemAvailable is {}", human(a)),
         None => "MemAvailable is unknown".to_string(),

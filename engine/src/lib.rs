@@ -1,48 +1,50 @@
 //! Trainer side of shmenv: the shared-memory region and its protocol, the cross-process
 //! semaphores, worker launch and supervision, and the [`Pool`] with its zero-copy
 //! [`Batch`] views.
-//!
-//! Modules follow the data path: [`spec`] (what envs look like) -> [`protocol`] (where
-//! everything lives in the region) -> [`region`] (the memfd mapping; the only module that
-//! touches raw shared memory) -> [`sync`] (semaphores and waiting) -> [`launch`] (worker
-//! processes) -> [`pool`] (the trainer API) -> [`batch`] (views of the results);
-//! [`program`] says which program workers run; [`ring`] holds the async ring's claim/commit/release protocol, [`recovery`] how a dead
-//! worker's rows are found in it; [`stats`] the live
-//! counters in the region's stats area.
 
 // Under `--cfg loom` only the protocol code is built, with loom's atomics, for the model
 // check in `tests/loom_ring.rs`; everything touching real memory and processes is left out.
+
+/// What an env is: element types, spaces, the env spec.
+pub mod spec;
+
+/// Checking actions against the action space while copying them into the region.
 #[cfg(not(loom))]
 pub mod action;
-#[cfg(not(loom))]
-pub mod attach;
-#[cfg(not(loom))]
-pub mod batch;
-pub mod dtype;
-#[cfg(not(loom))]
-pub mod error;
-#[cfg(not(loom))]
-pub mod fork;
-#[cfg(not(loom))]
-pub mod launch;
-#[cfg(not(loom))]
-mod memory;
-#[cfg(not(loom))]
-pub mod pool;
-#[cfg(not(loom))]
-mod process_group;
-#[cfg(not(loom))]
-pub mod program;
+
+/// Where everything lives in the region: header, control words, parameters, stats, layout.
 pub mod protocol;
-pub mod recovery;
+
+/// The memfd mapping: the one module that turns shared bytes into references.
 #[cfg(not(loom))]
 pub mod region;
+
+/// Semaphores and gates on futex words, and the waiting policy.
+pub mod sync;
+
+/// The async ring's claim/commit/receive/release protocol, and restart recovery over it.
 pub mod ring;
-pub mod space;
-pub mod spec;
+
+/// Worker processes and the machine they run on: exec, supervision, which program, core
+/// affinity, memory limits, fork detection.
+#[cfg(not(loom))]
+pub mod launch;
+
+/// The trainer's API: `Pool`, its builder, sync and async modes, restarts.
+#[cfg(not(loom))]
+pub mod pool;
+
+/// Zero-copy views of a received batch.
+#[cfg(not(loom))]
+pub mod batch;
+
+/// Live counters in the region's stats area, trace rings, attaching from another process.
 #[cfg(not(loom))]
 pub mod stats;
-pub mod sync;
+
+/// The errors of building, stepping, validating actions and viewing results.
+#[cfg(not(loom))]
+pub mod error;
 
 #[cfg(not(loom))]
 pub use batch::{ArrayView, Batch, Episode, Flags};

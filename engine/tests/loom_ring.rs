@@ -12,7 +12,7 @@
 //! earlier version that relied on SeqCst loads and stores without fences was reported
 //! here as a lost wake-up.
 //!
-//! The last test checks the restart policy's pause handshake (`shmenv_engine::recovery`):
+//! The last test checks the restart policy's pause handshake (`shmenv_engine::ring::recovery`):
 //! without the SeqCst fence in `ClaimRecord::claim` it reports a claim made behind a closed
 //! gate.
 #![cfg(loom)]
@@ -139,7 +139,7 @@ fn claims_spanning_two_batches() {
     check(2, 2, 2);
 }
 
-/// The restart policy's pause handshake (`shmenv_engine::recovery`): a worker's claim and
+/// The restart policy's pause handshake (`shmenv_engine::ring::recovery`): a worker's claim and
 /// the trainer's closing of the pause gate never miss each other. Once the trainer has
 /// closed the gate and sees a worker in any state but `CLAIMING`, the claim counter cannot
 /// move behind its back: either the claim it sees recorded is all there is, or the worker
@@ -147,7 +147,7 @@ fn claims_spanning_two_batches() {
 #[test]
 fn the_pause_gate_and_a_claim_never_miss_each_other() {
     use shmenv_engine::protocol::claim_state::{CLAIMED, CLAIMING, IDLE, PAUSED};
-    use shmenv_engine::recovery::ClaimRecord;
+    use shmenv_engine::ring::recovery::ClaimRecord;
     use shmenv_engine::sync::atomic::Ordering;
 
     struct Words {

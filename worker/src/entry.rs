@@ -49,5 +49,5 @@ pub fn serve_if_worker<R: FnOnce() -> Registry>(registry: R) {
         let code = host::run_with_args(&registry(), &args);
         std::process::exit(i32::from(code));
     }
-    shmenv_engine::program::declare_serves_workers();
+    shmenv_engine::launch::program::declare_serves_workers();
 }

@@ -1,13 +1,22 @@
 //! Worker launch and supervision.
 //!
 //! Workers are started by exec'ing a worker program (never a bare fork; the trainer's own
-//! executable only when its `main` serves workers first, see [`crate::program`]), from a
-//! supervisor thread that lives exactly as long as the pool.
+//! executable only when its `main` serves workers first, see [`program`][program]), from
+//! a supervisor thread that lives exactly as long as the pool.
 //! That thread matters: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
 //! exits, so forking from whatever thread built the pool would kill the workers when that
 //! thread ends. The supervisor also watches every worker through a pidfd, records how it
 //! ended, and on shutdown gives workers a bounded grace period before killing and reaping
 //! them, so dropping a pool never hangs and never leaves a zombie.
+//!
+//! [`program`][program] says which program that is; [`CpuAffinity`] pins workers to
+//! cores; `memory` reads how much memory this process may still use (the pool checks its
+//! region against it before creating it); `watch` is the supervisor's loop;
+//! `process_group` ends whatever a worker started along with it; [`fork`][fork] makes a
+//! pool inert in a forked child of its trainer.
+//!
+//! [program]: crate::launch::program
+//! [fork]: crate::launch::fork
 
 use std::ffi::OsString;
 use std::io;
@@ -21,6 +30,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod affinity;
+pub mod fork;
+pub(crate) mod memory;
+pub(crate) mod process_group;
+pub mod program;
 mod watch;
 
 pub(crate) use affinity::place;
@@ -145,7 +158,7 @@ pub struct Supervisor {
     poke: OwnedFd,
     thread: Option<JoinHandle<()>>,
     /// The process that started the workers (after a fork, the child's copy is inert).
-    owner: crate::fork::Owner,
+    owner: fork::Owner,
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -202,7 +215,7 @@ impl Supervisor {
             let mut outputs = Vec::with_capacity(num_workers);
             for w in 0..num_workers {
                 if Instant::now() >= deadline {
-                    crate::process_group::kill_and_reap(&mut children);
+                    process_group::kill_and_reap(&mut children);
                     let message =
                         format!("only {w} of {num_workers} workers were spawned before the deadline");
                     let _ = tx.send(Err(io::Error::new(io::ErrorKind::TimedOut, message)));
@@ -214,7 +227,7 @@ impl Supervisor {
                         outputs.push(Some(output));
                     }
                     Err(e) => {
-                        crate::process_group::kill_and_reap(&mut children);
+                        process_group::kill_and_reap(&mut children);
                         let _ = tx.send(Err(e));
                         return;
                     }
@@ -230,7 +243,7 @@ impl Supervisor {
                 stop,
                 poke,
                 thread: Some(thread),
-                owner: crate::fork::Owner::current(),
+                owner: fork::Owner::current(),
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -305,7 +318,7 @@ impl Supervisor {
     /// Asks the supervisor to finish: workers that have not exited within
     /// [`SHUTDOWN_GRACE`] are killed; all are reaped. Blocks until done (bounded).
     ///
-    /// In a forked child (see [`crate::fork`]) it does nothing: the thread and the workers
+    /// In a forked child (see [`fork`]) it does nothing: the thread and the workers
     /// are the parent's, and the stop eventfd is shared with it.
     pub fn shutdown(&mut self) {
         if !self.owner.is_current() {
@@ -354,7 +367,7 @@ fn spawn_worker(
         }
     });
     let mut cmd = Command::new(&command.program);
-    // A process group of its own: ended with everything it started (`crate::process_group`).
+    // A process group of its own: ended with everything it started (`process_group`).
     cmd.process_group(0);
     if command.args.is_empty() {
         // A native worker program: name it for `ps`. (An interpreter, such as Python, may
@@ -371,7 +384,7 @@ fn spawn_worker(
         .arg(index.to_string())
         .arg(region_fd.to_string())
         .arg(parent.to_string())
-        .env(crate::program::WORKER_ENV, parent.to_string())
+        .env(program::WORKER_ENV, parent.to_string())
         .stdin(Stdio::null())
         // Worker prints (stdout and stderr) go through a pipe the supervisor reads: it
         // copies them to the trainer's stderr (never its stdout) and keeps the last lines

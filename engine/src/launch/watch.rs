@@ -102,9 +102,9 @@ impl Watched {
             }
         }
         for (w, child) in self.children.iter_mut().enumerate() {
-            if self.alive[w] && crate::process_group::unreaped(child.id()) == Some(true) {
+            if self.alive[w] && super::process_group::unreaped(child.id()) == Some(true) {
                 // What it started goes with it, before its pid (the group id) is released.
-                crate::process_group::kill_group(child.id());
+                super::process_group::kill_group(child.id());
                 if let Ok(Some(status)) = child.try_wait() {
                     self.alive[w] = false;
                     // Its last words first, so the error that reports the exit has them.
@@ -121,7 +121,7 @@ impl Watched {
 
     /// Kills and reaps the workers still alive, recording how they ended.
     fn kill_rest(&mut self, shared: &Shared) {
-        let ended = crate::process_group::kill_and_reap(&mut self.children);
+        let ended = super::process_group::kill_and_reap(&mut self.children);
         let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
         for (w, e) in ended.into_iter().enumerate() {
             if self.alive[w] {

@@ -100,7 +100,7 @@ impl PoolBuilder {
 
     /// The worker program to exec. Default: this same program when its `main` calls
     /// `shmenv::worker::serve_if_worker` first, else `shmenv-worker` (see
-    /// [`crate::program`] for the order). A program of your own hosts your own envs.
+    /// [`crate::launch::program`] for the order). A program of your own hosts your own envs.
     pub fn worker_program(mut self, path: impl Into<PathBuf>) -> Self {
         self.worker_command = Some(WorkerCommand::new(path));
         self
@@ -216,7 +216,7 @@ impl PoolBuilder {
 
     /// Creates the region, starts the workers and waits until they all serve.
     pub fn build(self) -> Result<Pool, BuildError> {
-        if crate::program::is_unserved_worker() {
+        if crate::launch::program::is_unserved_worker() {
             return Err(BuildError::NotServingWorkers);
         }
         Pool::start(self)

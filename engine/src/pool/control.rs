@@ -1,7 +1,7 @@
 //! The control words of a region as the trainer reads them: semaphores, statuses,
 //! reports, busy clocks.
 
-use crate::protocol::{self, worker_block, WorkerReport, WorkerStatus};
+use crate::protocol::{self, WorkerReport, WorkerStatus};
 use crate::region::Region;
 use crate::stats::now_ns;
 use crate::sync::Semaphore;
@@ -16,7 +16,7 @@ pub(super) struct Control<'a> {
 
 impl Control<'_> {
     pub(super) fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
-        self.region.semaphore(protocol::worker_control(w) + worker_block::SEMAPHORE)
+        self.region.semaphore(protocol::worker_words(w).semaphore)
     }
 
     /// Posts every worker's semaphore (a Release publishing everything written before).
@@ -33,8 +33,7 @@ impl Control<'_> {
         let limit = limit.as_nanos().min(u64::MAX as u128) as u64;
         (0..self.num_workers)
             .filter(|&w| {
-                let word =
-                    protocol::worker_stats_offset(self.num_workers, w) + protocol::stats::worker::BUSY_SINCE;
+                let word = protocol::worker_busy_since(self.num_workers, w);
                 let since = self.region.atomic_u64(word).load(Ordering::Relaxed);
                 since != 0 && now.saturating_sub(since) > limit
             })
@@ -47,13 +46,13 @@ impl Control<'_> {
     }
 
     pub(super) fn status(&self, w: usize) -> Option<WorkerStatus> {
-        let word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::STATUS);
+        let word = self.region.atomic_u32(protocol::worker_words(w).status);
         WorkerStatus::from_word(word.load(Ordering::Acquire))
     }
 
     /// Worker `w`'s report; `None` if its length or JSON is invalid (the bytes are untrusted).
     pub(super) fn report(&self, w: usize) -> Option<WorkerReport> {
-        let len_word = self.region.atomic_u32(protocol::worker_control(w) + worker_block::REPORT_LEN);
+        let len_word = self.region.atomic_u32(protocol::worker_words(w).report_len);
         let len = len_word.load(Ordering::Acquire) as usize;
         if len > protocol::REPORT_CAPACITY {
             return None;

@@ -18,8 +18,6 @@ mod async_mode;
 mod builder;
 mod control;
 mod restart;
-mod ring_state;
-mod send_order;
 mod settings;
 mod startup;
 mod sync_mode;
@@ -27,13 +25,11 @@ mod trace;
 mod wait_tuner;
 
 use crate::batch::BatchData;
-pub use crate::memory::{CgroupLimit, MemoryRoom};
+pub use crate::launch::memory::{CgroupLimit, MemoryRoom};
+use async_mode::RingState;
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
-use ring_state::RingState;
 pub use settings::{default_num_workers, MAX_WORKERS};
-
-use send_order::SendOrder;
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///
@@ -127,7 +123,7 @@ struct Core {
     /// With tracing on: the trainer's recent spans (name, start ns, end ns).
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// The process that built the pool; in a forked child the pool is inert.
-    owner: crate::fork::Owner,
+    owner: crate::launch::fork::Owner,
 }
 
 /// Why a wait for workers was given up.
@@ -473,7 +469,7 @@ impl Core {
 
     /// The error of any call in a process forked from the pool's owner.
     fn foreign(&self) -> StepError {
-        StepError::ForeignProcess { owner: self.owner.pid(), current: crate::fork::current_pid() }
+        StepError::ForeignProcess { owner: self.owner.pid(), current: crate::launch::fork::current_pid() }
     }
 
     /// Records `err` as the reason the pool is closed, and returns it.
@@ -546,7 +542,7 @@ impl Core {
     fn shutdown(&mut self) {
         if !self.owner.is_current() {
             // A forked child's copy: the workers, the region's words and the supervisor
-            // thread are the parent's (see `crate::fork`). The supervisor does the same.
+            // thread are the parent's (see `crate::launch::fork`). The supervisor does the same.
             return;
         }
         // Release: a worker that sees Close (in its command loop or while waiting for a
@@ -572,7 +568,7 @@ fn mark_unwritten(region: &Region, block: &protocol::ResultBlock) {
     // SAFETY: the trainer owns the block: every row of its batch was received and the block
     // is not yet released (or no worker has the data part yet), so no worker writes it.
     let ids = unsafe { region.slice_mut::<u32>(block.column(Column::EnvIds).offset, block.rows) };
-    ids.fill(crate::recovery::UNWRITTEN);
+    ids.fill(crate::ring::recovery::UNWRITTEN);
 }
 
 /// A pool can move to another thread (workers are tied to its supervisor thread, not to

@@ -1,13 +1,13 @@
 //! The restart policy ([`FailurePolicy::Restart`]): replacing dead or hung workers in the
 //! middle of a call, in sync mode (the interrupted command is finished for the others, the
 //! replacement resets its envs into the same block) and in async mode (the dead worker's
-//! rows in the ring are found and refilled, see [`crate::recovery`]).
+//! rows in the ring are found and refilled, see [`crate::ring::recovery`]).
 
 use super::{trainer_semaphore, Abort, AsyncState, Core, FailurePolicy};
 use crate::error::StepError;
 use crate::launch::WorkerExit;
-use crate::protocol::{self, queue_entry, worker_block, Column, Command, WorkerReport, WorkerStatus};
-use crate::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
+use crate::protocol::{self, queue_entry, Column, Command, WorkerReport, WorkerStatus};
+use crate::ring::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
 use crate::sync::WaitOutcome;
@@ -84,7 +84,7 @@ impl Core {
                 }
             }
             let pending = (0..self.params.num_workers).filter(|&v| {
-                let done = protocol::worker_control(v) + worker_block::DONE_SEQ;
+                let done = protocol::worker_words(v).done_seq;
                 !skip.contains(&v)
                     && !dead_set.contains(&v)
                     && self.region.atomic_u32(done).load(Ordering::Acquire) != self.command_seq
@@ -151,15 +151,9 @@ impl Core {
     /// post it only during their start). `Ok(Some(exit))`: the replacement died during its
     /// start.
     fn start_replacement(&mut self, w: usize) -> Result<Option<WorkerExit>, StepError> {
-        let base = protocol::worker_control(w);
-        for word in [
-            worker_block::SEMAPHORE,
-            worker_block::SEMAPHORE + protocol::SEMAPHORE_WANT,
-            worker_block::STATUS,
-            worker_block::REPORT_LEN,
-            worker_block::DONE_SEQ,
-        ] {
-            self.region.atomic_u32(base + word).store(0, Ordering::Relaxed);
+        let words = protocol::worker_words(w);
+        for word in [words.semaphore, words.semaphore_want, words.status, words.report_len, words.done_seq] {
+            self.region.atomic_u32(word).store(0, Ordering::Relaxed);
         }
         if let Err(e) = self.supervisor.respawn(w) {
             let message = format!("could not be restarted ({}): {e}", self.program.display());
@@ -403,13 +397,12 @@ impl Core {
         let k = self.restarts.iter().sum::<u32>() as u64 + dead.len() as u64;
         let restart_seed = self.seed.wrapping_add(k << 32);
         for &w in dead {
-            let base = protocol::worker_control(w);
-            self.region.atomic_u32(base + worker_block::RESTARTED).store(1, Ordering::Relaxed);
-            self.region.write_pod(base + worker_block::RESTART_SEED, &restart_seed);
-            self.region.atomic_u32(base + worker_block::QUEUE_HEAD).store(0, Ordering::Relaxed);
+            let words = protocol::worker_words(w);
+            self.region.atomic_u32(words.restarted).store(1, Ordering::Relaxed);
+            self.region.write_pod(words.restart_seed, &restart_seed);
+            self.region.atomic_u32(words.queue_head).store(0, Ordering::Relaxed);
             recovery::claim_record(&self.region, w).clear();
-            let busy = protocol::worker_stats_offset(self.params.num_workers, w)
-                + protocol::stats::worker::BUSY_SINCE;
+            let busy = protocol::worker_busy_since(self.params.num_workers, w);
             self.region.atomic_u64(busy).store(0, Ordering::Relaxed);
             self.restart_worker(w)?;
         }

@@ -2,7 +2,7 @@
 
 use super::PoolBuilder;
 use crate::error::BuildError;
-use crate::memory::MemoryRoom;
+use crate::launch::memory::MemoryRoom;
 use crate::protocol;
 
 /// The most workers one pool may have.
@@ -95,7 +95,7 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::CgroupLimit;
+    use crate::launch::memory::CgroupLimit;
 
     #[test]
     fn a_region_larger_than_the_room_left_is_refused() {

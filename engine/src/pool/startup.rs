@@ -97,7 +97,7 @@ impl Pool {
             startup_timeout: b.startup_timeout,
             restart_timeout,
             trace,
-            owner: crate::fork::Owner::current(),
+            owner: crate::launch::fork::Owner::current(),
         };
         Ok(Pool { core, mode })
     }
@@ -110,7 +110,7 @@ impl Startup {
         let (num_workers, batch_size) = settings::check(b, crate::sync::available_cores())?;
         let command = match b.worker_command.take() {
             Some(c) => c,
-            None => crate::program::default_worker_program()
+            None => crate::launch::program::default_worker_program()
                 .map(WorkerCommand::new)
                 .map_err(|searched| BuildError::WorkerProgramNotFound { searched })?,
         };

@@ -6,7 +6,7 @@ use super::{trainer_semaphore, Abort, Core, SyncState};
 use crate::action;
 use crate::batch::Batch;
 use crate::error::StepError;
-use crate::protocol::{self, worker_block, Column, Command};
+use crate::protocol::{self, Column, Command};
 use crate::spec::Element;
 use crate::stats::now_ns;
 use crate::sync::WaitOutcome;
@@ -149,7 +149,7 @@ impl Core {
         let control = self.control();
         let hung: Vec<usize> = (0..self.params.num_workers)
             .filter(|&w| {
-                let done = protocol::worker_control(w) + worker_block::DONE_SEQ;
+                let done = protocol::worker_words(w).done_seq;
                 !skip.contains(&w)
                     && control.region.atomic_u32(done).load(Ordering::Relaxed) != self.command_seq
             })

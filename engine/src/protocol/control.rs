@@ -2,8 +2,8 @@
 //! and what a worker writes sit on separate 128-byte lines ([`CACHE_LINE`]), so no line is
 //! written by two processes (a semaphore's or a gate's sleeper word is written by its
 //! waiter only while it goes to sleep). The structs are the one source of every offset:
-//! the constants below are `offset_of!` of their fields, and all access still goes through
-//! `Region`'s atomics at those offsets.
+//! the constants below and [`worker_words`] are `offset_of!` of their fields, and all
+//! access still goes through `Region`'s atomics at those offsets.
 //!
 //! ```text
 //! POOL_CONTROL (one page in)
@@ -185,41 +185,62 @@ pub const WORKER_CONTROL: usize = POOL_CONTROL + size_of::<PoolControl>();
 /// stay intact while the next command runs (what Python's zero-copy arrays rely on).
 pub const SYNC_BLOCKS: usize = 2;
 
-/// Offset of worker `w`'s control block.
-pub const fn worker_control(w: usize) -> usize {
+/// Offset of worker `w`'s control block (the words in it: [`worker_words`]).
+pub(crate) const fn worker_control(w: usize) -> usize {
     WORKER_CONTROL + w * size_of::<WorkerControl>()
 }
 
-/// Offsets inside one worker control block (relative to [`worker_control`]), from
-/// [`WorkerControl`].
-pub mod worker_block {
-    use super::WorkerControl;
-    use std::mem::offset_of;
+/// The offsets of worker `w`'s control words in the region, one per field of
+/// [`WorkerControl`] ([`worker_words`]): callers name a word, never add offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerWords {
+    /// [`ToWorker::semaphore`]: its `count` word, where `Region::semaphore` takes it.
+    pub semaphore: usize,
+    /// The semaphore's `want` word ([`SemaphoreWords::want`]).
+    pub semaphore_want: usize,
+    /// [`ToWorker::queue_head`].
+    pub queue_head: usize,
+    /// [`ToWorker::restarted`].
+    pub restarted: usize,
+    /// [`ToWorker::restart_seed`] (u64).
+    pub restart_seed: usize,
+    /// [`FromWorker::status`].
+    pub status: usize,
+    /// [`FromWorker::report_len`].
+    pub report_len: usize,
+    /// [`FromWorker::done_seq`].
+    pub done_seq: usize,
+    /// [`FromWorker::claim_state`].
+    pub claim_state: usize,
+    /// [`FromWorker::claim_first`] (u64).
+    pub claim_first: usize,
+    /// [`FromWorker::claim_len`].
+    pub claim_len: usize,
+    /// [`FromWorker::claim_done`].
+    pub claim_done: usize,
+    /// [`FromWorker::queue_done`].
+    pub queue_done: usize,
+}
 
-    /// [`super::ToWorker::semaphore`].
-    pub const SEMAPHORE: usize = offset_of!(WorkerControl, to_worker.semaphore);
-    /// [`super::ToWorker::queue_head`].
-    pub const QUEUE_HEAD: usize = offset_of!(WorkerControl, to_worker.queue_head);
-    /// [`super::ToWorker::restarted`].
-    pub const RESTARTED: usize = offset_of!(WorkerControl, to_worker.restarted);
-    /// [`super::ToWorker::restart_seed`].
-    pub const RESTART_SEED: usize = offset_of!(WorkerControl, to_worker.restart_seed);
-    /// [`super::FromWorker::status`].
-    pub const STATUS: usize = offset_of!(WorkerControl, from_worker.status);
-    /// [`super::FromWorker::report_len`].
-    pub const REPORT_LEN: usize = offset_of!(WorkerControl, from_worker.report_len);
-    /// [`super::FromWorker::done_seq`].
-    pub const DONE_SEQ: usize = offset_of!(WorkerControl, from_worker.done_seq);
-    /// [`super::FromWorker::claim_state`].
-    pub const CLAIM_STATE: usize = offset_of!(WorkerControl, from_worker.claim_state);
-    /// [`super::FromWorker::claim_first`].
-    pub const CLAIM_FIRST: usize = offset_of!(WorkerControl, from_worker.claim_first);
-    /// [`super::FromWorker::claim_len`].
-    pub const CLAIM_LEN: usize = offset_of!(WorkerControl, from_worker.claim_len);
-    /// [`super::FromWorker::claim_done`].
-    pub const CLAIM_DONE: usize = offset_of!(WorkerControl, from_worker.claim_done);
-    /// [`super::FromWorker::queue_done`].
-    pub const QUEUE_DONE: usize = offset_of!(WorkerControl, from_worker.queue_done);
+/// Worker `w`'s control words.
+pub const fn worker_words(w: usize) -> WorkerWords {
+    let at = worker_control(w);
+    let semaphore = at + offset_of!(WorkerControl, to_worker.semaphore);
+    WorkerWords {
+        semaphore,
+        semaphore_want: semaphore + SEMAPHORE_WANT,
+        queue_head: at + offset_of!(WorkerControl, to_worker.queue_head),
+        restarted: at + offset_of!(WorkerControl, to_worker.restarted),
+        restart_seed: at + offset_of!(WorkerControl, to_worker.restart_seed),
+        status: at + offset_of!(WorkerControl, from_worker.status),
+        report_len: at + offset_of!(WorkerControl, from_worker.report_len),
+        done_seq: at + offset_of!(WorkerControl, from_worker.done_seq),
+        claim_state: at + offset_of!(WorkerControl, from_worker.claim_state),
+        claim_first: at + offset_of!(WorkerControl, from_worker.claim_first),
+        claim_len: at + offset_of!(WorkerControl, from_worker.claim_len),
+        claim_done: at + offset_of!(WorkerControl, from_worker.claim_done),
+        queue_done: at + offset_of!(WorkerControl, from_worker.queue_done),
+    }
 }
 
 /// Region states (the state word). Stored with Release, read with Acquire.
@@ -358,13 +379,28 @@ mod tests {
         assert!(trainer_words.iter().all(|&o| line(o) == line(POOL_CONTROL)));
         assert_ne!(line(TRAINER_SEMAPHORE), line(STATE_WORD));
         for w in 0..3 {
-            let at = |o: usize| line(worker_control(w) + o);
-            let trainer = [worker_block::SEMAPHORE, worker_block::QUEUE_HEAD, worker_block::RESTART_SEED];
-            let worker = [worker_block::STATUS, worker_block::DONE_SEQ, worker_block::QUEUE_DONE];
-            let (t, k) = (at(trainer[0]), at(worker[0]));
-            assert!(trainer.iter().all(|&o| at(o) == t) && worker.iter().all(|&o| at(o) == k));
+            let words = worker_words(w);
+            let trainer = [
+                words.semaphore,
+                words.semaphore_want,
+                words.queue_head,
+                words.restarted,
+                words.restart_seed,
+            ];
+            let worker = [
+                words.status,
+                words.report_len,
+                words.done_seq,
+                words.claim_state,
+                words.claim_first,
+                words.claim_len,
+                words.claim_done,
+                words.queue_done,
+            ];
+            let (t, k) = (line(trainer[0]), line(worker[0]));
+            assert!(trainer.iter().all(|&o| line(o) == t) && worker.iter().all(|&o| line(o) == k));
             assert_ne!(t, k);
-            assert!(t > line(TRAINER_SEMAPHORE) && (w == 0 || t > line(worker_control(w - 1)) + 1));
+            assert!(t > line(TRAINER_SEMAPHORE) && (w == 0 || t > line(worker_words(w - 1).queue_done)));
         }
         assert_eq!(WORKER_CONTROL % CACHE_LINE, 0);
     }

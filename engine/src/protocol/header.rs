@@ -140,6 +140,12 @@ pub fn worker_stats_offset(num_workers: usize, w: usize) -> usize {
     stats_offset(num_workers) + stats::POOL_BYTES + w * stats::WORKER_BYTES
 }
 
+/// Offset of worker `w`'s `busy_since` word ([`stats::WorkerBlock::busy_since`]), which
+/// the trainer's hang detection reads whether stats are on or not.
+pub fn worker_busy_since(num_workers: usize, w: usize) -> usize {
+    worker_stats_offset(num_workers, w) + stats::worker::BUSY_SINCE
+}
+
 /// Bytes of the bootstrap part.
 pub fn bootstrap_size(num_workers: usize) -> usize {
     round_up(worker_stats_offset(num_workers, num_workers), PAGE)

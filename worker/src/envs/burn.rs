@@ -6,7 +6,7 @@
 use crate::config::{Config, ConfigError};
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::rng::Pcg64;
-use shmenv_engine::space::checked_value_bytes;
+use shmenv_engine::spec::space::checked_value_bytes;
 use shmenv_engine::spec::{DType, EnvSpec, Space};
 use std::time::Duration;
 

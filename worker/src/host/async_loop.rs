@@ -1,14 +1,14 @@
 //! Async mode: the worker takes env ids from its queue, advances each env, claims the next
 //! rows of the ring (for a few envs at once when they are cheap), lets each env write its
 //! row, and commits (see `shmenv_engine::ring`; under the restart policy the claim is
-//! recorded, see `shmenv_engine::recovery`).
+//! recorded, see `shmenv_engine::ring::recovery`).
 
 use super::{block_rows, parent_alive, Stop, Worker};
 use crate::shard::{Advanced, EnvShard, Work};
 use shmenv_engine::protocol::{
-    self, trace, worker_block, Command, Layout, RingLayout, WorkerReport, WorkerStatus,
+    self, trace, Command, Layout, RingLayout, WorkerReport, WorkerStatus, WorkerWords,
 };
-use shmenv_engine::recovery;
+use shmenv_engine::ring::recovery;
 use shmenv_engine::ring::{RegionRing, RingWords};
 use shmenv_engine::stats::{now_ns, TraceRing};
 use shmenv_engine::sync::WaitOutcome;
@@ -32,8 +32,8 @@ struct AsyncTally {
 struct QueueState {
     /// This worker's envs (its queue's slots).
     range: Range<usize>,
-    /// Offset of its control block.
-    control: usize,
+    /// Its control words.
+    words: WorkerWords,
     /// A replacement for a dead worker (restart policy) resets each env with the restart
     /// seed the first time it touches it, whatever the entry says (a step's action was
     /// meant for the dead worker's env); `FILL` entries do so too.
@@ -63,14 +63,13 @@ impl Worker {
     /// Async mode: serves the queue until `Close`, the trainer's death or a failure.
     pub(super) fn async_loop(&mut self, shard: &mut EnvShard, layout: &Layout, ring: &RingLayout) -> Stop {
         let range = shard.range();
-        let control = protocol::worker_control(self.index);
-        let restarted =
-            self.region.atomic_u32(control + worker_block::RESTARTED).load(Ordering::Relaxed) != 0;
+        let words = protocol::worker_words(self.index);
+        let restarted = self.region.atomic_u32(words.restarted).load(Ordering::Relaxed) != 0;
         let mut q = QueueState {
-            restart_seed: self.region.read_pod(control + worker_block::RESTART_SEED),
+            restart_seed: self.region.read_pod(words.restart_seed),
             fresh: vec![restarted; range.len()],
             restarted,
-            control,
+            words,
             tail: 0,
             head: 0,
             done: Vec::with_capacity(range.len()),
@@ -118,7 +117,7 @@ impl Worker {
             return Err(Stop::Close);
         }
         // Acquire: pairs with the trainer's Release store of the head after the entries.
-        q.head = self.region.atomic_u32(q.control + worker_block::QUEUE_HEAD).load(Ordering::Acquire);
+        q.head = self.region.atomic_u32(q.words.queue_head).load(Ordering::Acquire);
         let cap = q.range.len() as u32;
         if q.head.wrapping_sub(q.tail) > cap {
             let (head, tail) = (q.head, q.tail);
@@ -253,7 +252,7 @@ impl Worker {
 
     /// Takes rows for `done` (claims them, or the fill row), lets each env write its row,
     /// and commits the rows block by block. Under the restart policy the claim passes the
-    /// pause gate and is recorded (see `shmenv_engine::recovery`).
+    /// pause gate and is recorded (see `shmenv_engine::ring::recovery`).
     fn publish_rows(
         &mut self,
         shard: &mut EnvShard,
@@ -331,8 +330,7 @@ impl Worker {
 
     /// The word that says since when this worker runs env code (async hang detection).
     fn busy_word(&self) -> usize {
-        protocol::worker_stats_offset(self.params.num_workers, self.index)
-            + protocol::stats::worker::BUSY_SINCE
+        protocol::worker_busy_since(self.params.num_workers, self.index)
     }
 
     /// Marks env code running since `ns` (0: none).

@@ -18,8 +18,8 @@ use crate::registry::{MakeError, Registry};
 use crate::shard::{EnvShard, ShardError, ShardRows};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
-    self, exit_code, worker_block, Column, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock,
-    WorkerReport, WorkerStatus,
+    self, exit_code, Column, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock, WorkerReport,
+    WorkerStatus,
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::stats::WorkerStats;
@@ -72,7 +72,7 @@ impl BatchScope for NoScope {
 
 /// [`run_with_args`] with a [`BatchScope`] around each sync batch.
 pub fn run_with_scope(registry: &Registry, args: &[String], scope: &dyn BatchScope) -> u8 {
-    shmenv_engine::program::enter_host();
+    shmenv_engine::launch::program::enter_host();
     let parsed = match args {
         [_, flag, index, fd, parent] if flag == WORKER_FLAG => {
             index.parse::<usize>().ok().zip(fd.parse::<i32>().ok()).zip(parent.parse::<i32>().ok())
@@ -154,7 +154,7 @@ impl Worker {
     }
 
     fn set_status(&self, status: WorkerStatus) {
-        let word = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::STATUS);
+        let word = self.region.atomic_u32(protocol::worker_words(self.index).status);
         word.store(status as u32, Ordering::Release);
     }
 
@@ -171,7 +171,7 @@ impl Worker {
             json = serde_json::to_vec(&WorkerReport::Failed { message }).expect("report serializes");
         }
         self.region.write_bytes(protocol::report_offset(self.params.num_workers, self.index), &json);
-        let len = self.region.atomic_u32(protocol::worker_control(self.index) + worker_block::REPORT_LEN);
+        let len = self.region.atomic_u32(protocol::worker_words(self.index).report_len);
         len.store(json.len() as u32, Ordering::Release);
         self.set_status(status);
         self.post_trainer();
@@ -190,7 +190,7 @@ impl Worker {
         let mode = self.region.atomic_u32(protocol::WAIT_MODE).load(Ordering::Relaxed);
         self.waiter.follow(WaitMode::from_word(mode));
         let parent = self.parent;
-        let sem = self.region.semaphore(protocol::worker_control(self.index) + worker_block::SEMAPHORE);
+        let sem = self.region.semaphore(protocol::worker_words(self.index).semaphore);
         let check = || (!parent_alive(parent)).then_some(Stop::ParentGone);
         match sem.acquire(1, &mut self.waiter, None, check) {
             Ok(()) => Ok(()),

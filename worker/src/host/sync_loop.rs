@@ -4,9 +4,7 @@
 
 use super::{block_rows, BatchScope, Stop, Worker};
 use crate::shard::EnvShard;
-use shmenv_engine::protocol::{
-    self, trace, worker_block, Command, Layout, ResultBlock, WorkerReport, WorkerStatus,
-};
+use shmenv_engine::protocol::{self, trace, Command, Layout, ResultBlock, WorkerReport, WorkerStatus};
 use shmenv_engine::stats::{now_ns, TraceRing};
 use std::sync::atomic::Ordering;
 
@@ -128,7 +126,7 @@ impl Worker {
         self.post_trainer();
         // After the post (Release): a trainer that sees this sequence number knows the
         // post is in (the Restart policy counts on it).
-        let done = protocol::worker_control(self.index) + worker_block::DONE_SEQ;
+        let done = protocol::worker_words(self.index).done_seq;
         self.region.atomic_u32(done).store(seq, Ordering::Release);
         let posted = now_ns();
         stats.add_times(worked - started, started - waited_from, posted - worked);

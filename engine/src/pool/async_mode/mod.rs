@@ -1,8 +1,13 @@
 //! Async mode (`batch_size < num_envs`): `send` hands actions to some envs, `recv` waits for
 //! the next batch of results in the ring. Everything here receives the [`AsyncState`]: the
-//! trainer's side of the ring and the ring's layout.
+//! trainer's side of the ring and the ring's layout. `ring_state` is that side of the ring
+//! (envs in flight, the workers' queues); `send_order` decides which sent actions go to
+//! their workers now.
 
-use super::{Abort, AsyncState, Control, Core, FailurePolicy, RingState};
+mod ring_state;
+mod send_order;
+
+use super::{Abort, AsyncState, Control, Core, FailurePolicy};
 use crate::action;
 use crate::batch::Batch;
 use crate::error::StepError;
@@ -11,6 +16,8 @@ use crate::ring::{RegionRing, RingWords};
 use crate::spec::Element;
 use crate::stats::{now_ns, PoolStats};
 use crate::sync::WaitOutcome;
+pub(super) use ring_state::RingState;
+use send_order::SendOrder;
 use std::time::{Duration, Instant};
 
 /// Restart policy, after a wait timed out: how long the live workers get to answer the
@@ -58,7 +65,7 @@ impl AsyncState {
         ring.publish_queues(&core.region, core.params.num_workers);
     }
 
-    /// Passes the sent actions whose turn has come ([`super::SendOrder`]) to their workers'
+    /// Passes the sent actions whose turn has come ([`SendOrder`]) to their workers'
     /// queues and publishes them; with `for_batch`, also enough of the oldest held back
     /// that the workers hold a whole batch (`recv` is about to wait for one).
     fn pass_on(&mut self, core: &Core, for_batch: bool) {

@@ -3,9 +3,9 @@
 //! the header and parameters before reading anything. Every byte is untrusted: a corrupt
 //! or foreign region is an error, never a panic.
 
+use super::StatsSnapshot;
 use crate::protocol::{self, Header, PoolParams};
 use crate::region::Region;
-use crate::stats::StatsSnapshot;
 use std::path::PathBuf;
 
 /// Why a process's pools could not be attached to.

@@ -7,6 +7,11 @@
 //! Global row `g` belongs to batch `q = g / batch_size`, row `g % batch_size` of block
 //! `q % depth`. Block `j`'s gate holds the batch it may receive next; its semaphore counts
 //! the rows committed to it.
+//!
+//! Under the restart policy, [`recovery`](crate::ring::recovery) finds the rows a dead
+//! worker left in the ring.
+
+pub mod recovery;
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Gate, Semaphore, WaitOutcome, Waiter};

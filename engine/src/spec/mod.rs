@@ -1,16 +1,22 @@
-//! The environment spec: the named observation arrays and the action space an env has
-//! (its spaces are [`crate::space`]'s).
+//! What an env is: its element types ([`dtype`][dtype]), its spaces ([`space`][space]),
+//! and the spec that names its observation arrays and its action space (here).
 //!
 //! The spec is reported by the workers at start-up (the trainer never builds an env) and
 //! drives the region's layout. Every space maps to one element type ([`DType`]) and one
 //! shape, so every observation array and the action array are plain `[num_envs, ...shape]`
 //! arrays of one dtype in shared memory.
+//!
+//! [dtype]: crate::spec::dtype
+//! [space]: crate::spec::space
 
 use std::fmt;
 
-pub use crate::dtype::{as_bytes, Bool8, DType, Element, F16};
-use crate::space::known_keys;
-pub use crate::space::Space;
+pub mod dtype;
+pub mod space;
+
+pub use dtype::{as_bytes, Bool8, DType, Element, F16};
+use space::known_keys;
+pub use space::Space;
 
 /// One named observation array. Single-array envs use the name `"obs"`; a Dict space is
 /// laid out flat as several named arrays.

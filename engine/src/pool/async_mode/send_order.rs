@@ -21,11 +21,11 @@ use std::collections::VecDeque;
 /// How many steps per env a worker may be ahead of the slowest busy worker and still be
 /// handed actions. Small enough that counts stay even, large enough that workers keeping
 /// pace never wait for each other.
-pub(super) const MAX_LEAD: u64 = 2;
+pub(in crate::pool) const MAX_LEAD: u64 = 2;
 
 /// Per worker: results delivered, actions out, actions held back.
 #[derive(Debug, Default)]
-pub(super) struct SendOrder {
+pub(in crate::pool) struct SendOrder {
     /// Whether to hold actions back at all (`PoolBuilder::fair_scheduling`); without it
     /// every action goes out at once, as it is sent.
     fair: bool,
@@ -51,7 +51,7 @@ pub(super) struct SendOrder {
 impl SendOrder {
     /// Bookkeeping for envs hosted as `worker_of` says, by workers hosting `shard_len` envs;
     /// `fair` turns the holding back on.
-    pub(super) fn new(worker_of: Vec<usize>, shard_len: Vec<u64>, fair: bool) -> SendOrder {
+    pub(in crate::pool) fn new(worker_of: Vec<usize>, shard_len: Vec<u64>, fair: bool) -> SendOrder {
         let (workers, envs) = (shard_len.len(), worker_of.len());
         SendOrder {
             fair,
@@ -70,7 +70,7 @@ impl SendOrder {
     /// lead and holds nothing back already (so a worker's actions stay in send order), or
     /// is held back until [`SendOrder::release`] lets it go. A few array reads per env;
     /// the lead is worked out once per worker and call.
-    pub(super) fn send(&mut self, envs: &[usize], mut enqueue: impl FnMut(usize)) {
+    pub(in crate::pool) fn send(&mut self, envs: &[usize], mut enqueue: impl FnMut(usize)) {
         if !self.fair {
             envs.iter().for_each(|&env| enqueue(env));
             return;
@@ -102,12 +102,12 @@ impl SendOrder {
 
     /// Records `env`'s new action as out with its worker at once (resets, which every env
     /// gets together).
-    pub(super) fn send_now(&mut self, env: usize) {
+    pub(in crate::pool) fn send_now(&mut self, env: usize) {
         self.out[self.worker_of[env]] += 1;
     }
 
     /// `env`'s result was received.
-    pub(super) fn received(&mut self, env: usize) {
+    pub(in crate::pool) fn received(&mut self, env: usize) {
         let w = self.worker_of[env];
         self.out[w] = self.out[w].saturating_sub(1);
         self.delivered[w] += 1;
@@ -115,7 +115,7 @@ impl SendOrder {
 
     /// Takes `env` out of the held-back actions if it is there (its worker died: the
     /// restart hands its env over directly); it then counts as out.
-    pub(super) fn take_held(&mut self, env: usize) {
+    pub(in crate::pool) fn take_held(&mut self, env: usize) {
         if std::mem::take(&mut self.is_held[env]) {
             let w = self.worker_of[env];
             self.held[w].retain(|&e| e != env);
@@ -125,12 +125,12 @@ impl SendOrder {
     }
 
     /// Whether `env`'s latest action is held back in the trainer.
-    pub(super) fn is_held(&self, env: usize) -> bool {
+    pub(in crate::pool) fn is_held(&self, env: usize) -> bool {
         self.is_held[env]
     }
 
     /// Actions held back.
-    pub(super) fn held(&self) -> usize {
+    pub(in crate::pool) fn held(&self) -> usize {
         self.held_total
     }
 
@@ -138,7 +138,12 @@ impl SendOrder {
     /// [`MAX_LEAD`] of the slowest busy one gets all of its own; then, while the workers
     /// hold fewer than `need` actions (`out_in_flight` now), the least advanced workers'
     /// oldest.
-    pub(super) fn release(&mut self, mut out_in_flight: usize, need: usize, mut enqueue: impl FnMut(usize)) {
+    pub(in crate::pool) fn release(
+        &mut self,
+        mut out_in_flight: usize,
+        need: usize,
+        mut enqueue: impl FnMut(usize),
+    ) {
         if self.held_total == 0 {
             return;
         }

@@ -1,51 +1,52 @@
 //! The trainer's side of the async ring: which envs are in flight, the workers' queues,
 //! what the restart policy must remember.
 
-use crate::protocol::{self, worker_block};
+use crate::protocol;
 use crate::region::Region;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
-use super::{Control, SendOrder};
+use super::SendOrder;
+use crate::pool::Control;
 
 /// The trainer's side of the async ring.
 #[derive(Debug)]
-pub(super) struct RingState {
-    pub(super) batch_size: usize,
+pub(in crate::pool) struct RingState {
+    pub(in crate::pool) batch_size: usize,
     /// Number of the next batch `recv` returns.
-    pub(super) next_batch: u64,
+    pub(in crate::pool) next_batch: u64,
     /// Received batches kept from the workers after the call that received them (see
     /// [`PoolBuilder::retain_batches`]).
-    pub(super) retain: u64,
+    pub(in crate::pool) retain: u64,
     /// Fair scheduling: which sent actions go to their workers now.
-    pub(super) order: SendOrder,
+    pub(in crate::pool) order: SendOrder,
     /// Actions sent whose results were not received yet.
-    pub(super) in_flight: usize,
+    pub(in crate::pool) in_flight: usize,
     /// Per env: an action (or reset) is in flight.
-    pub(super) pending: Vec<bool>,
+    pub(in crate::pool) pending: Vec<bool>,
     /// Per env: the worker hosting it.
-    pub(super) worker_of: Vec<u32>,
+    pub(in crate::pool) worker_of: Vec<u32>,
     /// Per worker: entries pushed into its queue so far (wrapping).
-    pub(super) queue_heads: Vec<u32>,
+    pub(in crate::pool) queue_heads: Vec<u32>,
     /// Per worker: its envs (its queue's slots).
-    pub(super) shards: Vec<Range<usize>>,
+    pub(in crate::pool) shards: Vec<Range<usize>>,
     /// Per worker: scratch flag, "pushed to in this call".
-    pub(super) touched: Vec<bool>,
+    pub(in crate::pool) touched: Vec<bool>,
     /// Batches whose block was given back to the workers (all before this one).
-    pub(super) released: u64,
+    pub(in crate::pool) released: u64,
     /// Restart policy: envs of restarted workers whose next row is a fresh episode, to be
     /// marked truncated and listed in `restarted_envs` when received.
-    pub(super) restart_marked: Vec<bool>,
+    pub(in crate::pool) restart_marked: Vec<bool>,
     /// How many `restart_marked` are set.
-    pub(super) marked: usize,
+    pub(in crate::pool) marked: usize,
     /// Restart policy, per worker: fill entries pushed to it (queue index, row).
-    pub(super) fills: Vec<Vec<(u32, u64)>>,
+    pub(in crate::pool) fills: Vec<Vec<(u32, u64)>>,
 }
 
 impl RingState {
     /// The state of a fresh ring of batches of `batch_size`, keeping `retain` received
     /// batches, with or without fair scheduling.
-    pub(super) fn new(
+    pub(in crate::pool) fn new(
         batch_size: usize,
         retain: u64,
         fair: bool,
@@ -76,7 +77,7 @@ impl RingState {
 
     /// Puts `env` on its worker's queue as `kind` (with `fill_row` for a `FILL` entry); the
     /// entry is published by the next [`RingState::publish_queues`].
-    pub(super) fn enqueue(
+    pub(in crate::pool) fn enqueue(
         &mut self,
         region: &Region,
         layout: &protocol::RingLayout,
@@ -101,13 +102,13 @@ impl RingState {
 
     /// Publishes each queue written to since the last call: the head store (Release) and
     /// one post per worker publish the entries and the action rows written before.
-    pub(super) fn publish_queues(&mut self, region: &Region, num_workers: usize) {
+    pub(in crate::pool) fn publish_queues(&mut self, region: &Region, num_workers: usize) {
         let control = Control { region, num_workers };
         for w in 0..num_workers {
             if !std::mem::take(&mut self.touched[w]) {
                 continue;
             }
-            let head_word = protocol::worker_control(w) + worker_block::QUEUE_HEAD;
+            let head_word = protocol::worker_words(w).queue_head;
             region.atomic_u32(head_word).store(self.queue_heads[w], Ordering::Release);
             control.worker_semaphore(w).post();
         }

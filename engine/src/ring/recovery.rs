@@ -131,14 +131,13 @@ impl ClaimRecord<'_> {
 /// Worker `w`'s claim record in `region`.
 #[cfg(not(loom))]
 pub fn claim_record(region: &crate::region::Region, w: usize) -> ClaimRecord<'_> {
-    use crate::protocol::{worker_block as b, worker_control};
-    let at = worker_control(w);
+    let words = crate::protocol::worker_words(w);
     ClaimRecord {
-        state: region.atomic_u32(at + b::CLAIM_STATE),
-        first: region.atomic_u64(at + b::CLAIM_FIRST),
-        len: region.atomic_u32(at + b::CLAIM_LEN),
-        done: region.atomic_u32(at + b::CLAIM_DONE),
-        queue_done: region.atomic_u32(at + b::QUEUE_DONE),
+        state: region.atomic_u32(words.claim_state),
+        first: region.atomic_u64(words.claim_first),
+        len: region.atomic_u32(words.claim_len),
+        done: region.atomic_u32(words.claim_done),
+        queue_done: region.atomic_u32(words.queue_done),
     }
 }
 

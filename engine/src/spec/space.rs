@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use crate::dtype::DType;
+use super::dtype::DType;
 
 /// A Gymnasium-style space.
 ///
@@ -72,7 +72,7 @@ pub const MAX_VALUE_BYTES: usize = 1 << 30;
 /// the product overflows or passes [`MAX_VALUE_BYTES`].
 ///
 /// ```
-/// use shmenv_engine::space::{checked_value_bytes, MAX_VALUE_BYTES};
+/// use shmenv_engine::spec::space::{checked_value_bytes, MAX_VALUE_BYTES};
 /// use shmenv_engine::spec::DType;
 /// assert_eq!(checked_value_bytes(&[84, 84, 4], DType::U8), Ok(28_224));
 /// assert!(checked_value_bytes(&[1 << 32, 1 << 32], DType::U8).unwrap_err().contains("1 GiB"));

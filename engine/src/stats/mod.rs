@@ -1,7 +1,9 @@
 //! Live statistics in the region's stats area ([`protocol::stats`]): cheap writers for
 //! the trainer and the workers, and [`StatsSnapshot`], which reads them (from this process
 //! or, through a read-only mapping, from `shmenv top` in another) and derives utilization,
-//! step-time quantiles and wait shares.
+//! step-time quantiles and wait shares; [`TraceRing`](crate::stats::TraceRing), the
+//! per-worker trace spans; and [`attach`](crate::stats::attach), reading the stats of
+//! another process's pools.
 //!
 //! Every counter has exactly one writer, so a relaxed load plus a relaxed store updates it
 //! (no locked instruction); readers see each word whole, and a snapshot is a set of
@@ -11,6 +13,7 @@ use crate::protocol::{self, stats};
 use crate::region::Region;
 use crate::sync::WaitMode;
 
+pub mod attach;
 mod trace_ring;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
