@@ -25,7 +25,7 @@ DTYPES = {
     "u32": np.uint32,
     "u64": np.uint64,
 }
-"""The engine's dtype names (``engine/src/spec.rs``'s ``DType``) and their numpy types:
+"""The engine's dtype names (``engine/src/spec/dtype.rs``'s ``DType``) and their numpy types:
 every dtype a Gymnasium ``Box`` takes."""
 
 DTYPE_NAMES = {np.dtype(t).name: name for name, t in DTYPES.items()}
