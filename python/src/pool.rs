@@ -488,9 +488,6 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
     }
 }
 
-/// Checks `num_envs` actions (a C-contiguous numpy array of the space's dtype) against an
-/// action space given as its spec JSON (`spec["action"]`), exactly as a pool's `step` and
-/// `send` do, without a pool: `shmenv.ray` checks a whole batch before it scatters it to
 /// A `shmenv.InvalidArgumentError` with `message`.
 fn invalid_argument(message: String) -> PyErr {
     Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))

@@ -1,4 +1,4 @@
-"""Issue 20, hosting what Gymnasium's vector envs host: image observations whose bounds
+"""Hosting what Gymnasium's vector envs host: image observations whose bounds
 must travel compactly, hosted envs closed at ``close()``, Gymnasium's error types and
 seeding, and sub-env infos. Every test runs real worker processes and compares with
 ``SyncVectorEnv`` where Gymnasium defines the behaviour."""
