@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from shmenv.errors import ClosedError, InvalidArgumentError
+from shmenv.errors import ClosedError, InvalidArgumentError, UsageError, WorkerDiedError
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
@@ -18,8 +20,9 @@ NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_
 
 class EnvCalls:
     """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``closed``, ``_calls`` (the
-    channel, None for native envs), ``_shards``, ``num_envs``, ``env_id``, ``spec`` and
-    single spaces it uses."""
+    channel, None for native envs), ``_shards``, ``num_envs``, ``env_id``, ``spec``, single
+    spaces, ``_pool``, ``_infos``, ``_assembly``, ``is_async``, ``_restart`` (the pool
+    restarts dead workers), ``_has_reset`` and ``_restarted_by_calls`` it uses."""
 
     _pending_call: tuple[bool, Any] | None = None
 
@@ -56,7 +59,16 @@ class EnvCalls:
                 f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
                 f"(it answers {', '.join(NATIVE_ATTRS)}; pass settings through config=...)"
             )
-        return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
+        if self._restart:
+            return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs, revive=self._revive)
+        try:
+            return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
+        except WorkerDiedError as e:
+            # No restart policy: a dead worker ends the pool, as the next step would.
+            if e.worker is not None:
+                e.env_ids = list(range(*self._shards[e.worker]))
+            self.close()
+            raise
 
     def _native_attr(self, name: str) -> Any:
         return {
@@ -103,3 +115,66 @@ class EnvCalls:
             )
         targets = [i for i in range(self.num_envs) if mask is None or mask[i]]
         self.env_call("reset_options", "", targets, values=[options] * len(targets))
+
+    # --- restarted workers (max_restarts) ----------------------------------------------
+
+    def _revive(self, workers: list[int]) -> None:
+        """A call found ``workers`` dead: the pool restarts them now, through the same engine
+        path as its next step would (and within the same budget: with none left this raises
+        the step's :class:`~shmenv.WorkerDiedError` and the pool is closed). Async mode: an
+        empty ``send``, after which the envs come back restarted in later batches, as after
+        any death. Sync mode: a reset command that resets no env, in which only the
+        replacements reset theirs (it counts as a reset for ``copy=False`` views); the next
+        ``step`` reports those envs, truncated, in ``infos["restarted_envs"]``."""
+        if not self._has_reset:
+            raise UsageError(
+                f"workers {workers} died before the pool's first reset, so calls cannot reach their envs yet: "
+                "reset() starts their replacements (max_restarts); call reset() first, then call again"
+            )
+        before = list(self._pool.worker_pids)
+        if self.is_async:
+            action_dtype = self._assembly.action_dtype
+            no_actions = np.zeros(0, np.uint8 if action_dtype == np.bool_ else action_dtype)
+            self._pool.send(no_actions, np.zeros(0, np.int64))
+        else:
+            self._pool.reset(None, [False] * self.num_envs)
+            self._restarted_by_calls.update(self._pool.restarted_envs)
+        if list(self._pool.worker_pids) == before:
+            time.sleep(0.01)  # the pool has not seen the death yet (the process is not reaped)
+            return
+        self._calls.refresh()
+        self._infos.forget_tables()
+
+    def _follow_restarts(self) -> None:
+        """After a worker restart, before this batch's infos are merged: the call channel
+        takes the replacement's connection and sends it the info flag area, so its envs'
+        infos (this batch's reset infos included) and calls reach the trainer. Never
+        raises: a replacement that died meanwhile is left to the pool's next restart (the
+        batch is returned all the same), and a connection still missing is taken later."""
+        if self._restart and self._calls is not None:
+            restarted = bool(self._pool.restarted_envs)
+            if restarted or self._calls.pending:
+                self._calls.refresh(wait=restarted)
+                self._infos.forget_tables()
+
+    def _note_restarts(self, result):
+        """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``),
+        during this call or (sync mode) by a call into the envs since the last step: those
+        envs' rows are marked truncated (their episodes were cut short)."""
+        if self._restart:
+            restarted = self._pool.restarted_envs
+            if self._restarted_by_calls:
+                by_calls = sorted(self._restarted_by_calls)
+                self._restarted_by_calls.clear()
+                result[3][by_calls] = True
+                restarted = sorted(set(restarted).union(by_calls))
+            if restarted:
+                result[4]["restarted_envs"] = restarted
+        return result
+
+    def _forget_call_restarts(self, mask: list[bool] | None) -> None:
+        """A reset starts the envs it resets over: a restart by a call is news no more."""
+        if mask is None:
+            self._restarted_by_calls.clear()
+        else:
+            self._restarted_by_calls.difference_update(i for i in range(self.num_envs) if mask[i])

@@ -100,6 +100,9 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
         self._infos: InfoArea | None = None
+        self._restart = max_restarts is not None
+        self._has_reset = False
+        self._restarted_by_calls: set[int] = set()
         mode = _autoreset_mode(autoreset_mode)
         # Every argument mistake is raised here, before workers start.
         resolved, plugin = resolve_plugin(env, config, plugin) if plugin is not None else (resolve(env, config), None)
@@ -150,8 +153,6 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self._infos = self._start_infos()
         self.copy = bool(copy)
         self.episode_stats_key = episode_stats_key
-        self._restart = max_restarts is not None
-        self._has_reset = False
         self._env_seeds: list[int | None] = [None] * num_envs
 
     # --- Gymnasium API ---------------------------------------------------------------
@@ -177,6 +178,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
             )
         if env_options:
             self._send_reset_options(env_options, mask)
+        self._forget_call_restarts(mask)
         for k, (env_mask, base) in enumerate(commands):
             if k > 0 and self._infos is not None:
                 self._merge_infos(res, {})  # an earlier command's infos are stale
@@ -216,22 +218,6 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self._follow_restarts()
         return self._note_restarts(self._unpack(res))
 
-    def _follow_restarts(self) -> None:
-        """After a worker restart, before this batch's infos are merged: the call channel
-        takes the replacement's connection and sends it the info flag area, so its envs'
-        infos (this batch's reset infos included) and calls reach the trainer."""
-        if self._restart and self._calls is not None and self._pool.restarted_envs:
-            self._calls.refresh()
-            self._infos.forget_tables()
-
-    def _note_restarts(self, result):
-        """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``)."""
-        if self._restart:
-            restarted = self._pool.restarted_envs
-            if restarted:
-                result[4]["restarted_envs"] = restarted
-        return result
-
     def close_extras(self, **kwargs: Any):
         self._pool.close()
         if self._calls is not None:
@@ -248,7 +234,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         if resolved.python and 1 <= num_workers <= num_envs:
             from shmenv.calls import CallChannel
 
-            self._calls = CallChannel(num_workers)
+            # A replacement worker that does not connect is waited for as long as a step.
+            self._calls = CallChannel(num_workers, restart_wait=options.get("step_timeout"))
             worker_env = worker_env + self._calls.worker_env()
         try:
             self._pool = _shmenv.Pool(
@@ -510,7 +497,8 @@ def make_vec(
     - ``step_timeout``: seconds; hang detection, raises ``WorkerTimeoutError`` naming the
       envs that did not answer.
     - ``max_restarts``: a dead or hung worker is restarted up to that many times; its envs
-      come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``.
+      come back as fresh, truncated episodes listed in ``infos["restarted_envs"]``. A call
+      into the envs that finds a worker dead restarts it too (docs/python.md).
     - ``fair_scheduling`` (async mode, default True): every env gets its share of steps
       (counts within a few steps of each other); False lets whichever worker runs step
       its envs as fast as it can (a few percent more throughput for the cheapest envs).
