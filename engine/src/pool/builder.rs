@@ -34,6 +34,35 @@ pub struct PoolBuilder {
     pub(super) plugin: Option<PathBuf>,
 }
 
+impl PoolBuilder {
+    /// A builder with every default (the one place they are written; each setter's doc
+    /// names its default).
+    pub(super) fn new(env_id: String) -> PoolBuilder {
+        PoolBuilder {
+            env_id,
+            config: serde_json::json!({}),
+            num_envs: 1,
+            num_workers: None,
+            seed: None,
+            autoreset: AutoReset::NextStep,
+            max_episode_steps: None,
+            worker_command: None,
+            wait: WaitStrategy::Auto,
+            affinity: CpuAffinity::Auto,
+            batch_size: None,
+            ring_depth: 2,
+            retain_batches: 0,
+            fair_scheduling: true,
+            stats: true,
+            trace: false,
+            step_timeout: None,
+            failure_policy: FailurePolicy::Fail,
+            startup_timeout: Duration::from_secs(60),
+            plugin: None,
+        }
+    }
+}
+
 /// What a pool does when a worker process dies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FailurePolicy {

@@ -2,12 +2,12 @@
 
 use crate::batch::Batch;
 use crate::error::StepError;
-use crate::launch::{CpuAffinity, Supervisor, WorkerExit};
+use crate::launch::{Supervisor, WorkerExit};
 use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{PoolStats, StatsReport, StatsSnapshot};
-use crate::sync::{WaitMode, WaitStrategy, Waiter};
+use crate::sync::{WaitMode, Waiter};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -158,28 +158,7 @@ impl MappingLease {
 impl Pool {
     /// Starts configuring a pool of `env_id` envs.
     pub fn builder(env_id: impl Into<String>) -> PoolBuilder {
-        PoolBuilder {
-            env_id: env_id.into(),
-            config: serde_json::json!({}),
-            num_envs: 1,
-            num_workers: None,
-            seed: None,
-            autoreset: AutoReset::NextStep,
-            max_episode_steps: None,
-            worker_command: None,
-            wait: WaitStrategy::Auto,
-            affinity: CpuAffinity::Auto,
-            batch_size: None,
-            ring_depth: 2,
-            retain_batches: 0,
-            fair_scheduling: true,
-            stats: true,
-            trace: false,
-            step_timeout: None,
-            failure_policy: FailurePolicy::Fail,
-            startup_timeout: Duration::from_secs(60),
-            plugin: None,
-        }
+        PoolBuilder::new(env_id.into())
     }
 
     /// The env spec the workers reported.
