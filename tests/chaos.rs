@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{builder, child_pids, open_fds, AsyncDriver, Watchdog};
+use common::{builder, child_pids, open_fds, signal, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
 use shmenv::{FailurePolicy, StepError, WorkerExit};
@@ -71,8 +71,7 @@ fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
                     // The kill lands while the pool is (most likely) inside a step.
                     let killer = std::thread::spawn(move || {
                         std::thread::sleep(delay);
-                        // SAFETY: kill has no memory preconditions.
-                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                        signal(pid, libc::SIGKILL);
                         Instant::now()
                     });
                     kill_at = Some(killer);
@@ -135,8 +134,7 @@ fn kills_under_restart_sync(below: &mut impl FnMut(u64) -> u64) {
             let killer = (t == kill_before).then(|| {
                 std::thread::spawn(move || {
                     std::thread::sleep(delay);
-                    // SAFETY: kill has no memory preconditions.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    signal(pid, libc::SIGKILL);
                 })
             });
             let actions = vec![(t % 2) as i64; envs];
@@ -204,8 +202,7 @@ fn kills_under_restart_async(below: &mut impl FnMut(u64) -> u64) {
             if t == kill_before {
                 killer = Some(std::thread::spawn(move || {
                     std::thread::sleep(delay);
-                    // SAFETY: kill has no memory preconditions.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    signal(pid, libc::SIGKILL);
                 }));
             }
             driver.round(&mut pool).unwrap_or_else(|e| panic!("{ctx}: round {t} failed: {e}"));
@@ -256,8 +253,7 @@ fn replacements_killed_mid_handshake(below: &mut impl FnMut(u64) -> u64) {
                 std::thread::sleep(every);
                 let pids = child_pids();
                 if let Some(&pid) = pids.get(kills % pids.len().max(1)) {
-                    // SAFETY: kill has no memory preconditions; `pid` is our child.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    signal(pid, libc::SIGKILL);
                     kills += 1;
                 }
             }
@@ -375,8 +371,7 @@ fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
         let (started, mut stopped_at) = (Instant::now(), None);
         let outcome = loop {
             if stopped_at.is_none() && started.elapsed() >= stop_after {
-                // SAFETY: kill has no memory preconditions; `pid` is our child.
-                unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+                signal(pid, libc::SIGSTOP);
                 stopped_at = Some(Instant::now());
             }
             if restart && pool.restarts()[victim] == 1 {

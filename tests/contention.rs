@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{builder, Watchdog};
+use common::{builder, signal, Watchdog};
 use shmenv::{Pool, StatsSnapshot, WaitMode};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -113,8 +113,7 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
         }
         // A worker restarted meanwhile is unpinned too.
         let dead = pool.worker_pids()[0];
-        // SAFETY: kill has no memory effects; `dead` is this pool's worker, a child of ours.
-        unsafe { libc::kill(dead as libc::pid_t, libc::SIGKILL) };
+        signal(dead, libc::SIGKILL);
         let (after, _) = step_for(&mut pool, 0.3, 5_000);
         let replacement = pool.worker_pids()[0];
         assert_ne!(replacement, dead, "the worker was restarted");

@@ -5,7 +5,7 @@
 mod common;
 
 use common::watchdog::{alive, grandchildren};
-use common::{builder, child_pids, AsyncDriver, Watchdog};
+use common::{builder, child_pids, signal, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::engine::launch::WorkerCommand;
 use shmenv::engine::pool::{MemoryRoom, MAX_WORKERS};
@@ -30,8 +30,7 @@ fn serial_killer(every: Duration) -> (Arc<AtomicBool>, std::thread::JoinHandle<u
         while !flag.load(Ordering::Relaxed) {
             std::thread::sleep(every);
             if let Some(&pid) = child_pids().get(kills % 2) {
-                // SAFETY: kill has no memory preconditions; `pid` is our child.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                signal(pid, libc::SIGKILL);
                 kills += 1;
             }
         }
@@ -132,8 +131,7 @@ fn restarts_honour_the_step_timeout() {
         .build()
         .unwrap();
     pool.reset().unwrap();
-    // SAFETY: kill has no memory preconditions; the pid is our child.
-    unsafe { libc::kill(pool.worker_pids()[0] as i32, libc::SIGKILL) };
+    signal(pool.worker_pids()[0], libc::SIGKILL);
     let started = Instant::now();
     let err = (0..100).find_map(|_| pool.step(&[1i64; 4]).err()).expect("the restart fails");
     let took = started.elapsed();
@@ -257,8 +255,7 @@ fn an_env_helper_process_ends_with_the_pool() {
             "close" => drop(pool.close()),
             "drop" => drop(pool),
             _ => {
-                // SAFETY: kill has no memory preconditions; `worker` is our child.
-                unsafe { libc::kill(worker as i32, libc::SIGKILL) };
+                signal(worker, libc::SIGKILL);
                 pool.step(&[0i64; 2]).unwrap();
                 assert_eq!(pool.restarts(), &[1]);
                 wait_gone(&helpers, policy);

@@ -9,14 +9,13 @@
 mod common;
 
 use common::watchdog::alive;
-use common::{builder, child_pids, dev_shm_entries, open_fds, Watchdog};
+use common::{builder, child_pids, dev_shm_entries, open_fds, signal, Watchdog};
 use serde_json::json;
 use shmenv::{StepError, WorkerExit};
 use std::time::{Duration, Instant};
 
 fn kill(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory preconditions.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    assert!(signal(pid, sig), "process {pid} is gone");
 }
 
 fn sigkill_between_steps() {

@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::{batch_rows, builder, AsyncDriver, Watchdog};
+use common::{batch_rows, builder, signal, AsyncDriver, Watchdog};
 use serde_json::json;
 use shmenv::{FailurePolicy, StepError};
 use std::time::{Duration, Instant};
 
 fn kill(pid: u32) {
-    // SAFETY: kill has no memory preconditions.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    assert!(signal(pid, libc::SIGKILL), "worker {pid} is gone");
 }
 
 /// Waits until the supervisor has seen the death (the next call must find it idle-dead).
@@ -401,8 +400,7 @@ fn async_mode_replaces_a_stopped_worker() {
         let started = Instant::now();
         recv_loop(&mut pool, |pool| {
             if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
-                // SAFETY: plain syscall on a pid of our own worker.
-                unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+                signal(stopped, libc::SIGSTOP);
                 stopped_at = Some(Instant::now());
             }
             pool.restarts() == [1, 0]
@@ -431,8 +429,7 @@ fn async_mode_reports_a_stopped_worker_as_a_timeout() {
         let started = Instant::now();
         let err = recv_loop(&mut pool, |_| {
             if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
-                // SAFETY: plain syscall on a pid of our own worker.
-                unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+                signal(stopped, libc::SIGSTOP);
                 stopped_at = Some(Instant::now());
             }
             false
@@ -480,8 +477,7 @@ fn async_mode_notices_a_stopped_worker_while_the_others_keep_the_batches_full() 
         pool.send(&vec![0i64; ids.len()], &ids).unwrap();
         if stopped_at.is_none() && started.elapsed() > Duration::from_millis(200) {
             // Env 0 is in flight now (just sent, or not yet back).
-            // SAFETY: plain syscall on a pid of our own worker.
-            unsafe { libc::kill(stopped as i32, libc::SIGSTOP) };
+            signal(stopped, libc::SIGSTOP);
             stopped_at = Some(Instant::now());
         }
         let batch = pool.recv().unwrap();

@@ -11,6 +11,13 @@ pub use watchdog::Watchdog;
 
 pub const WORKER: &str = env!("CARGO_BIN_EXE_shmenv-worker");
 
+/// Sends signal `sig` to process `pid` (a worker of ours); whether it was sent (a process
+/// that already ended is not an error for the tests that race with restarts).
+pub fn signal(pid: u32, sig: i32) -> bool {
+    // SAFETY: kill(2) has no memory preconditions; it only sends a signal.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
 /// A builder pointed at this build's worker program.
 pub fn builder(env_id: &str) -> PoolBuilder {
     Pool::builder(env_id).worker_program(WORKER)
