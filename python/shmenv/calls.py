@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from shmenv.errors import WorkerDiedError, WorkerError
-from shmenv.worker import recv_message, send_message
+from shmenv.worker.call_server import recv_message, send_message
 
 POLL = 0.05
 """Seconds between looks at a worker that has not connected yet (is it still alive?)."""

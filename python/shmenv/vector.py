@@ -30,7 +30,7 @@ from shmenv.errors import (
     UsageError,
     WorkerError,
 )
-from shmenv.assembly import Assembly
+from shmenv.spaces.assembly import Assembly
 from shmenv.env_calls import EnvCalls
 from shmenv.infos import InfoArea
 from shmenv.resolve import pass_render_mode, resolve, resolve_plugin

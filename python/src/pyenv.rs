@@ -17,7 +17,7 @@ use shmenv_engine::spec::{EnvSpec, Space};
 use shmenv_worker::{ActionIn, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 
 /// The id under which Python envs are registered in a Python worker; the config says
-/// which env (`{"kind": "spec" | "entry_point", ...}`, see `shmenv/worker.py`).
+/// which env (`{"kind": "spec" | "entry_point", ...}`, see `shmenv/worker/__init__.py`).
 pub(crate) const PYTHON_ENV_ID: &str = "python-env";
 
 /// Keep the end of very long tracebacks: the report area holds 64 KiB.

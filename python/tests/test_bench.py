@@ -7,19 +7,20 @@ import json
 
 import pytest
 
-from shmenv import bench
+from shmenv.bench.__main__ import main as bench_main
+from shmenv.bench.call import call_overhead
 
 TINY = ["--passes", "1", "--rounds", "1", "--round-seconds", "0.02", "--overhead-rounds", "1", "--json"]
 
 
 def run_json(capsys, *args: str) -> dict:
-    assert bench.main([*args, *TINY]) == 0
+    assert bench_main([*args, *TINY]) == 0
     return json.loads(capsys.readouterr().out)
 
 
 def test_unknown_contestant_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
-        bench.main(["--only", "shmenv,bogus"])
+        bench_main(["--only", "shmenv,bogus"])
     assert e.value.code == 2
     assert "bogus" in capsys.readouterr().err
 
@@ -48,6 +49,6 @@ def test_image_workload_copy_pairs_and_baselines(capsys):
 
 
 def test_call_overhead_leaves_out_the_env_work():
-    o = bench.call_overhead("Burn-v0", {"step_us": 2000, "step_us_jitter": 10, "episode_len": 50}, rounds=1)
+    o = call_overhead("Burn-v0", {"step_us": 2000, "step_us_jitter": 10, "episode_len": 50}, rounds=1)
     assert o["config"] == {"episode_len": 50}
     assert o["nocopy"]["median_us"] < 1000  # not the 2 ms step

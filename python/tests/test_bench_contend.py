@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import alive
 
-from shmenv.bench_contend import BUSY_CODE
+from shmenv.bench.contend import BUSY_CODE
 
 SHMENV_ROWS = {
     "shmenv-auto-pinned",

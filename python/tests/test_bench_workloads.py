@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from shmenv import bench
+from shmenv.bench.__main__ import main as bench_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--passes", "1", "--rounds", "1", "--round-seconds", "0.05", "--json"]
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def run_lines(capsys, *args: str) -> list[dict]:
-    assert bench.main(["--workload", *args, *TINY]) == 0
+    assert bench_main(["--workload", *args, *TINY]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
@@ -49,7 +49,7 @@ def test_classic_rows_ideal_and_trainer_time(capsys):
 def test_unknown_system_and_negative_trainer_time_are_refused(capsys):
     for args in (["--only", "shmenv,bogus"], ["--trainer-us", "-1"]):
         with pytest.raises(SystemExit) as e:
-            bench.main(["--workload", "classic", *args])
+            bench_main(["--workload", "classic", *args])
         assert e.value.code == 2
     assert "bogus" in capsys.readouterr().err
 

@@ -140,7 +140,7 @@ def test_async_envs_step_as_in_one_local_pool(cluster, num_actors, batch_size):
 
 @pytest.mark.timeout(120)
 def test_large_batches_step_as_in_one_local_pool(cluster):
-    from shmenv.ray_channel import SMALL_MESSAGE
+    from shmenv.ray.channel import SMALL_MESSAGE
 
     n = 8  # 4 envs per actor of 84x84x4 u8: 113 KB per actor batch, header and body sent apart
     kwargs = dict(seed=3, config={"obs_shape": [84, 84, 4], "obs_dtype": "u8", "episode_len": 5})

@@ -1,4 +1,4 @@
-"""shmenv.ray_channel, the step path of shmenv.ray, over real sockets in this process
+"""shmenv.ray.channel, the step path of shmenv.ray, over real sockets in this process
 (no Ray needed): requests answered in order, ``wait`` as ``ray.wait``, errors carried,
 strangers refused before anything of theirs is unpickled, a closed server seen as lost."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from shmenv.errors import WorkerError
-from shmenv.ray_channel import HEADER, SMALL_MESSAGE, Channel, ChannelLost, StepServer, wait
+from shmenv.ray.channel import HEADER, SMALL_MESSAGE, Channel, ChannelLost, StepServer, wait
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,7 +109,7 @@ def test_a_stranger_without_the_token_is_refused_before_unpickling(server):
 
 
 def test_a_silent_stranger_cannot_keep_the_driver_out(server, monkeypatch):
-    import shmenv.ray_channel as ray_channel
+    import shmenv.ray.channel as ray_channel
 
     monkeypatch.setattr(ray_channel, "TOKEN_TIMEOUT", 0.3)
     s, _ = server

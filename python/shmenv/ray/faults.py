@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from shmenv.errors import ActorDiedError, BuildError, WorkerDiedError, WorkerError, WorkerTimeoutError
-from shmenv.ray_channel import ChannelLost, Reply
-from shmenv.ray_host import ActorRestarted
+from shmenv.ray.channel import ChannelLost, Reply
+from shmenv.ray.host import ActorRestarted
 from shmenv.seeding import SEED_RANGE
 
 RESTART_SEED_STRIDE = 2**32
@@ -26,7 +26,7 @@ class ActorFaults:
 
     def _gather(self, refs: list, actors, on_death=None) -> list:
         """The results of one request per actor in ``actors`` (Ray ``ObjectRef`` s or step
-        path :class:`~shmenv.ray_channel.Reply` s). A shmenv error is raised as it is
+        path :class:`~shmenv.ray.channel.Reply` s). A shmenv error is raised as it is
         (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
         death)``, whose return value stands for its result; without one (calls into the
         envs) it raises :class:`ActorDiedError`."""

@@ -56,9 +56,9 @@ from typing import Any, Callable, ContextManager
 
 import numpy as np
 
-from shmenv.bench import Contestant, NotApplicable, envpool_vec, gymnasium_vec, shmenv_async, shmenv_sync
+from shmenv.bench.contestants import Contestant, NotApplicable, envpool_vec, gymnasium_vec, shmenv_async, shmenv_sync
 
-#: Defaults of bench.py's arguments that differ for a contention run.
+#: Defaults of `python -m shmenv.bench`'s options that differ for a contention run.
 DEFAULTS: dict[str, Any] = {"num_envs": 64, "rounds": 5}
 CONDITIONS = ("idle", "contended")
 #: The busy processes' program; the comment makes them easy to find in ``ps``/``/proc``.

@@ -1,22 +1,23 @@
-"""Worker process entry point: ``python -m shmenv.worker --shmenv-worker <index> <fd> <pid>``.
+"""The Python worker: ``python -m shmenv.worker --shmenv-worker <index> <fd> <pid>``
+(:mod:`shmenv.worker.__main__`).
 
 Pools start it (by exec, never ``multiprocessing``); it is not meant to be run by hand.
 The hot loop is Rust (the extension's host): it reads actions from the shared region,
-steps the envs and writes results in place. Python envs are built here, from JSON config
-(``make_env``), and their spaces reported as the engine's spec (``spec_json``). A daemon
-thread serves ``call``/``get_attr``/``set_attr`` requests from the trainer on a side
-channel (a Unix socket) that never touches the step path.
+steps the envs and writes results in place. This module is what the host reads by
+attribute (``py.import("shmenv.worker")``): Python envs are built here, from JSON config
+(:func:`make_env`), kept in ``_ENVS``, and their spaces reported as the engine's spec
+(:func:`spec_json`); ``RESET_OPTIONS`` holds the options of the next ``reset``;
+:func:`obs_flattener` and :func:`action_unpacker` convert nested observations and
+composite actions. A daemon thread (:mod:`shmenv.worker.call_server`) serves
+``call``/``get_attr``/``set_attr`` requests from the trainer on a side channel (a Unix
+socket) that never touches the step path.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
-import signal
-import socket
 import sys
-import threading
 import traceback
 from typing import Any
 
@@ -127,23 +128,23 @@ def spec_json(env) -> str:
 def _spec_json(env) -> str:
     from gymnasium import spaces
 
-    from shmenv import layout
-    from shmenv.spaces import space_to_json
+    from shmenv.spaces import composite
+    from shmenv.spaces.convert import space_to_json
 
     obs = env.observation_space
-    if layout.is_nested(obs):
-        jsons = layout.leaf_json(obs, "observation")
-        observations = [{"name": n, "space": j} for n, j in zip(layout.leaf_names(obs), jsons)]
+    if composite.is_nested(obs):
+        jsons = composite.leaf_json(obs, "observation")
+        observations = [{"name": n, "space": j} for n, j in zip(composite.leaf_names(obs), jsons)]
     elif isinstance(obs, spaces.Dict):
         observations = [{"name": k, "space": space_to_json(v, f"observation {k!r}")} for k, v in obs.spaces.items()]
     else:
         observations = [{"name": "obs", "space": space_to_json(obs, "observation space")}]
     act = env.action_space
-    if layout.is_composite(act):
-        action = layout.ActionPacking(act).engine_json()
+    if composite.is_composite(act):
+        action = composite.ActionPacking(act).engine_json()
     else:
         action = space_to_json(act, "action space")
-    single_key_dict = isinstance(obs, spaces.Dict) and len(obs.spaces) == 1 and not layout.is_nested(obs)
+    single_key_dict = isinstance(obs, spaces.Dict) and len(obs.spaces) == 1 and not composite.is_nested(obs)
     return json.dumps(
         {"observations": observations, "action": action, "max_episode_steps": None, "single_key_dict": single_key_dict}
     )
@@ -154,137 +155,19 @@ def obs_flattener(env):
     arrays in spec order (the host calls it at every reset and step); else None."""
     import functools
 
-    from shmenv import layout
+    from shmenv.spaces import composite
 
     space = env.observation_space
-    return functools.partial(layout.flatten, space) if layout.is_nested(space) else None
+    return functools.partial(composite.flatten, space) if composite.is_nested(space) else None
 
 
 def action_unpacker(env):
     """For a Dict/Tuple action space, the function from the packed byte row the trainer
     wrote to the action the env takes; else None."""
-    from shmenv import layout
+    from shmenv.spaces import composite
 
     space = env.action_space
-    return layout.ActionPacking(space).unpack if layout.is_composite(space) else None
-
-
-# --- the call side channel ------------------------------------------------------------
-
-
-def send_message(sock: socket.socket, obj: Any) -> None:
-    import pickle
-
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(len(data).to_bytes(8, "little") + data)
-
-
-def recv_message(sock: socket.socket) -> Any:
-    """The next message, or raises EOFError when the peer closed."""
-    import pickle
-
-    def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("the peer closed the call channel")
-            buf += chunk
-        return bytes(buf)
-
-    return pickle.loads(exactly(int.from_bytes(exactly(8), "little")))
-
-
-def _attr(env, name: str):
-    getter = getattr(env, "get_wrapper_attr", None)
-    return getter(name) if getter is not None else getattr(env, name)
-
-
-def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> Any:
-    if op == "get":
-        return _attr(env, name)
-    if op == "call":
-        attr = _attr(env, name)
-        return attr(*args, **kwargs) if callable(attr) else attr
-    if op == "set":
-        setter = getattr(env, "set_wrapper_attr", None)
-        if setter is not None:
-            setter(name, value)
-        else:
-            setattr(env, name, value)
-        return None
-    if op == "is_wrapped":
-        from gymnasium import Wrapper
-
-        e = env
-        while isinstance(e, Wrapper):
-            if isinstance(e, value):
-                return True
-            e = e.env
-        return False
-    raise ValueError(f"unknown call op {op!r}")
-
-
-def _serve_calls(address: str, token: str, index: int) -> None:
-    # Run as `python -m shmenv.worker`, this file is `__main__`; the envs were registered
-    # in the `shmenv.worker` module the host imported.
-    module = importlib.import_module("shmenv.worker")
-    envs, reset_options = module._ENVS, module.RESET_OPTIONS
-    from shmenv import infos
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect("\0" + address)
-        send_message(sock, (token, index))
-        while True:
-            try:
-                op, local, name, values, args, kwargs = recv_message(sock)
-            except EOFError:
-                return
-            if op == "map_infos":  # the fd follows with the stride (SCM_RIGHTS)
-                try:
-                    infos.map_flags(sock, index)
-                    send_message(sock, [])
-                except Exception:  # noqa: BLE001 - reported to the trainer with the traceback
-                    send_message(sock, [(False, traceback.format_exc())])
-                continue
-            results = []
-            for k, i in enumerate(local):
-                if op == "infos":
-                    results.append((True, infos.take(i)))
-                    continue
-                if op == "reset_options":
-                    reset_options[i] = values[k]
-                    results.append((True, None))
-                    continue
-                try:
-                    results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))
-                except BaseException:  # noqa: BLE001 - reported to the trainer with the traceback
-                    results.append((False, traceback.format_exc()))
-            try:
-                send_message(sock, results)
-            except Exception:  # noqa: BLE001 - e.g. an unpicklable result
-                send_message(sock, [(False, traceback.format_exc())] * len(local))
-    except OSError:
-        return
-    finally:
-        sock.close()
-
-
-def main() -> int:
-    # Ctrl-C goes to the whole process group: the trainer handles it and closes the pool,
-    # which stops its workers; a worker that died of SIGINT first would look like a crash.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from shmenv._shmenv import run_worker
-
-    address = os.environ.pop("SHMENV_CALL_ADDRESS", None)
-    token = os.environ.pop("SHMENV_CALL_TOKEN", None)
-    if address and token and len(sys.argv) > 2:
-        index = int(sys.argv[2])
-        threading.Thread(target=_serve_calls, args=(address, token, index), daemon=True, name="shmenv-calls").start()
-    code = run_worker(sys.argv)
-    close_envs()
-    return code
+    return composite.ActionPacking(space).unpack if composite.is_composite(space) else None
 
 
 def close_envs() -> None:
@@ -293,14 +176,9 @@ def close_envs() -> None:
     host loop ended (the pool closed, or the worker failed); the trainer waits for it up to
     its shutdown grace (1 s), then kills the worker. A failing ``close()`` is printed and
     the other envs are still closed."""
-    envs = importlib.import_module("shmenv.worker")._ENVS
-    while envs:
-        env = envs.pop(0)
+    while _ENVS:
+        env = _ENVS.pop(0)
         try:
             env.close()
         except BaseException:  # noqa: BLE001 - reported on stderr (the trainer's), the others still close
             print(f"shmenv worker: close() of an env failed:\n{traceback.format_exc()}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

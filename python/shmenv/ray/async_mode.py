@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from shmenv.errors import UsageError
-from shmenv.ray_channel import wait
-from shmenv.ray_host import concat_batches, take_rows
+from shmenv.ray.channel import wait
+from shmenv.ray.host import concat_batches, take_rows
 
 
 class AsyncBatches:

@@ -1,4 +1,4 @@
-"""``python -m shmenv.bench_ray``: what the Ray path costs per batch, against one local pool
+"""``python -m shmenv.bench.ray``: what the Ray path costs per batch, against one local pool
 of the same size, measured in the same run on a Ray cluster of 2 nodes simulated on this
 machine (``ray.cluster_utils.Cluster``), plus the figures ``docs/scaling.md`` builds on.
 
@@ -139,7 +139,7 @@ def breakdown(steps: int = 300) -> dict:
     import ray
 
     from shmenv.ray import RayVectorEnv
-    from shmenv.ray_host import PoolHost
+    from shmenv.ray.host import PoolHost
 
     class TimedPoolHost(PoolHost):
         def __init__(self, *args: Any) -> None:
@@ -195,7 +195,9 @@ def breakdown(steps: int = 300) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="shmenv's Ray path against one local pool of the same size")
+    parser = argparse.ArgumentParser(
+        prog="python -m shmenv.bench.ray", description="shmenv's Ray path against one local pool of the same size"
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=0.5, help="seconds per round")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,7 +1,5 @@
-"""``shmenv.ray.make_vec``: one Gymnasium ``VectorEnv`` over shmenv pools in Ray actors,
-for more envs than one machine's cores can step. Inside a node, each actor's envs run in
-a shmenv pool (worker processes, shared memory); across nodes, Ray carries actions and
-results. Ray is imported when a pool is made (``pip install 'shmenv[ray]'``)."""
+"""The env of :mod:`shmenv.ray`: :class:`RayVectorEnv` (sync and async stepping, spaces,
+calls, closing) and the two ways to make one, :func:`make_vec` and :func:`from_fns`."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.assembly import as_action_array
 from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optional_int
 from shmenv.errors import (
     BuildError,
@@ -25,12 +22,13 @@ from shmenv.errors import (
     InvalidArgumentTypeError,
     UsageError,
 )
-from shmenv.ray_async import AsyncBatches
-from shmenv.ray_channel import Channel
-from shmenv.ray_faults import REVIVED, ActorFaults
-from shmenv.ray_host import PoolHost, concat_batches, split_evenly
+from shmenv.ray.async_mode import AsyncBatches
+from shmenv.ray.channel import Channel
+from shmenv.ray.faults import REVIVED, ActorFaults
+from shmenv.ray.host import PoolHost, concat_batches, split_evenly
 from shmenv.resolve import EnvFns, env_fns_target
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
+from shmenv.spaces.assembly import as_action_array
 from shmenv.vector import make_vec as _local_make_vec
 
 __all__ = ["make_vec", "from_fns", "RayVectorEnv"]
@@ -56,7 +54,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     trajectories, same infos. Sync ``step`` scatters the actions and joins the actors'
     results in env order; async mode (``batch_size < num_envs``) is EnvPool's
     ``send``/``recv``, a batch joining the actor batches that are ready first. The step
-    path runs over one connection per actor (:mod:`shmenv.ray_channel`); Ray carries the
+    path runs over one connection per actor (:mod:`shmenv.ray.channel`); Ray carries the
     rest."""
 
     host_class = PoolHost

@@ -16,7 +16,7 @@ several named observation arrays and one action array. So:
   The trainer checks every leaf with the engine's rules before packing (``ActionError``
   naming the leaf, the env and the element; the pool is unchanged).
 
-Both sides build the same layout from the same space (the trainer gets env 0's spaces
+Both sides build the same packing from the same space (the trainer gets env 0's spaces
 over the call channel), so the leaf order is one function's.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from shmenv.errors import ActionError
-from shmenv.spaces import dtype_of, space_to_json
+from shmenv.spaces.convert import dtype_of, space_to_json
 
 Path = tuple  # of Dict keys and Tuple indices
 

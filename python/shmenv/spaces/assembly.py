@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from shmenv import _shmenv, layout
+from shmenv import _shmenv
 from shmenv.errors import ActionError, ActionTypeError, BuildError
-from shmenv.spaces import dtype_of, observation_space, space_from_json
+from shmenv.spaces import composite
+from shmenv.spaces.convert import dtype_of, observation_space, space_from_json
 
 
 class Assembly:
@@ -31,17 +32,17 @@ class Assembly:
         self.single_observation_space, self.obs_names = observation_space(spec)
         self.single_action_space = space_from_json(spec["action"])
         self.nested_obs = False
-        self.packing: layout.ActionPacking | None = None
+        self.packing: composite.ActionPacking | None = None
         env_obs, env_action = env_spaces if env_spaces is not None else (None, None)
-        if env_obs is not None and layout.is_nested(env_obs):
-            if layout.leaf_names(env_obs) != self.obs_names:
+        if env_obs is not None and composite.is_nested(env_obs):
+            if composite.leaf_names(env_obs) != self.obs_names:
                 raise BuildError(
                     f"the workers report the observation arrays {self.obs_names}, but env 0's observation space "
-                    f"{env_obs} has the leaves {layout.leaf_names(env_obs)}: its space changed after it was built"
+                    f"{env_obs} has the leaves {composite.leaf_names(env_obs)}: its space changed after it was built"
                 )
             self.single_observation_space, self.nested_obs = env_obs, True
-        if env_action is not None and layout.is_composite(env_action):
-            packing = layout.ActionPacking(env_action)
+        if env_action is not None and composite.is_composite(env_action):
+            packing = composite.ActionPacking(env_action)
             if spec["action"].get("shape") != [packing.row_bytes]:
                 raise BuildError(
                     f"the workers report the action space {self.single_action_space}, but env 0's action space "
@@ -57,7 +58,7 @@ class Assembly:
         if self.info_names:
             arrays = tuple(arrays[i] for i in self._obs_index)
         if self.nested_obs:
-            return layout.unflatten(self.single_observation_space, iter(arrays))
+            return composite.unflatten(self.single_observation_space, iter(arrays))
         return dict(zip(self.obs_names, arrays)) if self.dict_obs else arrays[0]
 
     def info_arrays(self, arrays: tuple) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""What an info returned at every step costs: ``python -m shmenv.bench_infos``.
+"""What an info returned at every step costs: ``python -m shmenv.bench.infos``.
 
 Steps/s of hosted Gymnasium CartPole-v1 envs (default 32 envs, 2 workers) wrapped by
 :class:`LivesCartPole`, which returns ``{"lives": 3}`` at every step (as Atari envs do),
@@ -46,14 +46,14 @@ def steps_per_second(envs, seconds: float) -> float:
 def main(argv: list[str] | None = None) -> None:
     from shmenv import make_vec
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m shmenv.bench.infos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=1.0, help="per round and pool")
     args = parser.parse_args(argv)
     results: dict[str, list[float]] = {"no info": [], "lives every step": []}
-    entry = "shmenv.bench_infos:LivesCartPole"
+    entry = "shmenv.bench.infos:LivesCartPole"
     pools = [make_vec(entry, args.envs, num_workers=args.workers, seed=0, config={"lives": v}) for v in (False, True)]
     with pools[0] as plain, pools[1] as lives:
         for envs in (plain, lives):

@@ -1,6 +1,6 @@
 """The node side of :mod:`shmenv.ray`: :class:`PoolHost`, the Ray actor that owns one
 shmenv pool (its workers on the actor's node) and serves its step path
-(:mod:`shmenv.ray_channel`), and the helpers that join the batches of several actors into
+(:mod:`shmenv.ray.channel`), and the helpers that join the batches of several actors into
 one. This module imports neither Ray nor gymnasium at import time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shmenv.errors import Error
-from shmenv.ray_channel import StepServer
+from shmenv.ray.channel import StepServer
 
 
 class ActorRestarted(Exception):

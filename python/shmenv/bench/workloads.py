@@ -1,5 +1,5 @@
 """``python -m shmenv.bench --workload atari|mujoco|classic``: real workloads, every engine
-side by side in one run (the envs and their matching preprocessing: :mod:`shmenv.workloads`).
+side by side in one run (the hosted envs: :mod:`shmenv.workloads`).
 
 Systems (``--only``): the single env stepped in-process (its rate times the cores in use is
 the N-core ideal), shmenv sync and async hosting the Python env (the native env for
@@ -22,6 +22,36 @@ prints one JSON object per system and size.
     python -m shmenv.bench --workload mujoco --plugin target/release/libmujoco_locomotion.so
     python -m shmenv.bench --workload atari --num-envs 16 --batch-size 8 --trainer-us 1000 \\
         --only shmenv-async,envpool-async,ale-async
+
+What each engine runs, the same env with the same preprocessing everywhere:
+
+**atari**: Pong with the preprocessing of EnvPool's ``Pong-v5`` defaults, for every engine:
+
+- EnvPool ``Pong-v5``: frame skip 4 (max-pool of the last two frames), 84x84 grayscale
+  (area resize), 4-frame stack, up to 30 no-op starts, ``repeat_action_probability=0``,
+  27,000 steps (108,000 frames) per episode, no episodic life, no reward clipping, fire
+  reset on (its default).
+- Gymnasium and shmenv's hosted env (:func:`shmenv.workloads.make_atari`): ``ALE/Pong-v5`` with
+  ``frameskip=1`` and ``repeat_action_probability=0.0`` (EnvPool's), wrapped in
+  ``AtariPreprocessing(frame_skip=4, noop_max=30, screen_size=84, grayscale_obs=True)``
+  and ``FrameStackObservation(4)``. Difference: ``AtariPreprocessing`` has no fire reset
+  (one FIRE step after a reset in EnvPool; noise in a throughput figure).
+- ALE's own ``ale_py.vector_env.AtariVectorEnv`` (C++ threads, ``ale-py`` 0.12+): the
+  same settings, with ``reward_clipping=False`` (its default clips).
+
+- shmenv's native plugin (``examples/cpp/ale_atari.cpp``, ``--plugin``): ``AtariC-v5``, the
+  C++ ALE with EnvPool's preprocessing ported to C++; with the same seed and actions its frames
+  equal EnvPool's.
+
+``lives`` reaches the trainer in every engine's infos (shmenv: through info columns), except
+the native plugin's (the plugin ABI has no infos).
+
+**mujoco**: ``HalfCheetah-v5`` (Gymnasium, ``mujoco`` from PyPI) hosted in shmenv and in
+Gymnasium's vector envs; EnvPool has only ``HalfCheetah-v4`` (on its own MuJoCo build);
+a native C env (``examples/c/mujoco_locomotion.c``, ``--plugin``) runs as
+``HalfCheetahC-v5`` (``HopperC-v5`` with ``--mujoco-env Hopper``).
+
+**classic**: ``CartPole-v1``: shmenv's native (Rust) env, EnvPool's C++ one, Gymnasium's.
 """
 
 from __future__ import annotations
@@ -31,10 +61,21 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from shmenv.bench import Contestant, NotApplicable, _actions, _cycle, _settle
-from shmenv.workloads import Workload, ale_vector_env, workloads
+from shmenv.bench.contestants import Contestant, NotApplicable, cycle, random_actions, settle
+from shmenv.workloads import (
+    ATARI_FRAME_SKIP,
+    ATARI_MAX_FRAMES,
+    ATARI_NOOP_MAX,
+    ATARI_SCREEN,
+    ATARI_STACK,
+    ale_roms,
+    gymnasium_model,
+    make_atari,
+    make_gymnasium,
+)
 
 SYSTEMS = (
     "single",
@@ -51,6 +92,94 @@ SYSTEMS = (
 )
 #: Systems that only have a sync mode (measured at the sync sizes).
 SYNC_ONLY = ("single", "gym-sync", "gym-async")
+
+
+#: Gymnasium's model file of each MuJoCo env name.
+MODEL_FILES = {"HalfCheetah": "half_cheetah.xml", "Hopper": "hopper.xml", "Ant": "ant.xml"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: the env every engine runs and the sizes it is measured at."""
+
+    name: str
+    #: What the single env and Gymnasium run: a factory and its keyword arguments.
+    factory: Callable[..., Any]
+    kwargs: dict[str, Any]
+    #: The env shmenv's hosted contestants run: a native id, or None for `factory`.
+    shmenv_native_id: str | None
+    #: EnvPool's env id and extra keyword arguments.
+    envpool_id: str
+    envpool_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: ALE's game name for `AtariVectorEnv` (Atari only).
+    ale_game: str | None = None
+    #: Emulator frames per env step (frames/s = steps/s x this), Atari only.
+    frames_per_step: int | None = None
+    #: (num_envs, batch_size or None for sync) measured by default.
+    sizes: tuple[tuple[int, int | None], ...] = ()
+    #: The id a native plugin provides for this workload (``--plugin``), and its config.
+    plugin_id: str | None = None
+    plugin_config: Callable[[], dict[str, Any]] | None = None
+
+
+def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, Workload]:
+    """The workloads by name; `game` and `mujoco_env` pick the Atari game and MuJoCo env."""
+    return {
+        "atari": Workload(
+            name="atari",
+            factory=make_atari,
+            kwargs={"game": game},
+            shmenv_native_id=None,
+            envpool_id=f"{game}-v5",
+            ale_game=game.lower(),
+            frames_per_step=ATARI_FRAME_SKIP,
+            sizes=((8, None), (16, None), (16, 8)),
+            plugin_id="AtariC-v5",
+            plugin_config=lambda: {"rom_dir": ale_roms(), "game": game.lower()},
+        ),
+        "mujoco": Workload(
+            name="mujoco",
+            factory=make_gymnasium,
+            kwargs={"env_id": f"{mujoco_env}-v5"},
+            shmenv_native_id=None,
+            envpool_id=f"{mujoco_env}-v4",
+            sizes=((8, None), (32, None), (32, 16)),
+            plugin_id=f"{mujoco_env}C-v5",
+            plugin_config=lambda: {"model": gymnasium_model(MODEL_FILES.get(mujoco_env, f"{mujoco_env.lower()}.xml"))},
+        ),
+        "classic": Workload(
+            name="classic",
+            factory=make_gymnasium,
+            kwargs={"env_id": "CartPole-v1"},
+            shmenv_native_id="CartPole-v1",
+            envpool_id="CartPole-v1",
+            sizes=((32, None), (32, 16)),
+        ),
+    }
+
+
+def ale_vector_env(game: str, num_envs: int, batch_size: int | None, threads: int) -> Any:
+    """ALE's ``AtariVectorEnv`` with EnvPool's ``Pong-v5`` settings (see the module doc)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    return AtariVectorEnv(
+        game,
+        num_envs,
+        batch_size=batch_size or 0,
+        num_threads=threads,
+        max_num_frames_per_episode=ATARI_MAX_FRAMES,
+        repeat_action_probability=0.0,
+        img_height=ATARI_SCREEN,
+        img_width=ATARI_SCREEN,
+        grayscale=True,
+        stack_num=ATARI_STACK,
+        frameskip=ATARI_FRAME_SKIP,
+        maxpool=True,
+        noop_max=ATARI_NOOP_MAX,
+        episodic_life=False,
+        reward_clipping=False,
+        use_fire_reset=True,
+    )
 
 
 def burner(trainer_us: float) -> Callable[[], None]:
@@ -110,7 +239,7 @@ class Runner:
         self.burn = burner(args.trainer_us)
 
     def _sync(self, name: str, envs: Any, space: Any, close: Callable[[], None]) -> Contestant:
-        acts, burn, n = _cycle(_actions(space, self.n)), self.burn, self.n
+        acts, burn, n = cycle(random_actions(space, self.n)), self.burn, self.n
 
         def step() -> int:
             envs.step(acts())
@@ -120,7 +249,7 @@ class Runner:
         return Contestant(name, step, close)
 
     def _async(self, name: str, envs: Any, space: Any, recv: Callable, send: Callable) -> Contestant:
-        acts, burn, b = _cycle(_actions(space, self.batch)), self.burn, self.batch
+        acts, burn, b = cycle(random_actions(space, self.batch)), self.burn, self.batch
 
         def step() -> int:
             info = recv()[-1]
@@ -133,7 +262,7 @@ class Runner:
     def single(self) -> Contestant:
         env = self.w.factory(**self.w.kwargs)
         env.reset(seed=0)
-        acts = _cycle(_actions(env.action_space, 1))
+        acts = cycle(random_actions(env.action_space, 1))
         burn = self.burn
 
         def step() -> int:
@@ -202,7 +331,7 @@ class Runner:
             envs.reset(seed=0)
             return self._sync(f"{label} sync ({threads} threads)", envs, space, envs.close)
         envs.reset(seed=0)  # the first batch is waiting; recv it, then send its actions
-        envs.send(_actions(space, self.batch)[0])
+        envs.send(random_actions(space, self.batch)[0])
 
         def send(actions: Any, env_ids: Any) -> None:
             envs.send(actions)  # it acts on the envs of the batch just received
@@ -266,7 +395,7 @@ def _measure(runner: Runner, key: str, args: argparse.Namespace, record: dict[st
     record.setdefault("rates", []).extend(c.rates)
     record["trainer_rss_kib"], record["worker_rss_kib"] = trainer, workers
     del c
-    _settle()
+    settle()
 
 
 def _sizes(w: Workload, args: argparse.Namespace) -> list[tuple[int, int | None]]:
@@ -275,7 +404,7 @@ def _sizes(w: Workload, args: argparse.Namespace) -> list[tuple[int, int | None]
     return [(args.num_envs, args.batch_size if args.batch_size and args.batch_size < args.num_envs else None)]
 
 
-def run(w: Workload, args: argparse.Namespace, wanted: list[str]) -> list[dict[str, Any]]:
+def measure_all(w: Workload, args: argparse.Namespace, wanted: list[str]) -> list[dict[str, Any]]:
     """Every size of `w`, every wanted system, in passes; one result row per system and size."""
     records: dict[tuple[int, int | None, str], dict[str, Any]] = {}
     single_key = (0, None, "single")
@@ -356,30 +485,9 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(line)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m shmenv.bench --workload", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", required=True, choices=("atari", "mujoco", "classic"))
-    p.add_argument("--game", default="Pong", help="Atari game (EnvPool's id without -v5)")
-    p.add_argument("--mujoco-env", default="HalfCheetah", help="MuJoCo env (Gymnasium's id without -v5)")
-    p.add_argument("--num-envs", type=int, default=None, help="one size instead of the workload's sizes")
-    p.add_argument("--batch-size", type=int, default=None, help="with --num-envs: async batch (sync when absent)")
-    p.add_argument("--workers", type=int, default=2, help="shmenv workers, EnvPool and ALE threads")
-    p.add_argument("--plugin", default=None, help="a native plugin library of the workload's env (Atari, MuJoCo)")
-    p.add_argument("--trainer-us", type=float, default=0.0, help="CPU time the trainer spends per batch (us)")
-    p.add_argument(
-        "--no-pin", action="store_true", help="do not pin shmenv's workers to cores (make_vec(pin_workers=False))"
-    )
-    p.add_argument("--passes", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3, help="rounds per pass")
-    p.add_argument("--round-seconds", type=float, default=1.0)
-    p.add_argument("--only", default=",".join(SYSTEMS), help="comma-separated systems: " + ", ".join(SYSTEMS))
-    p.add_argument("--json", action="store_true", help="one JSON object per system and size, one per line")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = parser()
-    args = p.parse_args(argv)
+def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--workload``: checks the arguments, runs every wanted system at every size, prints
+    the table (or one JSON object per line)."""
     wanted = [k for k in args.only.split(",") if k]
     unknown = [k for k in wanted if k not in SYSTEMS]
     if unknown:
@@ -387,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trainer_us < 0:
         p.error(f"--trainer-us is {args.trainer_us:g}; give 0 or more microseconds")
     w = workloads(args.game, args.mujoco_env)[args.workload]
-    rows = run(w, args, [k for k in SYSTEMS if k in wanted])
+    rows = measure_all(w, args, [k for k in SYSTEMS if k in wanted])
     if args.json:
         for r in rows:
             print(json.dumps(r))

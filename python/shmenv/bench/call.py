@@ -1,5 +1,6 @@
 """The cost of one ``step()`` call of a 1-env, 1-worker shmenv pool, with and without
-copies, measured the way :func:`call_overhead` explains (used by ``python -m shmenv.bench``)."""
+copies, measured the way :func:`call_overhead` explains (used by ``python -m shmenv.bench``:
+:mod:`shmenv.bench.compare`)."""
 
 from __future__ import annotations
 
@@ -62,23 +63,7 @@ def call_overhead(env_id: str, config: dict | None, rounds: int = 7, round_secon
                 envs.step(act)
         gc.collect()
         gc.disable()
-        # Calls per round: enough for `round_seconds` at the speed of a calibration run.
-        step, act = calls_of[True]
-        start = time.perf_counter()
-        for _ in range(1000):
-            step(act)
-        per_call = (time.perf_counter() - start) / 1000
-        calls = max(1000, int(round_seconds / max(per_call, 1e-7)))
-        warm = max(200, calls // 10)
-        for r in range(rounds):
-            for copy in (True, False) if r % 2 == 0 else (False, True):
-                step, act = calls_of[copy]
-                for _ in range(warm):
-                    step(act)
-                start = time.perf_counter()
-                for _ in range(calls):
-                    step(act)
-                times[copy].append((time.perf_counter() - start) / calls * 1e6)
+        calls = _time_rounds(calls_of, times, rounds, round_seconds)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -100,3 +85,31 @@ def call_overhead(env_id: str, config: dict | None, rounds: int = 7, round_secon
         "nocopy": summary(times[False]),
         "copy_adds_us": statistics.median(times[True]) - statistics.median(times[False]),
     }
+
+
+def _time_rounds(
+    calls_of: dict[bool, tuple[Callable[..., Any], np.ndarray]],
+    times: dict[bool, list[float]],
+    rounds: int,
+    round_seconds: float,
+) -> int:
+    """Times `rounds` rounds of each pool's ``step`` (the order alternating per round, a
+    short warm-up before each), appending microseconds per call to `times`; returns the
+    calls per round: enough for `round_seconds` at the speed of a calibration run."""
+    step, act = calls_of[True]
+    start = time.perf_counter()
+    for _ in range(1000):
+        step(act)
+    per_call = (time.perf_counter() - start) / 1000
+    calls = max(1000, int(round_seconds / max(per_call, 1e-7)))
+    warm = max(200, calls // 10)
+    for r in range(rounds):
+        for copy in (True, False) if r % 2 == 0 else (False, True):
+            step, act = calls_of[copy]
+            for _ in range(warm):
+                step(act)
+            start = time.perf_counter()
+            for _ in range(calls):
+                step(act)
+            times[copy].append((time.perf_counter() - start) / calls * 1e6)
+    return calls

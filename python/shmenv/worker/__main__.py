@@ -1,0 +1,33 @@
+"""``python -m shmenv.worker --shmenv-worker <index> <fd> <pid>``: a Python worker process.
+Runs the extension's host loop over the envs :mod:`shmenv.worker` builds, with the call
+channel's thread (:mod:`shmenv.worker.call_server`) beside it, then closes the envs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from shmenv.worker import close_envs
+from shmenv.worker.call_server import serve_calls
+
+
+def main() -> int:
+    # Ctrl-C goes to the whole process group: the trainer handles it and closes the pool,
+    # which stops its workers; a worker that died of SIGINT first would look like a crash.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from shmenv._shmenv import run_worker
+
+    address = os.environ.pop("SHMENV_CALL_ADDRESS", None)
+    token = os.environ.pop("SHMENV_CALL_TOKEN", None)
+    if address and token and len(sys.argv) > 2:
+        index = int(sys.argv[2])
+        threading.Thread(target=serve_calls, args=(address, token, index), daemon=True, name="shmenv-calls").start()
+    code = run_worker(sys.argv)
+    close_envs()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

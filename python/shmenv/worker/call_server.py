@@ -1,0 +1,113 @@
+"""The worker's side of the call channel: a daemon thread answers the trainer's
+``call``/``get_attr``/``set_attr``/``is_wrapped``, reset options and info requests over a
+Unix socket that never touches the step path. :func:`send_message` and
+:func:`recv_message` frame the messages on both sides (the trainer's is
+:mod:`shmenv.calls`)."""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from typing import Any
+
+import shmenv.worker as worker
+
+
+def send_message(sock: socket.socket, obj: Any) -> None:
+    import pickle
+
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(len(data).to_bytes(8, "little") + data)
+
+
+def recv_message(sock: socket.socket) -> Any:
+    """The next message, or raises EOFError when the peer closed."""
+    import pickle
+
+    def exactly(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("the peer closed the call channel")
+            buf += chunk
+        return bytes(buf)
+
+    return pickle.loads(exactly(int.from_bytes(exactly(8), "little")))
+
+
+def _attr(env, name: str):
+    getter = getattr(env, "get_wrapper_attr", None)
+    return getter(name) if getter is not None else getattr(env, name)
+
+
+def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> Any:
+    if op == "get":
+        return _attr(env, name)
+    if op == "call":
+        attr = _attr(env, name)
+        return attr(*args, **kwargs) if callable(attr) else attr
+    if op == "set":
+        setter = getattr(env, "set_wrapper_attr", None)
+        if setter is not None:
+            setter(name, value)
+        else:
+            setattr(env, name, value)
+        return None
+    if op == "is_wrapped":
+        from gymnasium import Wrapper
+
+        e = env
+        while isinstance(e, Wrapper):
+            if isinstance(e, value):
+                return True
+            e = e.env
+        return False
+    raise ValueError(f"unknown call op {op!r}")
+
+
+def serve_calls(address: str, token: str, index: int) -> None:
+    """Connects to the trainer's call channel at `address` (an abstract Unix socket),
+    introduces itself with `token` and worker `index`, and answers requests until the
+    trainer closes it."""
+    from shmenv import infos
+
+    envs, reset_options = worker._ENVS, worker.RESET_OPTIONS
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + address)
+        send_message(sock, (token, index))
+        while True:
+            try:
+                op, local, name, values, args, kwargs = recv_message(sock)
+            except EOFError:
+                return
+            if op == "map_infos":  # the fd follows with the stride (SCM_RIGHTS)
+                try:
+                    infos.map_flags(sock, index)
+                    send_message(sock, [])
+                except Exception:  # noqa: BLE001 - reported to the trainer with the traceback
+                    send_message(sock, [(False, traceback.format_exc())])
+                continue
+            results = []
+            for k, i in enumerate(local):
+                if op == "infos":
+                    results.append((True, infos.take(i)))
+                    continue
+                if op == "reset_options":
+                    reset_options[i] = values[k]
+                    results.append((True, None))
+                    continue
+                try:
+                    results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))
+                except BaseException:  # noqa: BLE001 - reported to the trainer with the traceback
+                    results.append((False, traceback.format_exc()))
+            try:
+                send_message(sock, results)
+            except Exception:  # noqa: BLE001 - e.g. an unpicklable result
+                send_message(sock, [(False, traceback.format_exc())] * len(local))
+    except OSError:
+        return
+    finally:
+        sock.close()
