@@ -20,7 +20,6 @@ as clear errors:
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -39,13 +38,6 @@ class Resolved:
     label: str
     gym_spec: Any = None
     """The Gymnasium ``EnvSpec`` the workers build from, for Gymnasium ids and specs."""
-
-
-def closest(name: str, candidates: list[str]) -> str | None:
-    """The candidate closest to `name` (case-insensitive), if close enough."""
-    lowered = {c.lower(): c for c in candidates}
-    found = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
-    return lowered[found[0]] if found else None
 
 
 def _check_json(kwargs: dict, what: str) -> None:
@@ -269,7 +261,7 @@ def resolve(env: Any, config: dict | None) -> Resolved:
             out = _from_spec(registered, config) if registered is not None else _from_entry_point(env, config)
         else:
             gym_ids = sorted(gym.registry)
-            guess = closest(env, native + gym_ids)
+            guess = _shmenv.closest_match(env, native + gym_ids)
             err = UnknownEnvError(
                 f"unknown env id {env!r}. Native (Rust) envs: {', '.join(native)}. Or any of the "
                 f"{len(gym_ids)} Gymnasium ids (gymnasium.pprint_registry()), an EnvSpec, or an entry point "

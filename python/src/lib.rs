@@ -35,6 +35,26 @@ fn builtin_env_ids() -> Vec<String> {
     Registry::with_builtins().ids()
 }
 
+/// The envs worker `w` of a pool of `num_envs` envs and `num_workers` workers hosts, as
+/// `(start, end)`: the engine's shard rule, which Python code must not restate.
+#[pyfunction]
+fn shard(w: usize, num_envs: usize, num_workers: usize) -> PyResult<(usize, usize)> {
+    if num_workers == 0 || w >= num_workers {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "worker {w} of {num_workers}: a worker index is in 0..num_workers"
+        )));
+    }
+    let r = shmenv_engine::protocol::shard(w, num_envs, num_workers);
+    Ok((r.start, r.end))
+}
+
+/// The candidate closest to `name` (case-insensitive edit distance), if close enough: the
+/// engine's "did you mean" rule, shared by every unknown-id message.
+#[pyfunction]
+fn closest_match(name: &str, candidates: Vec<String>) -> Option<String> {
+    shmenv_engine::pool::closest_match(name, &candidates)
+}
+
 #[pymodule]
 fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
@@ -46,6 +66,8 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pool::default_num_workers, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
+    m.add_function(wrap_pyfunction!(shard, m)?)?;
+    m.add_function(wrap_pyfunction!(closest_match, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

@@ -30,6 +30,7 @@ use async_mode::RingState;
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 pub use settings::{default_num_workers, MAX_WORKERS};
+pub use startup::closest_match;
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///

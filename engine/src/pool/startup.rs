@@ -303,7 +303,8 @@ fn default_seed() -> u64 {
     t ^ (std::process::id() as u64).rotate_left(32)
 }
 
-/// The registered id closest to `id` by edit distance (case-insensitive), if close enough.
+/// The registered id closest to `id` by edit distance (case-insensitive), if close enough;
+/// of equally close ones, the first (callers list candidates by priority).
 pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
     fn distance(a: &str, b: &str) -> usize {
         let (a, b): (Vec<char>, Vec<char>) =
@@ -321,7 +322,7 @@ pub fn closest_match(id: &str, registered: &[String]) -> Option<String> {
     registered
         .iter()
         .map(|r| (distance(id, r), r))
-        .min()
+        .min_by_key(|(d, _)| *d)
         .filter(|(d, r)| *d <= (r.len() / 2).max(2))
         .map(|(_, r)| r.clone())
 }

@@ -21,6 +21,8 @@ import sys
 import traceback
 from typing import Any
 
+from shmenv._shmenv import shard
+
 # This worker's Python envs, in shard order (local index = position).
 _ENVS: list[Any] = []
 # Reset options the trainer sent for env `local` (op "reset_options"), taken by its next reset.
@@ -73,11 +75,10 @@ def _worker_index() -> int:
 
 def _env_index(config: dict) -> int:
     """The global index of the env being built: the shard's first env (the engine's
-    ``protocol::shard``: ``w * num_envs // num_workers``) plus the envs built so far."""
+    shard rule) plus the envs built so far."""
     global _SHARD_START
-    num_envs, num_workers = int(config["num_envs"]), int(config["num_workers"])
     w = _worker_index()
-    start, end = w * num_envs // num_workers, (w + 1) * num_envs // num_workers
+    start, end = shard(w, int(config["num_envs"]), int(config["num_workers"]))
     _SHARD_START = start
     index = start + len(_ENVS)
     if not start <= index < end:
