@@ -2,6 +2,7 @@
 
 use crate::launch::WorkerExit;
 use crate::spec::DType;
+use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -301,7 +302,7 @@ pub enum StepError {
         hint: &'static str,
     },
     /// An env id out of range.
-    #[error("env id {env_id} out of range: the pool has envs 0..{num_envs}")]
+    #[error("{}", env_id_out_of_range(env_id, *num_envs))]
     BadEnvId {
         /// The id passed.
         env_id: usize,
@@ -434,4 +435,10 @@ fn startup_death_hint(program: &std::path::Path, plugin: Option<&std::path::Path
         ),
         None => format!("Check that {program} is a shmenv worker program built against this shmenv version"),
     }
+}
+
+/// The message for env id `env_id` (any integer a caller passed) in a pool of `num_envs`
+/// envs: the one wording of the range, for the engine and the Python extension.
+pub fn env_id_out_of_range(env_id: impl fmt::Display, num_envs: usize) -> String {
+    format!("env id {env_id} is out of range: env ids are 0 to {}", num_envs.saturating_sub(1))
 }

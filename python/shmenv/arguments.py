@@ -77,11 +77,12 @@ def _env_ids(env_ids, num_envs: int) -> np.ndarray:
     if ids.ndim == 0:
         ids = ids.reshape(1)
     if ids.dtype.kind not in "iu":
-        raise InvalidArgumentError(f"env_ids must be integers in 0..{num_envs}, got dtype {ids.dtype}: {ids}")
-    bad = (ids < 0) | (ids >= num_envs)
-    if np.any(bad):
-        raise InvalidArgumentError(f"env id {ids[bad][0]} is out of range: env ids are 0..{num_envs - 1}")
-    return np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+        raise InvalidArgumentError(f"env_ids must be integers (env ids are 0 to {num_envs - 1}), got dtype {ids.dtype}: {ids}")
+    # The extension range-checks (one wording); ids past int64 are out of range anyway.
+    flat = ids.reshape(-1)
+    if flat.dtype.kind == "u":
+        flat = np.minimum(flat, np.uint64(np.iinfo(np.int64).max))
+    return np.ascontiguousarray(flat, dtype=np.int64)
 
 
 _ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))

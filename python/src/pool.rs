@@ -471,9 +471,10 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
             .iter()
             .map(|&e| {
                 let e: i64 = e.into();
-                usize::try_from(e).ok().filter(|&u| u < num_envs).ok_or_else(|| {
-                    invalid_argument(format!("env id {e} is out of range: env ids are 0..{}", num_envs - 1))
-                })
+                usize::try_from(e)
+                    .ok()
+                    .filter(|&u| u < num_envs)
+                    .ok_or_else(|| invalid_argument(shmenv_engine::error::env_id_out_of_range(e, num_envs)))
             })
             .collect()
     }
