@@ -55,6 +55,13 @@ fn closest_match(name: &str, candidates: Vec<String>) -> Option<String> {
     shmenv_engine::pool::closest_match(name, &candidates)
 }
 
+/// Every engine dtype as `(name, numpy dtype)`: the dtype table Python uses (spec JSON
+/// names such as `"f32"` to numpy), so it is written once, here and in the engine.
+#[pyfunction]
+fn dtypes(py: Python<'_>) -> Vec<(&'static str, Bound<'_, numpy::PyArrayDescr>)> {
+    shmenv_engine::spec::DType::ALL.iter().map(|&d| (d.name(), views::descr(py, d))).collect()
+}
+
 #[pymodule]
 fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
@@ -68,6 +75,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add_function(wrap_pyfunction!(shard, m)?)?;
     m.add_function(wrap_pyfunction!(closest_match, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

@@ -37,6 +37,22 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 12] = [
+        DType::F32,
+        DType::F64,
+        DType::U8,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ];
+
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {

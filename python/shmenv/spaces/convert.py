@@ -11,22 +11,11 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-DTYPES = {
-    "f32": np.float32,
-    "f64": np.float64,
-    "u8": np.uint8,
-    "i8": np.int8,
-    "i16": np.int16,
-    "i32": np.int32,
-    "i64": np.int64,
-    "bool": np.bool_,
-    "f16": np.float16,
-    "u16": np.uint16,
-    "u32": np.uint32,
-    "u64": np.uint64,
-}
-"""The engine's dtype names (``engine/src/spec/dtype.rs``'s ``DType``) and their numpy types:
-every dtype a Gymnasium ``Box`` takes."""
+from shmenv import _shmenv
+
+DTYPES = {name: descr.type for name, descr in _shmenv.dtypes()}
+"""The engine's dtype names (its ``DType``, from the extension: one table) and their numpy
+types: every dtype a Gymnasium ``Box`` takes."""
 
 DTYPE_NAMES = {np.dtype(t).name: name for name, t in DTYPES.items()}
 
