@@ -137,32 +137,32 @@ class EnvCalls:
             no_actions = np.zeros(0, np.uint8 if action_dtype == np.bool_ else action_dtype)
             self._pool.send(no_actions, np.zeros(0, np.int64))
         else:
-            self._pool.reset(None, [False] * self.num_envs)
-            self._restarted_by_calls.update(self._pool.restarted_envs)
+            res = self._pool.reset(None, [False] * self.num_envs)
+            self._restarted_by_calls.update(res.restarted_envs)
         if list(self._pool.worker_pids) == before:
             time.sleep(0.01)  # the pool has not seen the death yet (the process is not reaped)
             return
         self._calls.refresh()
         self._infos.forget_tables()
 
-    def _follow_restarts(self) -> None:
+    def _follow_restarts(self, res) -> None:
         """After a worker restart, before this batch's infos are merged: the call channel
         takes the replacement's connection and sends it the info flag area, so its envs'
         infos (this batch's reset infos included) and calls reach the trainer. Never
         raises: a replacement that died meanwhile is left to the pool's next restart (the
         batch is returned all the same), and a connection still missing is taken later."""
         if self._restart and self._calls is not None:
-            restarted = bool(self._pool.restarted_envs)
+            restarted = bool(res.restarted_envs)
             if restarted or self._calls.pending:
                 self._calls.refresh(wait=restarted)
                 self._infos.forget_tables()
 
-    def _note_restarts(self, result):
-        """Adds ``infos["restarted_envs"]`` when a worker was restarted (``max_restarts``),
-        during this call or (sync mode) by a call into the envs since the last step: those
+    def _note_restarts(self, res, result):
+        """Adds ``infos["restarted_envs"]`` to ``result`` (the Gymnasium tuple of the pool's
+        results ``res``) when a worker was restarted (``max_restarts``), during this call or (sync mode) by a call into the envs since the last step: those
         envs' rows are marked truncated (their episodes were cut short)."""
         if self._restart:
-            restarted = self._pool.restarted_envs
+            restarted = res.restarted_envs
             if self._restarted_by_calls:
                 by_calls = sorted(self._restarted_by_calls)
                 self._restarted_by_calls.clear()

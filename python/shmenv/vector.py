@@ -183,7 +183,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
             if k > 0 and self._infos is not None:
                 self._merge_infos(res, {})  # an earlier command's infos are stale
             res = self._pool.reset(base, env_mask)
-            self._follow_restarts()
+            self._follow_restarts(res)
             self._note_seeds(env_mask, base)
         obs, _, _, _, infos = self._unpack(res)
         return obs, infos
@@ -215,8 +215,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
             self.send(actions, env_ids)
             return self.recv()
         res = self._pool.step(self._assembly.actions(actions, self.num_envs))
-        self._follow_restarts()
-        return self._note_restarts(self._unpack(res))
+        self._follow_restarts(res)
+        return self._note_restarts(res, self._unpack(res))
 
     def close_extras(self, **kwargs: Any):
         self._pool.close()
@@ -323,8 +323,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         ``(obs, rewards, terminations, truncations, infos)`` as EnvPool's ``recv()``, with
         ``infos["env_id"]`` (int32) saying which env each row is."""
         res = self._pool.recv()
-        self._follow_restarts()
-        return self._note_restarts(self._unpack(res))
+        self._follow_restarts(res)
+        return self._note_restarts(res, self._unpack(res))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""

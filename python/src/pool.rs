@@ -201,13 +201,6 @@ impl PyPool {
         Ok(v.to_string())
     }
 
-    /// Under the Restart policy: the envs whose worker was restarted during the last call
-    /// (their rows are fresh episodes, marked truncated).
-    #[getter]
-    fn restarted_envs(&self) -> PyResult<Vec<usize>> {
-        Ok(self.pool()?.restarted_envs().to_vec())
-    }
-
     /// The base seed of the first reset (the `seed` given, or the one drawn from the clock).
     #[getter]
     fn seed(&self) -> PyResult<u64> {
@@ -364,6 +357,9 @@ pub(crate) struct Results {
     episode_length: Py<PyAny>,
     /// Whether any episode ended at this step.
     any_done: bool,
+    /// Envs whose worker was restarted (`FailurePolicy::Restart`) and that come back in
+    /// this batch as fresh episodes.
+    restarted_envs: Vec<usize>,
 }
 
 impl PyPool {
@@ -428,6 +424,7 @@ impl PyPool {
             episode_return: column(Column::EpisodeReturn),
             episode_length: column(Column::EpisodeLength),
             any_done: batch.terminated().any() || batch.truncated().any(),
+            restarted_envs: batch.restarted_envs().to_vec(),
         })
     }
 }
