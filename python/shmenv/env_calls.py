@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from shmenv.errors import ClosedError, InvalidArgumentError, UsageError, WorkerDiedError
+from shmenv.errors import InvalidArgumentError, UsageError, WorkerDiedError, closed
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
@@ -51,7 +51,7 @@ class EnvCalls:
         """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
         Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`."""
         if self.closed:
-            raise ClosedError("the pool is closed (close() was called); build a new one")
+            raise closed()
         if self._calls is None:
             if op in ("get", "call") and name in NATIVE_ATTRS:
                 return [self._native_attr(name) for _ in env_ids]

@@ -112,6 +112,12 @@ def _closed_error() -> type:
     return ClosedError
 
 
+def closed(what: str = "pool", why: str = "close() was called") -> Exception:
+    """The :class:`ClosedError` of any call on a closed pool or env: the one wording
+    (the extension raises the same for its pool)."""
+    return __getattr__("ClosedError")(f"the {what} is closed ({why}); build a new one")
+
+
 def __getattr__(name: str) -> Any:
     if name == "ClosedError":
         cls = globals().setdefault("ClosedError", _closed_error())

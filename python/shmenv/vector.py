@@ -25,10 +25,10 @@ from shmenv.arguments import (
     _optional_seconds,
 )
 from shmenv.errors import (
-    ClosedError,
     InvalidArgumentError,
     UsageError,
     WorkerError,
+    closed,
 )
 from shmenv.spaces.assembly import Assembly
 from shmenv.env_calls import EnvCalls
@@ -168,7 +168,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
         if self.closed:
-            raise ClosedError("the pool is closed (close() was called); build a new one")
+            raise closed()
         mask, env_options = _reset_options(options, self.num_envs, self.is_async)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
@@ -295,7 +295,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         CartPole's 600x400 frames, meant for videos and evaluation, not for every training
         step. Raises :class:`shmenv.UsageError` when ``render_mode`` is None."""
         if self.closed:
-            raise ClosedError("the pool is closed (close() was called); build a new one")
+            raise closed()
         if self.render_mode is None:
             if not self.python_env:
                 raise UsageError(

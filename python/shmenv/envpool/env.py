@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmenv.envpool.tasks import _ATARI_INFO
-from shmenv.errors import InvalidArgumentError, UsageError
+from shmenv.errors import InvalidArgumentError, UsageError, closed
 
 
 class EnvSpec:
@@ -282,7 +282,7 @@ class EnvPoolEnv(VectorEnv, gym.Env):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise UsageError("the env is closed (close() was called); make a new one")
+            raise closed("env")
 
     def _check_all(self, env_id) -> None:
         if env_id is not None and not np.array_equal(np.asarray(env_id).reshape(-1), self._all_env_ids):

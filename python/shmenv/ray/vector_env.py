@@ -17,10 +17,10 @@ from shmenv import _shmenv
 from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optional_int
 from shmenv.errors import (
     BuildError,
-    ClosedError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     UsageError,
+    closed,
 )
 from shmenv.ray.async_mode import AsyncBatches
 from shmenv.ray.channel import Channel
@@ -379,7 +379,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise ClosedError("the env is closed (close() was called, or an actor failed); build a new one")
+            raise closed("env", "close() was called, or an actor failed")
 
     def _check_reset(self) -> None:
         self._check_open()
