@@ -1,0 +1,382 @@
+"""``shmenv.torchrl``: a TorchRL environment (``EnvBase``) over a shmenv pool.
+
+>>> from shmenv.torchrl import ShmEnv
+>>> env = ShmEnv("CartPole-v1", 16, num_workers=2, seed=0)     # batch_size [16]
+>>> td = env.rollout(100)                                       # td.shape == (16, 100)
+>>> env.close()
+
+The envs step in shmenv's worker processes (exec'd programs, not ``multiprocessing``), so a
+``torchrl.collectors.Collector`` over a ``ShmEnv`` collects from every core without TorchRL
+spawning anything and without an ``if __name__ == "__main__":`` guard.
+
+Specs are those ``GymWrapper(gymnasium.vector.SyncVectorEnv([...]))`` gives for the same
+env: ``"observation"`` (or the keys of a Dict observation), ``"reward"`` of shape
+``[num_envs, 1]``, ``"done"``/``"terminated"``/``"truncated"`` of shape ``[num_envs, 1]``,
+and an action spec that is ``OneHot`` for a ``Discrete`` action space by default and
+``Categorical`` with ``categorical_action_encoding=True``, as GymWrapper's switch does.
+
+The pool runs with ``autoreset_mode="disabled"``: TorchRL resets ended envs itself, through
+``reset`` with a ``"_reset"`` mask, which becomes the pool's partial reset
+``reset(options={"reset_mask": mask})``. ``set_seed(s)`` resets the pool with seed ``s``
+(env ``i`` seeded ``s + i``), as GymWrapper does over a Gymnasium vector env.
+
+Tensors are made with ``torch.from_numpy`` over the arrays the pool returns: with the
+pool's default ``copy=True`` they are fresh arrays owned by the caller, so no second copy is
+made. A pool made with ``copy=False`` returns observation views of the shared memory that
+the next steps overwrite; TorchRL keeps observations (rollouts, collector batches), so they
+are then copied once into tensors here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data.tensor_specs import (
+    Bounded,
+    Categorical,
+    Composite,
+    OneHot,
+    Unbounded,
+)
+from torchrl.envs.common import EnvBase
+
+import shmenv
+
+__all__ = ["ShmEnv"]
+
+# TorchRL's own mapping from Gymnasium spaces to specs (GymWrapper's), so that a ShmEnv's
+# specs are GymWrapper's by construction.
+try:
+    from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform as _space_to_spec
+except ImportError as error:  # pragma: no cover - a TorchRL without GymWrapper's converter
+    raise ImportError(
+        "shmenv.torchrl needs torchrl.envs.libs.gym._gym_to_torchrl_spec_transform "
+        f"(TorchRL 0.14 has it): {error}"
+    ) from error
+
+
+def _autoreset_is_disabled(mode: Any) -> bool:
+    from gymnasium.vector import AutoresetMode
+
+    if isinstance(mode, AutoresetMode):
+        return mode == AutoresetMode.DISABLED
+    return isinstance(mode, str) and mode.lower() == "disabled"
+
+
+class ShmEnv(EnvBase):
+    """A TorchRL env over a shmenv pool of ``num_envs`` envs stepped in worker processes.
+
+    ``ShmEnv(env, num_envs, **make_vec_options)`` builds the pool with
+    ``shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **make_vec_options)``
+    (``num_workers``, ``seed``, ``config``, ``copy``, ...; ``env`` is anything ``make_vec``
+    takes). ``ShmEnv(pool=envs)`` or ``ShmEnv.from_pool(envs)`` wraps an existing sync pool
+    made with ``autoreset_mode="disabled"``. ``close()`` closes the pool in both cases;
+    garbage collection closes only a pool the ShmEnv built. A ShmEnv that built its pool
+    and was closed (a ``Collector`` closes its env after ``total_frames``) builds a new pool
+    at its next ``reset``, as TorchRL's ``ParallelEnv`` starts again.
+
+    Args:
+        env: what ``shmenv.make_vec`` builds envs from (an id, an ``EnvSpec``, an entry
+            point, a factory).
+        num_envs: the number of envs; the env's ``batch_size`` is ``[num_envs]``.
+
+    Keyword Args:
+        pool: an existing ``shmenv.ShmVectorEnv`` (instead of ``env``/``num_envs``).
+        categorical_action_encoding: ``Discrete`` spaces become ``Categorical`` specs
+            (integer actions) instead of ``OneHot`` (the default, as in ``GymWrapper``).
+        device: the device of the specs and of the tensors returned (default: None, CPU
+            tensors, as ``GymWrapper``).
+        allow_done_after_reset: passed to ``EnvBase``.
+        **make_vec_options: every other keyword of ``shmenv.make_vec``.
+    """
+
+    def __init__(
+        self,
+        env: Any = None,
+        num_envs: int | None = None,
+        *,
+        pool: Any = None,
+        categorical_action_encoding: bool = False,
+        device: Any = None,
+        allow_done_after_reset: bool = False,
+        **make_vec_options: Any,
+    ):
+        if pool is None:
+            if env is None or num_envs is None:
+                raise TypeError("ShmEnv needs env and num_envs (or pool=an existing shmenv pool)")
+            mode = make_vec_options.pop("autoreset_mode", "disabled")
+            if not _autoreset_is_disabled(mode):
+                raise ValueError(
+                    f"ShmEnv runs its pool with autoreset_mode='disabled' (TorchRL resets ended envs "
+                    f"itself, through '_reset' masks); got autoreset_mode={mode!r}"
+                )
+            batch_size = make_vec_options.get("batch_size")
+            if batch_size is not None and batch_size != num_envs:
+                raise ValueError(
+                    "ShmEnv needs a sync pool (partial resets are sync only): leave batch_size "
+                    f"unset or equal to num_envs ({num_envs}), got batch_size={batch_size}"
+                )
+            self._build = (env, num_envs, make_vec_options)
+            pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **make_vec_options)
+            self._owns_pool = True
+        else:
+            if env is not None or num_envs is not None or make_vec_options:
+                raise TypeError("pass either pool=... or env, num_envs and make_vec options, not both")
+            self._check_pool(pool)
+            self._owns_pool = False
+        self._pool = pool
+        try:
+            super().__init__(
+                device=device,
+                batch_size=torch.Size([pool.num_envs]),
+                allow_done_after_reset=allow_done_after_reset,
+            )
+            self._categorical_action_encoding = categorical_action_encoding
+            self._copy_obs = not getattr(pool, "copy", True)
+            self._make_specs()
+        except BaseException:
+            if self._owns_pool:
+                pool.close()
+            raise
+        self.is_closed = False
+
+    @classmethod
+    def from_pool(cls, pool: Any, **kwargs: Any) -> "ShmEnv":
+        """Wraps an existing sync ``shmenv.ShmVectorEnv`` made with
+        ``autoreset_mode="disabled"`` (``kwargs``: ``categorical_action_encoding``,
+        ``device``, ``allow_done_after_reset``)."""
+        return cls(pool=pool, **kwargs)
+
+    @staticmethod
+    def _check_pool(pool: Any) -> None:
+        if not isinstance(pool, shmenv.ShmVectorEnv):
+            raise TypeError(f"pool must be a shmenv.ShmVectorEnv (shmenv.make_vec), got {type(pool).__name__}")
+        if getattr(pool, "closed", False):
+            raise shmenv.errors.UsageError("the pool is closed")
+        if pool.is_async:
+            raise ValueError(
+                "ShmEnv needs a sync pool (partial resets are sync only): make it without batch_size "
+                "or with batch_size=num_envs"
+            )
+        if not _autoreset_is_disabled(pool.autoreset_mode):
+            raise ValueError(
+                "ShmEnv needs a pool made with autoreset_mode='disabled' (TorchRL resets ended envs "
+                f"itself, as GymWrapper requires of Gymnasium vector envs); this one has {pool.autoreset_mode}"
+            )
+
+    # ---------------------------------------------------------------- specs
+
+    def _make_specs(self) -> None:
+        from gymnasium import spaces
+
+        pool = self._pool
+        batch = self.batch_size
+        cat = self._categorical_action_encoding
+        single_obs = pool.single_observation_space
+        if isinstance(single_obs, spaces.Tuple) or (
+            isinstance(single_obs, spaces.Dict)
+            and any(isinstance(s, spaces.Tuple) for s in _leaves(single_obs))
+        ):
+            raise NotImplementedError("ShmEnv does not map Tuple observation spaces yet; use a Dict")
+        if isinstance(pool.single_action_space, (spaces.Tuple, spaces.Dict)):
+            raise NotImplementedError("ShmEnv does not map Tuple or Dict action spaces yet")
+
+        # As GymWrapper._make_specs does for a batched env: the batched spaces are converted.
+        # shmenv's uniform Box bounds are read-only broadcast views; TorchRL's converter
+        # wraps them with torch.as_tensor (torch warns) and then builds its own bound tensors.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            observation_spec = _space_to_spec(
+                pool.observation_space, device=self.device, categorical_action_encoding=cat
+            )
+            action_spec = _space_to_spec(pool.action_space, device=self.device, categorical_action_encoding=cat)
+        if not isinstance(observation_spec, Composite):
+            observation_spec = Composite(observation=observation_spec, shape=batch)
+            self._obs_key = "observation"
+        else:
+            self._obs_key = None
+            if observation_spec.shape[: len(batch)] != batch:
+                observation_spec.shape = batch
+        self.done_spec = Composite(
+            {
+                key: Categorical(2, dtype=torch.bool, device=self.device, shape=(*batch, 1))
+                for key in ("done", "terminated", "truncated")
+            },
+            shape=batch,
+        )
+        self.action_spec = action_spec
+        self.reward_spec = Unbounded(shape=(*batch, 1), device=self.device)
+        self.observation_spec = observation_spec
+
+        # Actions to numpy: a one-hot action is its argmax, as the spec's to_numpy gives.
+        if type(action_spec) is OneHot:
+            self._action_kind = "onehot"
+        elif isinstance(action_spec, (Bounded, Unbounded, Categorical)):
+            self._action_kind = "plain"  # Box, Categorical, MultiCategorical, Binary
+        else:
+            self._action_kind = "spec"  # MultiOneHot, stacked specs: the spec converts
+
+    # ------------------------------------------------------------- results
+
+    def _obs_tensor(self, array: np.ndarray, spec) -> torch.Tensor:
+        if isinstance(spec, (Bounded, Unbounded)) and array.dtype != object:
+            if self._copy_obs:
+                array = np.array(array)  # a view of the shared memory: TorchRL keeps it
+            tensor = torch.from_numpy(array)
+            if tensor.dtype != spec.dtype:
+                tensor = tensor.to(spec.dtype)
+            if tensor.shape != spec.shape:
+                tensor = tensor.reshape(spec.shape)
+            return tensor
+        return spec.encode(np.array(array) if self._copy_obs else array, ignore_device=True)
+
+    def _read_obs(self, obs: Any) -> dict:
+        if self._obs_key is not None:
+            return {self._obs_key: self._obs_tensor(obs, self.observation_spec[self._obs_key])}
+        return _read_dict(self, obs, self.observation_spec, top=True)
+
+    def _result(self, source: dict) -> TensorDictBase:
+        if self._obs_key is not None:
+            # Flat, of tensors made here with the specs' shapes and dtypes: no checks needed
+            # (GymLikeEnv takes the same shortcut once its first result validated).
+            out = TensorDict._new_unsafe(source, batch_size=self.batch_size)
+        else:
+            out = TensorDict(source, batch_size=self.batch_size)
+        if self.device is not None:
+            out = out.to(self.device)
+        return out
+
+    # --------------------------------------------------------------- EnvBase
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        partial = tensordict.get("_step", None)
+        if partial is not None and not bool(partial.all()):
+            raise NotImplementedError("ShmEnv steps every env at once; partial steps ('_step') are not supported")
+        action = tensordict.get(self.action_key)
+        kind = self._action_kind
+        if kind == "onehot":
+            action = action.argmax(-1).cpu().numpy()
+        elif kind == "plain":
+            action = action.detach().cpu().numpy()
+        else:
+            action = self.action_spec.to_numpy(action, safe=False)
+        obs, rewards, terminated, truncated, _ = self._pool.step(action)
+        source = self._read_obs(obs)
+        n = self.batch_size[0]
+        reward = torch.from_numpy(rewards)
+        if reward.dtype != torch.float32:
+            reward = reward.to(torch.float32)
+        term = torch.from_numpy(terminated).view(n, 1)
+        trunc = torch.from_numpy(truncated).view(n, 1)
+        source["reward"] = reward.view(n, 1)
+        source["terminated"] = term
+        source["truncated"] = trunc
+        source["done"] = term | trunc
+        return self._result(source)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        seed = kwargs.pop("seed", None)
+        options = kwargs.pop("options", None)
+        if kwargs:
+            raise TypeError(f"ShmEnv.reset got unexpected keywords {sorted(kwargs)}")
+        mask = None
+        if self.is_closed:
+            self._reopen()
+        elif tensordict is not None:
+            reset = tensordict.get("_reset", None)
+            if reset is not None:
+                mask = reset.reshape(self.batch_size).cpu().numpy()
+                if mask.all():
+                    mask = None
+                elif not mask.any():
+                    # Nothing to reset: TorchRL keeps every row of its own tensordict.
+                    return self._result(self.observation_spec.zero().to_dict())
+        if mask is not None:
+            options = dict(options or {}, reset_mask=np.ascontiguousarray(mask, dtype=bool))
+        obs, _ = self._pool.reset(seed=seed, options=options)
+        return self._result(self._read_obs(obs))
+
+    def _reopen(self) -> None:
+        # A Collector closes its env once total_frames are collected. As TorchRL's
+        # ParallelEnv and SerialEnv start again when used after close(), a ShmEnv that built
+        # its pool builds a new one (same arguments, so the same seeds) at the next reset.
+        if not self.__dict__.get("_owns_pool"):
+            raise shmenv.errors.ClosedError(
+                "this ShmEnv was closed, and with it the pool it wraps; wrap a new pool "
+                "(a ShmEnv built from an env id restarts by itself)"
+            )
+        env, num_envs, options = self._build
+        self._pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **options)
+        self.is_closed = False
+
+    def _set_seed(self, seed: int | None) -> None:
+        # As GymWrapper over a Gymnasium vector env: a reset with the seed, env i seeded
+        # seed + i.
+        self.reset(seed=seed)
+
+    # ----------------------------------------------------------------- misc
+
+    @property
+    def pool(self):
+        """The ``shmenv.ShmVectorEnv`` stepping the envs."""
+        return self._pool
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Closes the pool: its worker processes are stopped and reaped."""
+        self.is_closed = True
+        pool = self.__dict__.get("_pool")
+        if pool is not None:
+            pool.close()
+
+    def __del__(self) -> None:
+        # A ShmEnv garbage-collected closes the pool it built (the pool's own finalizer
+        # would too); a pool passed in stays the caller's until close() is called.
+        if self.__dict__.get("_owns_pool") and not self.__dict__.get("is_closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "ShmEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        pool = self.__dict__.get("_pool")
+        env_id = getattr(pool, "env_id", None)
+        return (
+            f"{type(self).__name__}(env={env_id!r}, num_envs={self.batch_size[0] if self.batch_size else None}, "
+            f"num_workers={getattr(pool, 'num_workers', None)}, device={self.device})"
+        )
+
+
+def _leaves(space):
+    """The leaf spaces of nested Dicts (a Tuple counts as a leaf)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        for sub in space.spaces.values():
+            yield from _leaves(sub)
+    else:
+        yield space
+
+
+def _read_dict(env: ShmEnv, obs: dict, spec: Composite, top: bool = False) -> dict:
+    if top and "state" in obs and "observation" not in obs:
+        # GymWrapper renames a Dict observation's "state" to "observation".
+        obs = dict(obs)
+        obs["observation"] = obs.pop("state")
+    out = {}
+    for key, value in obs.items():
+        sub = spec[key]
+        if isinstance(value, dict):
+            out[key] = _read_dict(env, value, sub)
+        else:
+            out[key] = env._obs_tensor(value, sub)
+    return out
