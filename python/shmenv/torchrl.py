@@ -156,7 +156,7 @@ class ShmEnv(EnvBase):
         if not isinstance(pool, shmenv.ShmVectorEnv):
             raise TypeError(f"pool must be a shmenv.ShmVectorEnv (shmenv.make_vec), got {type(pool).__name__}")
         if getattr(pool, "closed", False):
-            raise shmenv.errors.UsageError("the pool is closed")
+            raise shmenv.errors.closed()
         if pool.is_async:
             raise ValueError(
                 "ShmEnv needs a sync pool (partial resets are sync only): make it without batch_size "
@@ -181,9 +181,16 @@ class ShmEnv(EnvBase):
             isinstance(single_obs, spaces.Dict)
             and any(isinstance(s, spaces.Tuple) for s in _leaves(single_obs))
         ):
-            raise NotImplementedError("ShmEnv does not map Tuple observation spaces yet; use a Dict")
+            raise shmenv.errors.InvalidArgumentError(
+                f"ShmEnv maps Box, Discrete, MultiDiscrete, MultiBinary and Dict observations (as TorchRL's "
+                f"Composite), not Tuple ones: got {single_obs}; wrap the env so it returns a Dict"
+            )
         if isinstance(pool.single_action_space, (spaces.Tuple, spaces.Dict)):
-            raise NotImplementedError("ShmEnv does not map Tuple or Dict action spaces yet")
+            raise shmenv.errors.InvalidArgumentError(
+                f"ShmEnv takes one action array per env (Box, Discrete, MultiDiscrete, MultiBinary), not "
+                f"{pool.single_action_space}; flatten the action (gymnasium.wrappers.FlattenAction) or use "
+                "GymWrapper over the pool"
+            )
 
         # As GymWrapper._make_specs does for a batched env: the batched spaces are converted.
         # shmenv's uniform Box bounds are read-only broadcast views; TorchRL's converter
@@ -255,7 +262,10 @@ class ShmEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         partial = tensordict.get("_step", None)
         if partial is not None and not bool(partial.all()):
-            raise NotImplementedError("ShmEnv steps every env at once; partial steps ('_step') are not supported")
+            raise shmenv.errors.UsageError(
+                "ShmEnv steps every env at once (one pool command): a '_step' mask with False entries is "
+                "refused; step all envs, and reset the ones you do not want with a '_reset' mask"
+            )
         action = tensordict.get(self.action_key)
         kind = self._action_kind
         if kind == "onehot":
