@@ -48,8 +48,8 @@ pub const REPIN_AFTER_NS: u64 = 2_000_000_000;
 /// A probe whose batches (even its first, of transition) cost this many times the
 /// compared window's mean ends at once.
 const FAR_WORSE: f64 = 4.0;
-/// A return to sleeping this soon after leaving it counts as a probe that sleeping won
-/// (see [`WaitTuner::switch`]).
+/// A return to a mode this soon after leaving it doubles the interval before the next
+/// probe of the mode left (see [`WaitTuner::switch`]).
 const REVERT_NS: u64 = 1_000_000_000;
 /// A probe whose first [`FEW_BATCHES`] or more cost this many times the compared window's
 /// mean ends there: the other mode is far worse (as waiting actively is under contention).
@@ -143,8 +143,12 @@ pub(super) struct WaitTuner {
     /// The interval between probes while asleep, kept across a short excursion into
     /// waiting actively (see [`WaitTuner::switch`]).
     sleep_interval_ns: u64,
+    /// The same while active, kept across a short excursion into sleeping.
+    active_interval_ns: u64,
     /// When the tuner last chose to wait actively.
     active_since_ns: u64,
+    /// When the tuner last chose to sleep.
+    sleep_since_ns: u64,
     /// Probes in a row that the other mode won.
     wins: u32,
     /// Probes so far.
@@ -167,7 +171,9 @@ impl WaitTuner {
             interval_ns: FIRST_INTERVAL_NS,
             next_probe_ns: u64::MAX,
             sleep_interval_ns: FIRST_INTERVAL_NS,
+            active_interval_ns: FIRST_INTERVAL_NS,
             active_since_ns: 0,
+            sleep_since_ns: 0,
             wins: 0,
             probes: 0,
             switches: 0,
@@ -177,6 +183,15 @@ impl WaitTuner {
     /// The mode chosen (a probe may be running the other one).
     pub fn chosen(&self) -> WaitMode {
         self.mode
+    }
+
+    /// The mode the pool's processes follow now: the chosen one, or the other while a
+    /// probe runs it.
+    pub fn following(&self) -> WaitMode {
+        match self.phase {
+            Phase::Settled(_) => self.mode,
+            Phase::Probe { .. } => self.mode.other(),
+        }
     }
 
     /// How long the tuner has waited actively since it last chose to (0 while asleep; from
@@ -246,9 +261,7 @@ impl WaitTuner {
                 if hopeless || window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
                     // The other mode has already cost more: stay.
                     self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
-                    if self.mode == WaitMode::Sleep {
-                        self.sleep_interval_ns = self.interval_ns;
-                    }
+                    self.keep_interval();
                     self.settle(now_ns, against.mean());
                     return Some(self.mode);
                 }
@@ -283,27 +296,38 @@ impl WaitTuner {
     }
 
     /// Takes the other mode. Probes of the mode left start `FIRST_INTERVAL_NS` after, but
-    /// for a return to sleeping within [`REVERT_NS`] of leaving it: waiting actively then
-    /// looked better only for a while (under contention it has fast stretches of tens of
-    /// milliseconds between stalls of a time slice each), so the next try waits twice as
+    /// for a return within [`REVERT_NS`] of leaving a mode: the other one then looked better
+    /// only for a while (under contention waiting actively has fast stretches of tens of
+    /// milliseconds between stalls of a time slice each; on an idle machine a window of
+    /// sleeping can look a few percent cheaper by chance), so the next try waits twice as
     /// long as the last.
     fn switch(&mut self, now_ns: u64, cost_ns: f64) {
         self.mode = self.mode.other();
         self.switches += 1;
-        self.interval_ns = match self.mode {
-            WaitMode::Active => {
-                self.active_since_ns = now_ns;
-                FIRST_INTERVAL_NS
-            }
-            WaitMode::Sleep if now_ns.saturating_sub(self.active_since_ns) < REVERT_NS => {
-                (self.sleep_interval_ns * 2).min(MAX_INTERVAL_NS)
-            }
-            WaitMode::Sleep => FIRST_INTERVAL_NS,
+        // The excursion into the mode left began when that mode was taken.
+        let (excursion_began, kept) = match self.mode {
+            WaitMode::Active => (self.sleep_since_ns, self.active_interval_ns),
+            WaitMode::Sleep => (self.active_since_ns, self.sleep_interval_ns),
         };
-        if self.mode == WaitMode::Sleep {
-            self.sleep_interval_ns = self.interval_ns;
+        match self.mode {
+            WaitMode::Active => self.active_since_ns = now_ns,
+            WaitMode::Sleep => self.sleep_since_ns = now_ns,
         }
+        self.interval_ns = if now_ns.saturating_sub(excursion_began) < REVERT_NS {
+            (kept * 2).min(MAX_INTERVAL_NS)
+        } else {
+            FIRST_INTERVAL_NS
+        };
+        self.keep_interval();
         self.settle(now_ns, cost_ns);
+    }
+
+    /// Remembers the current interval as the chosen mode's (see [`WaitTuner::switch`]).
+    fn keep_interval(&mut self) {
+        match self.mode {
+            WaitMode::Active => self.active_interval_ns = self.interval_ns,
+            WaitMode::Sleep => self.sleep_interval_ns = self.interval_ns,
+        }
     }
 
     fn settle(&mut self, now_ns: u64, cost_ns: f64) {
@@ -321,14 +345,16 @@ impl Core {
         let Some(tuner) = self.tuner.as_mut() else { return };
         let follow = tuner.on_call(now_ns, call_ns, steps);
         let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
-        let active_for = tuner.active_for_ns(now_ns);
+        let (following, active_for) = (tuner.following(), tuner.active_for_ns(now_ns));
         if let Some(mode) = follow {
             self.follow_wait_mode(mode);
             self.pool_stats().set_wait(chosen, probes, switches);
         }
-        // Unpinned at once when the pool sleeps, pinned again once it has waited actively
+        // Unpinned at once when the pool sleeps, a probe of sleeping included (it measures
+        // what a switch would bring: under contention a pinned worker waits for the core a
+        // busy process holds, however it waits), pinned again once it has waited actively
         // for a while (see `REPIN_AFTER_NS`).
-        let placement = match chosen {
+        let placement = match following {
             WaitMode::Active if active_for < REPIN_AFTER_NS => self.placed_for,
             mode => mode,
         };
@@ -425,6 +451,25 @@ mod tests {
     }
 
     #[test]
+    fn a_quick_return_to_a_mode_waits_twice_as_long_before_leaving_it_again() {
+        let mut t = WaitTuner::new();
+        let s = 1_000_000_000;
+        t.switch(s, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Sleep, FIRST_INTERVAL_NS));
+        // Back to waiting actively after 200 ms (sleeping won by chance): twice as long.
+        t.switch(s + 200_000_000, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Active, 2 * FIRST_INTERVAL_NS));
+        t.switch(s + 500_000_000, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Sleep, 2 * FIRST_INTERVAL_NS));
+        t.switch(s + 600_000_000, 50_000.0);
+        assert_eq!(t.interval_ns, 4 * FIRST_INTERVAL_NS);
+        // A long stay asleep (contention that lasted) is no quick return.
+        t.switch(s + 700_000_000, 50_000.0);
+        t.switch(s + 5 * s, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Active, FIRST_INTERVAL_NS));
+    }
+
+    #[test]
     fn a_mode_within_the_margin_does_not_take_over() {
         let mut t = WaitTuner::new();
         let mut now = 1;
@@ -444,6 +489,7 @@ mod tests {
         assert!(t.outside_avg_ns < 200_000.0, "{}", t.outside_avg_ns);
         // The window with the pause (compared in the probe it started) counts it as 140 us.
         let Phase::Probe { against, .. } = t.phase else { panic!("{:?}", t.phase) };
+        assert_eq!((t.chosen(), t.following()), (WaitMode::Active, WaitMode::Sleep));
         assert!(against.mean() < 100_000.0, "{}", against.mean());
     }
 }
