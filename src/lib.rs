@@ -52,8 +52,9 @@
 pub use shmenv_engine as engine;
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
-    FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, Space, StatsReport, StatsSnapshot,
-    StepError, ViewError, WaitMode, WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit,
+    FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, PoolFailure, RecvError, ResetError,
+    SendError, Space, StatsReport, StatsSnapshot, StepError, ViewError, WaitMode, WaitStrategy,
+    WorkerActivity, WorkerCommand, WorkerExit, WrongMode,
 };
 #[doc(inline)]
 pub use shmenv_worker as worker;

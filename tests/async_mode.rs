@@ -5,9 +5,9 @@
 
 mod common;
 
-use common::{builder, Watchdog};
+use common::{builder, Failed, Watchdog};
 use serde_json::json;
-use shmenv::{AutoReset, Batch, StepError};
+use shmenv::{AutoReset, Batch, PoolFailure, RecvError, ResetError, SendError, StepError, WrongMode};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -199,30 +199,30 @@ fn envs_come_back_in_the_order_their_worker_got_them() {
 fn async_calls_check_their_arguments() {
     let _w = Watchdog::new("async errors", Duration::from_secs(60));
     let mut pool = builder("CartPole-v1").num_envs(4).num_workers(2).batch_size(2).seed(0).build().unwrap();
-    assert!(matches!(pool.send(&[0i64], &[0]), Err(StepError::NotReset)));
-    assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::WrongMode { call: "step", .. })));
+    assert!(matches!(pool.send(&[0i64], &[0]), Err(SendError::NotReset)));
+    assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::WrongMode(WrongMode { call: "step", .. }))));
     let ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
     assert_eq!(ids.len(), 2);
     let other: Vec<usize> = (0..4).filter(|e| !ids.contains(e)).collect();
     // The envs not in the first batch are still in flight (their reset).
     let e = pool.send(&[0i64], &other[..1]).unwrap_err();
-    assert!(matches!(e, StepError::EnvBusy { env_id } if env_id == other[0]), "{e:?}");
-    assert!(matches!(pool.send(&[0i64], &[9]), Err(StepError::BadEnvId { env_id: 9, num_envs: 4 })));
-    assert!(matches!(pool.send(&[0i64, 1], &[ids[0], ids[0]]), Err(StepError::EnvBusy { .. })));
-    assert!(matches!(pool.send(&[5i64, 0], &ids), Err(StepError::Action(_))));
+    assert!(matches!(e, SendError::EnvBusy { env_id } if env_id == other[0]), "{e:?}");
+    assert!(matches!(pool.send(&[0i64], &[9]), Err(SendError::BadEnvId { env_id: 9, num_envs: 4 })));
+    assert!(matches!(pool.send(&[0i64, 1], &[ids[0], ids[0]]), Err(SendError::EnvBusy { .. })));
+    assert!(matches!(pool.send(&[5i64, 0], &ids), Err(SendError::Action(_))));
     // Nothing above was sent: two envs in flight, one batch to receive, then none.
     assert_eq!(pool.in_flight(), 2);
     pool.recv().unwrap();
     let e = pool.recv().unwrap_err();
     assert!(e.to_string().contains("needs at least batch_size = 2 envs in flight, but 0 are"), "{e}");
     assert!(matches!(pool.async_reset(), Ok(())));
-    assert!(matches!(pool.async_reset(), Err(StepError::EnvBusy { .. })));
+    assert!(matches!(pool.async_reset(), Err(ResetError::InFlight { .. })));
 
     let mut sync = builder("CartPole-v1").num_envs(2).num_workers(1).build().unwrap();
     sync.reset().unwrap();
     let e = sync.send(&[0i64], &[0]).unwrap_err();
     assert!(e.to_string().contains("this pool is sync"), "{e}");
-    assert!(matches!(sync.recv(), Err(StepError::WrongMode { call: "recv", .. })));
+    assert!(matches!(sync.recv(), Err(RecvError::WrongMode(WrongMode { call: "recv", .. }))));
     let err = builder("CartPole-v1").num_envs(4).batch_size(5).build().unwrap_err();
     assert!(err.to_string().contains("batch_size must be between 1 and num_envs (4), got 5"), "{err}");
     let err = builder("CartPole-v1").num_envs(4).batch_size(2).ring_depth(1).build().unwrap_err();
@@ -275,25 +275,25 @@ fn a_panicking_env_in_async_mode_is_reported_with_its_id() {
     let mut outcome = Ok(());
     for _ in 0..10_000_000 {
         if let Err(e) = pool.send(&vec![0i64; ids.len()], &ids) {
-            outcome = Err(e);
+            outcome = Err(e.failed());
             break;
         }
         match pool.recv() {
             Ok(b) => ids = b.env_ids().iter().map(|&e| e as usize).collect(),
             Err(e) => {
-                outcome = Err(e);
+                outcome = Err(e.failed());
                 break;
             }
         }
     }
     match outcome {
-        Err(StepError::EnvPanicked { env_id, message }) => {
+        Err(PoolFailure::EnvPanicked { env_id, message }) => {
             assert_eq!(env_id, 3);
             assert!(message.contains("fault injected at step 2"), "{message}");
         }
         other => panic!("expected EnvPanicked for env 3, got {other:?}"),
     }
-    assert!(matches!(pool.recv(), Err(StepError::Closed { .. })));
+    assert!(matches!(pool.recv().map(|_| ()).unwrap_err().failure(), Some(PoolFailure::Closed { .. })));
 }
 
 /// Runs `recvs` batches of an EnvPool-style loop (recv, send the same envs back) and

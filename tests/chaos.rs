@@ -12,10 +12,10 @@
 
 mod common;
 
-use common::{builder, child_pids, open_fds, signal, AsyncDriver, Watchdog};
+use common::{builder, child_pids, open_fds, signal, AsyncDriver, Failed, Watchdog};
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
-use shmenv::{FailurePolicy, StepError, WorkerExit};
+use shmenv::{FailurePolicy, PoolFailure, WorkerExit};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -61,10 +61,11 @@ fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
         let delay = Duration::from_micros(below(3000));
         let ctx = format!("round {round}: {envs} envs, {workers} workers, batch {batch}, {step_us} us, kill worker {victim} after {steps_before} steps + {delay:?}");
         let mut kill_at = None;
-        let result = (|| -> Result<(), StepError> {
+        let result = (|| -> Result<(), PoolFailure> {
             // Async: every env stays in flight; each round trip resends the envs of the
             // last batch.
-            let mut ids: Vec<usize> = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
+            let mut ids: Vec<usize> =
+                pool.reset().map_err(Failed::failed)?.env_ids().iter().map(|&e| e as usize).collect();
             let mut k = 0;
             loop {
                 if k == steps_before {
@@ -77,10 +78,11 @@ fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
                     kill_at = Some(killer);
                 }
                 if pool.is_async() {
-                    pool.send(&actions[..ids.len()], &ids)?;
-                    ids = pool.recv()?.env_ids().iter().map(|&e| e as usize).collect();
+                    pool.send(&actions[..ids.len()], &ids).map_err(Failed::failed)?;
+                    ids =
+                        pool.recv().map_err(Failed::failed)?.env_ids().iter().map(|&e| e as usize).collect();
                 } else {
-                    pool.step(&actions)?;
+                    pool.step(&actions).map_err(Failed::failed)?;
                 }
                 k += 1;
             }
@@ -90,12 +92,15 @@ fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
         let killed = killer.join().unwrap();
         worst = worst.max(noticed.saturating_duration_since(killed));
         match result {
-            Err(StepError::WorkerDied { worker, pid: p, exit, .. }) => {
+            Err(PoolFailure::WorkerDied { worker, pid: p, exit, .. }) => {
                 assert_eq!((worker, p, exit), (victim, pid, WorkerExit::Signal(libc::SIGKILL)), "{ctx}");
             }
             other => panic!("{ctx}: expected WorkerDied, got {other:?}"),
         }
-        assert!(matches!(pool.step(&actions).unwrap_err(), StepError::Closed { .. }), "{ctx}");
+        assert!(
+            matches!(pool.step(&actions).unwrap_err().failure(), Some(PoolFailure::Closed { .. })),
+            "{ctx}"
+        );
         drop(pool);
         assert!(child_pids().is_empty(), "{ctx}: child processes left behind");
     }
@@ -313,8 +318,13 @@ fn forked_children_exit_close_and_step(below: &mut impl FnMut(u64) -> u64) {
             0 => true, // exits: the copy is dropped with the child's memory
             1 => copy.close().iter().all(Option::is_none),
             _ => {
-                matches!(copy.step(&[1i64; 4]).map(|_| ()), Err(StepError::ForeignProcess { .. }))
-                    && matches!(copy.recv().map(|_| ()), Err(StepError::ForeignProcess { .. }))
+                matches!(
+                    copy.step(&[1i64; 4]).map(|_| ()).unwrap_err().failure(),
+                    Some(PoolFailure::ForeignProcess { .. })
+                ) && matches!(
+                    copy.recv().map(|_| ()).map(|_| ()).unwrap_err().failure(),
+                    Some(PoolFailure::ForeignProcess { .. })
+                )
             }
         });
         assert!(
@@ -377,8 +387,9 @@ fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
             if restart && pool.restarts()[victim] == 1 {
                 break Ok(());
             }
-            let step = pool.send(&vec![0i64; ids.len()], &ids).and_then(|()| {
-                pool.recv().map(|b| b.env_ids().iter().map(|&e| e as usize).collect::<Vec<usize>>())
+            let step = pool.send(&vec![0i64; ids.len()], &ids).map_err(Failed::failed).and_then(|()| {
+                let batch = pool.recv().map_err(Failed::failed)?;
+                Ok(batch.env_ids().iter().map(|&e| e as usize).collect::<Vec<usize>>())
             });
             match step {
                 Ok(next) => ids = next,
@@ -389,7 +400,7 @@ fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
         let took = stopped_at.expect("stopped").elapsed();
         match outcome {
             Ok(()) => assert!(restart, "{ctx}"),
-            Err(StepError::Timeout { workers: hung, .. }) => {
+            Err(PoolFailure::Timeout { workers: hung, .. }) => {
                 assert!(!restart && hung.contains(&victim), "{ctx}: {hung:?}")
             }
             Err(e) => panic!("{ctx}: {e}"),

@@ -8,7 +8,7 @@ mod common;
 use common::{batch_rows, builder, Reference, Row, Watchdog};
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
-use shmenv::{AutoReset, Element, Pool, StepError};
+use shmenv::{AutoReset, Element, Pool, ResetError, StepError};
 use std::time::Duration;
 
 struct Case {
@@ -195,7 +195,7 @@ fn reset_envs_resets_only_the_masked_envs() {
     }
     assert!(rewards.iter().all(|&r| r == 0.0));
     let err = pool.reset_envs(&[true; 3], None).map(|_| ()).unwrap_err();
-    assert!(matches!(err, StepError::BadMask { len: 3, num_envs: 5 }), "{err}");
+    assert!(matches!(err, ResetError::BadMask { len: 3, num_envs: 5 }), "{err}");
 }
 
 #[test]

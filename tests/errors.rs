@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{builder, Watchdog, WORKER};
+use common::{builder, Failed, Watchdog, WORKER};
 use serde_json::json;
 use shmenv::engine::protocol::exit_code;
-use shmenv::{ActionError, BuildError, Pool, StepError, ViewError};
+use shmenv::{ActionError, BuildError, Pool, PoolFailure, StepError, ViewError};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
@@ -104,14 +104,17 @@ fn a_panicking_env_is_reported_with_its_id() {
     pool.reset().unwrap();
     pool.step(&[0i64; 4]).unwrap();
     pool.step(&[0i64; 4]).unwrap();
-    match pool.step(&[0i64; 4]) {
-        Err(StepError::EnvPanicked { env_id, message }) => {
+    match pool.step(&[0i64; 4]).map(|_| ()).map_err(Failed::failed) {
+        Err(PoolFailure::EnvPanicked { env_id, message }) => {
             assert_eq!(env_id, 2);
             assert!(message.contains("fault injected at step 3"), "{message}");
         }
         other => panic!("expected EnvPanicked, got {other:?}"),
     }
-    assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+    assert!(matches!(
+        pool.step(&[0i64; 4]).map(|_| ()).unwrap_err().failure(),
+        Some(PoolFailure::Closed { .. })
+    ));
 }
 
 /// Spawns the real worker program on a hand-made region whose header is wrong.

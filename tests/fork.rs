@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{builder, child_pids, fork_and, Watchdog};
-use shmenv::{Pool, StepError};
+use common::{builder, child_pids, fork_and, Failed, Watchdog};
+use shmenv::{Pool, PoolFailure};
 use std::time::Duration;
 
 /// What the forked child does with its copy of the pool.
@@ -19,8 +19,8 @@ enum InChild {
 
 fn check_in_child(kind: InChild, pool: Pool) -> bool {
     let parent = pool.worker_pids().len(); // readable: plain memory of the copy
-    let foreign = |e: StepError| match e {
-        StepError::ForeignProcess { owner, current } => {
+    let foreign = |e: PoolFailure| match e {
+        PoolFailure::ForeignProcess { owner, current } => {
             let message = e.to_string();
             owner != current
                 && current == std::process::id()
@@ -35,14 +35,14 @@ fn check_in_child(kind: InChild, pool: Pool) -> bool {
         InChild::Drop => drop(pool),
         InChild::Close => return pool.close().iter().all(Option::is_none) && parent == 2,
         InChild::Step => {
-            let ok = foreign(pool.step(&[1i64; 4]).map(|_| ()).unwrap_err())
-                && foreign(pool.reset().map(|_| ()).unwrap_err());
+            let ok = foreign(pool.step(&[1i64; 4]).map(|_| ()).unwrap_err().failed())
+                && foreign(pool.reset().map(|_| ()).unwrap_err().failed());
             drop(pool);
             return ok;
         }
         InChild::Send => {
-            let ok = foreign(pool.send(&[1i64; 2], &[0, 1]).unwrap_err())
-                && foreign(pool.recv().map(|_| ()).unwrap_err());
+            let ok = foreign(pool.send(&[1i64; 2], &[0, 1]).unwrap_err().failed())
+                && foreign(pool.recv().map(|_| ()).unwrap_err().failed());
             drop(pool);
             return ok;
         }

@@ -5,11 +5,11 @@
 mod common;
 
 use common::watchdog::{alive, grandchildren};
-use common::{builder, child_pids, signal, AsyncDriver, Watchdog};
+use common::{builder, child_pids, signal, AsyncDriver, Failed, Watchdog};
 use serde_json::json;
 use shmenv::engine::launch::WorkerCommand;
 use shmenv::engine::pool::{MemoryRoom, MAX_WORKERS};
-use shmenv::{BuildError, FailurePolicy, StepError, WorkerExit};
+use shmenv::{BuildError, FailurePolicy, PoolFailure, WorkerExit};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -63,16 +63,22 @@ fn replacements_killed_during_their_restart_are_replaced_again() {
             pool.reset().unwrap();
         }
         while started.elapsed() < Duration::from_millis(1500) {
-            let result =
-                if pool.is_async() { driver.round(&mut pool) } else { pool.step(&[1i64; 8]).map(|_| ()) };
+            let result = if pool.is_async() {
+                driver.round(&mut pool)
+            } else {
+                pool.step(&[1i64; 8]).map(|_| ()).map_err(Failed::failed)
+            };
             result.unwrap_or_else(|e| panic!("batch {batch}, call {calls}: {e}"));
             calls += 1;
         }
         stop.store(true, Ordering::Relaxed);
         let kills = killer.join().unwrap();
         for _ in 0..20 {
-            let result =
-                if pool.is_async() { driver.round(&mut pool) } else { pool.step(&[0i64; 8]).map(|_| ()) };
+            let result = if pool.is_async() {
+                driver.round(&mut pool)
+            } else {
+                pool.step(&[0i64; 8]).map(|_| ()).map_err(Failed::failed)
+            };
             result.unwrap_or_else(|e| panic!("batch {batch}, after the storm: {e}"));
         }
         let restarts: u32 = pool.restarts().iter().sum();
@@ -102,7 +108,13 @@ fn a_restart_budget_spent_by_deaths_during_restarts_ends_the_pool_promptly() {
     };
     stop.store(true, Ordering::Relaxed);
     killer.join().unwrap();
-    assert!(matches!(err, StepError::WorkerDied { exit: WorkerExit::Signal(libc::SIGKILL), .. }), "{err}");
+    assert!(
+        matches!(
+            err.failure(),
+            Some(PoolFailure::WorkerDied { exit: WorkerExit::Signal(libc::SIGKILL), .. })
+        ),
+        "{err}"
+    );
     assert_eq!(pool.restarts().iter().sum::<u32>(), 5);
     drop(pool);
     assert!(child_pids().is_empty());
@@ -136,7 +148,7 @@ fn restarts_honour_the_step_timeout() {
     let err = (0..100).find_map(|_| pool.step(&[1i64; 4]).err()).expect("the restart fails");
     let took = started.elapsed();
     let message = err.to_string();
-    assert!(matches!(err, StepError::WorkerFailed { worker: 0, .. }), "{message}");
+    assert!(matches!(err.failure(), Some(PoolFailure::WorkerFailed { worker: 0, .. })), "{message}");
     assert!(message.contains("did not start again within"), "{message}");
     // At most the step timeout or twice the pool's start: far from the 60 s start-up timeout.
     assert!(took < Duration::from_secs(30), "gave up after {took:?}: {message}");
@@ -191,14 +203,14 @@ fn a_worker_out_of_memory_dies_and_never_hangs() {
                 .build()
                 .unwrap();
             pool.reset().unwrap();
-            let err = (0..5).find_map(|_| pool.step(&[0i64; 2]).err()).expect("the fault fires");
+            let err = (0..5).find_map(|_| pool.step(&[0i64; 2]).err()).expect("the fault fires").failed();
             match err {
-                StepError::WorkerDied { exit: WorkerExit::Signal(libc::SIGABRT), ref output, .. } => {
+                PoolFailure::WorkerDied { exit: WorkerExit::Signal(libc::SIGABRT), ref output, .. } => {
                     // (A backtrace, when asked for, pushes that line out of the tail.)
                     let said = output.contains("memory allocation of");
                     assert!(said || backtrace.is_some(), "{fault} {backtrace:?}: {output}");
                 }
-                StepError::EnvPanicked { .. } => {}
+                PoolFailure::EnvPanicked { .. } => {}
                 other => panic!("{fault} {backtrace:?}: {other}"),
             }
             drop(pool);

@@ -9,9 +9,9 @@
 mod common;
 
 use common::watchdog::alive;
-use common::{builder, child_pids, dev_shm_entries, open_fds, signal, Watchdog};
+use common::{builder, child_pids, dev_shm_entries, open_fds, signal, Failed, Watchdog};
 use serde_json::json;
-use shmenv::{StepError, WorkerExit};
+use shmenv::{PoolFailure, WorkerExit};
 use std::time::{Duration, Instant};
 
 fn kill(pid: u32, sig: i32) {
@@ -24,16 +24,19 @@ fn sigkill_between_steps() {
     pool.step(&[0i64; 6]).unwrap();
     let victim = pool.worker_pids()[1];
     kill(victim, libc::SIGKILL);
-    let err = pool.step(&[0i64; 6]).unwrap_err();
+    let err = pool.step(&[0i64; 6]).unwrap_err().failed();
     match &err {
-        StepError::WorkerDied { worker, pid, env_ids, exit, .. } => {
+        PoolFailure::WorkerDied { worker, pid, env_ids, exit, .. } => {
             assert_eq!((*worker, *pid, env_ids.clone()), (1, victim, 2..4));
             assert_eq!(*exit, WorkerExit::Signal(libc::SIGKILL));
         }
         other => panic!("expected WorkerDied, got {other:?}"),
     }
     assert!(err.to_string().contains("killed by signal 9"), "{err}");
-    assert!(matches!(pool.step(&[0i64; 6]), Err(StepError::Closed { .. })));
+    assert!(matches!(
+        pool.step(&[0i64; 6]).map(|_| ()).unwrap_err().failure(),
+        Some(PoolFailure::Closed { .. })
+    ));
 }
 
 fn sigkill_mid_step() {
@@ -49,12 +52,12 @@ fn sigkill_mid_step() {
     let mut result = Ok(());
     for _ in 0..50 {
         if let Err(e) = pool.step(&[0i64; 2]) {
-            result = Err(e);
+            result = Err(e.failed());
             break;
         }
     }
     killer.join().unwrap();
-    assert!(matches!(result, Err(StepError::WorkerDied { worker: 0, .. })), "{result:?}");
+    assert!(matches!(result, Err(PoolFailure::WorkerDied { worker: 0, .. })), "{result:?}");
 }
 
 fn sigkill_in_async_mode() {
@@ -67,7 +70,7 @@ fn sigkill_in_async_mode() {
         .unwrap();
     let ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
     kill(pool.worker_pids()[1], libc::SIGKILL);
-    let mut result = pool.send(&[0i64, 0], &ids);
+    let mut result = pool.send(&[0i64, 0], &ids).map_err(Failed::failed);
     for _ in 0..20 {
         if result.is_err() {
             break;
@@ -75,9 +78,10 @@ fn sigkill_in_async_mode() {
         result = pool
             .recv()
             .map(|b| b.env_ids().iter().map(|&e| e as usize).collect::<Vec<_>>())
-            .and_then(|ids| pool.send(&vec![0i64; ids.len()], &ids));
+            .map_err(Failed::failed)
+            .and_then(|ids| pool.send(&vec![0i64; ids.len()], &ids).map_err(Failed::failed));
     }
-    assert!(matches!(result, Err(StepError::WorkerDied { worker: 1, .. })), "{result:?}");
+    assert!(matches!(result, Err(PoolFailure::WorkerDied { worker: 1, .. })), "{result:?}");
 }
 
 /// An interrupt check (what Ctrl-C sets in a Python trainer) ends a long wait with
@@ -96,16 +100,19 @@ fn interrupt_check_ends_a_wait() {
         let start = Instant::now();
         pool.set_interrupt_check(move || start.elapsed() > Duration::from_millis(50));
         let err = if batch_size == 4 {
-            pool.step(&[0i64; 4]).unwrap_err()
+            pool.step(&[0i64; 4]).unwrap_err().failed()
         } else {
             pool.recv().unwrap(); // the other half of the reset
             pool.send(&[0i64; 4], &[0, 1, 2, 3]).unwrap();
-            pool.recv().unwrap_err()
+            pool.recv().unwrap_err().failed()
         };
-        assert!(matches!(err, StepError::Interrupted), "{err:?}");
+        assert!(matches!(err, PoolFailure::Interrupted), "{err:?}");
         // The workers were stopped with the pool (killed, at the latest, after the grace).
         assert!(pids.iter().all(|&p| !alive(p)), "workers left behind: {pids:?}");
-        assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+        assert!(matches!(
+            pool.step(&[0i64; 4]).map(|_| ()).unwrap_err().failure(),
+            Some(PoolFailure::Closed { .. })
+        ));
     }
 }
 
@@ -127,15 +134,15 @@ fn hung_env_times_out() {
             pool.reset().unwrap();
             pool.step(&[0i64; 4]).unwrap();
             pool.step(&[0i64; 4]).unwrap();
-            pool.step(&[0i64; 4]).unwrap_err()
+            pool.step(&[0i64; 4]).unwrap_err().failed()
         } else {
             pool.reset().unwrap();
             pool.recv().unwrap();
             let mut outcome = Ok(());
             for _ in 0..4 {
-                if let Err(e) = pool.send(&[0i64; 4], &[0, 1, 2, 3]).and_then(|()| {
-                    pool.recv()?;
-                    pool.recv().map(|_| ())
+                if let Err(e) = pool.send(&[0i64; 4], &[0, 1, 2, 3]).map_err(Failed::failed).and_then(|()| {
+                    pool.recv().map_err(Failed::failed)?;
+                    pool.recv().map(|_| ()).map_err(Failed::failed)
                 }) {
                     outcome = Err(e);
                     break;
@@ -144,7 +151,7 @@ fn hung_env_times_out() {
             outcome.unwrap_err()
         };
         match &err {
-            StepError::Timeout { workers, env_ids, waited } => {
+            PoolFailure::Timeout { workers, env_ids, waited } => {
                 assert!(workers.contains(&1) && !workers.contains(&0), "{err}");
                 assert!(env_ids.contains(&3), "{err}");
                 assert_eq!(*waited, Duration::from_secs(1));
@@ -153,7 +160,10 @@ fn hung_env_times_out() {
         }
         assert!(err.to_string().contains("step timeout"), "{err}");
         assert!(pids.iter().all(|&p| !alive(p)), "workers left behind: {pids:?}");
-        assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+        assert!(matches!(
+            pool.step(&[0i64; 4]).map(|_| ()).unwrap_err().failure(),
+            Some(PoolFailure::Closed { .. })
+        ));
     }
 }
 
@@ -163,9 +173,9 @@ fn worker_exit_and_abort_are_reported() {
         let mut pool = builder("Burn-v0").config(config).num_envs(2).num_workers(2).seed(0).build().unwrap();
         pool.reset().unwrap();
         pool.step(&[0i64; 2]).unwrap();
-        match pool.step(&[0i64; 2]) {
-            Err(err @ StepError::WorkerDied { worker: 1, .. }) => {
-                let StepError::WorkerDied { exit, output, .. } = &err else { unreachable!() };
+        match pool.step(&[0i64; 2]).map(|_| ()).map_err(Failed::failed) {
+            Err(err @ PoolFailure::WorkerDied { worker: 1, .. }) => {
+                let PoolFailure::WorkerDied { exit, output, .. } = &err else { unreachable!() };
                 assert_eq!(*exit, expected, "{fault}");
                 // The worker's last words travel with the error.
                 let said = format!("Burn-v0: fault {fault} injected at step 2 (seed 1)");

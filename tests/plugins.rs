@@ -8,9 +8,9 @@
 mod common;
 
 use common::plugin_library::plugin_library;
-use common::{batch_rows, builder, Watchdog};
+use common::{batch_rows, builder, Failed, Watchdog};
 use serde_json::json;
-use shmenv::{BuildError, FailurePolicy, StepError, WorkerExit};
+use shmenv::{BuildError, FailurePolicy, PoolFailure, WorkerExit};
 use std::time::Duration;
 
 fn actions(t: usize, n: usize) -> Vec<i64> {
@@ -124,7 +124,7 @@ fn loading_errors_are_reported_before_any_step() {
 }
 
 /// Steps a pool of 4 envs of the faults library (env 1 fails at its 3rd step) until it fails.
-fn run_until_failure(id: &str, step_timeout: Option<Duration>) -> StepError {
+fn run_until_failure(id: &str, step_timeout: Option<Duration>) -> PoolFailure {
     let faults = plugin_library("tests/plugins/faults.c");
     let mut b = builder(id).plugin(&faults).num_envs(4).num_workers(2).seed(0);
     if let Some(t) = step_timeout {
@@ -135,7 +135,7 @@ fn run_until_failure(id: &str, step_timeout: Option<Duration>) -> StepError {
     for t in 0..3 {
         if let Err(e) = pool.step(&[0i64; 4]) {
             assert_eq!(t, 2, "failed at the 3rd step: {e}");
-            return e;
+            return e.failed();
         }
     }
     panic!("{id} did not fail");
@@ -146,7 +146,7 @@ fn each_fault_gives_the_typed_error_of_a_rust_env() {
     let _w = Watchdog::new("plugin faults", Duration::from_secs(120));
     for (id, signal) in [("Segfault-v0", libc::SIGSEGV), ("Abort-v0", libc::SIGABRT)] {
         match run_until_failure(id, None) {
-            StepError::WorkerDied { worker: 0, env_ids, exit, output, .. } => {
+            PoolFailure::WorkerDied { worker: 0, env_ids, exit, output, .. } => {
                 assert_eq!((env_ids, exit), (0..2, WorkerExit::Signal(signal)), "{id}");
                 assert!(output.contains("faults plugin: failing now"), "{id}: {output}");
             }
@@ -154,15 +154,15 @@ fn each_fault_gives_the_typed_error_of_a_rust_env() {
         }
     }
     match run_until_failure("Exit-v0", None) {
-        StepError::WorkerDied { exit, .. } => assert_eq!(exit, WorkerExit::Code(7)),
+        PoolFailure::WorkerDied { exit, .. } => assert_eq!(exit, WorkerExit::Code(7)),
         other => panic!("expected WorkerDied, got {other:?}"),
     }
     match run_until_failure("Hang-v0", Some(Duration::from_millis(500))) {
-        StepError::Timeout { workers, .. } => assert_eq!(workers, vec![0]),
+        PoolFailure::Timeout { workers, .. } => assert_eq!(workers, vec![0]),
         other => panic!("expected Timeout, got {other:?}"),
     }
     match run_until_failure("StepError-v0", None) {
-        StepError::EnvPanicked { env_id, message } => {
+        PoolFailure::EnvPanicked { env_id, message } => {
             assert_eq!(env_id, 1);
             assert!(message.starts_with("StepError-v0 ("), "{message}");
             assert!(message.ends_with("step failed: the simulator diverged at step 3"), "{message}");

@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{batch_rows, builder, signal, AsyncDriver, Watchdog};
+use common::{batch_rows, builder, signal, AsyncDriver, Failed, Watchdog};
 use serde_json::json;
-use shmenv::{FailurePolicy, StepError};
+use shmenv::{FailurePolicy, PoolFailure};
 use std::time::{Duration, Instant};
 
 fn kill(pid: u32) {
@@ -106,8 +106,11 @@ fn a_worker_killed_mid_step_is_restarted_within_the_same_call() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, StepError::WorkerDied { worker: 1, .. }), "{err:?}");
-    assert!(matches!(pool.step(&[0i64; 4]), Err(StepError::Closed { .. })));
+    assert!(matches!(err.failure(), Some(PoolFailure::WorkerDied { worker: 1, .. })), "{err:?}");
+    assert!(matches!(
+        pool.step(&[0i64; 4]).map(|_| ()).unwrap_err().failure(),
+        Some(PoolFailure::Closed { .. })
+    ));
 }
 
 fn async_pool(env: &str, config: serde_json::Value, seed: u64, max_restarts: u32) -> shmenv::Pool {
@@ -187,7 +190,7 @@ fn async_mode_restarts_a_worker_killed_while_the_trainer_waits() {
             break e;
         }
     };
-    assert!(matches!(err, StepError::WorkerDied { worker: 1, .. }), "{err:?}");
+    assert!(matches!(err, PoolFailure::WorkerDied { worker: 1, .. }), "{err:?}");
 }
 
 #[test]
@@ -381,11 +384,15 @@ fn stoppable_async_pool(batch: usize, policy: FailurePolicy) -> shmenv::Pool {
 }
 
 /// Sends every received env back and receives, until `until` says stop or `f` fails.
-fn recv_loop(pool: &mut shmenv::Pool, mut until: impl FnMut(&shmenv::Pool) -> bool) -> Result<(), StepError> {
-    let mut ids: Vec<usize> = pool.reset()?.env_ids().iter().map(|&e| e as usize).collect();
+fn recv_loop(
+    pool: &mut shmenv::Pool,
+    mut until: impl FnMut(&shmenv::Pool) -> bool,
+) -> Result<(), PoolFailure> {
+    let mut ids: Vec<usize> =
+        pool.reset().map_err(Failed::failed)?.env_ids().iter().map(|&e| e as usize).collect();
     while !until(pool) {
-        pool.send(&vec![0i64; ids.len()], &ids)?;
-        ids = pool.recv()?.env_ids().iter().map(|&e| e as usize).collect();
+        pool.send(&vec![0i64; ids.len()], &ids).map_err(Failed::failed)?;
+        ids = pool.recv().map_err(Failed::failed)?.env_ids().iter().map(|&e| e as usize).collect();
     }
     Ok(())
 }
@@ -437,7 +444,7 @@ fn async_mode_reports_a_stopped_worker_as_a_timeout() {
         .unwrap_err();
         let took = stopped_at.unwrap().elapsed();
         match err {
-            StepError::Timeout { workers, env_ids, .. } => {
+            PoolFailure::Timeout { workers, env_ids, .. } => {
                 // With batch 6 a batch needs worker 1's envs, and worker 0's rows wait
                 // committed in the incomplete batch: both hold actions that have not come
                 // back, and both are named.

@@ -195,40 +195,11 @@ pub enum ActionError {
     },
 }
 
-/// Why `reset` or `step` failed.
+/// What ends any pool call that works with the workers, and closes the pool (every call's
+/// `Failed` case): a worker died, failed or hung, the wait was interrupted, the region broke
+/// the protocol, the pool belongs to another process, or an earlier failure closed it.
 #[derive(thiserror::Error)]
-pub enum StepError {
-    /// The actions were refused before any worker saw them; the pool is unchanged.
-    #[error(transparent)]
-    Action(#[from] ActionError),
-    /// `step` before the first `reset`.
-    #[error("step() called before reset(): call reset() first")]
-    NotReset,
-    /// `reset_envs` with a mask that does not have one entry per env.
-    #[error(
-        "the reset mask has {len} entries; it needs one per env ({num_envs}), true for the envs to reset"
-    )]
-    BadMask {
-        /// Entries in the mask.
-        len: usize,
-        /// Envs in the pool.
-        num_envs: usize,
-    },
-    /// `reset_envs` before the first reset with some envs left out: they have no episode to
-    /// keep.
-    #[error(
-        "the first reset must reset every env: call reset() (or reset_envs with every entry true) first"
-    )]
-    PartialFirstReset,
-    /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
-    #[error(
-        "envs {env_ids:?} ended their episodes and auto-reset is disabled: call reset() (or reset_envs with \
-         these envs in the mask) before stepping them"
-    )]
-    NeedsReset {
-        /// The ended envs.
-        env_ids: Vec<usize>,
-    },
+pub enum PoolFailure {
     /// A worker process ended; the pool cannot continue.
     #[error(
         "worker {worker} (pid {pid}, envs {}..{}) {exit}; the pool is closed, build a new one{}",
@@ -293,36 +264,6 @@ pub enum StepError {
         /// What was found where.
         what: String,
     },
-    /// The call does not exist in this pool's mode.
-    #[error("{call}() is not available: {hint}")]
-    WrongMode {
-        /// The call made.
-        call: &'static str,
-        /// What to call instead.
-        hint: &'static str,
-    },
-    /// An env id out of range.
-    #[error("{}", env_id_out_of_range(env_id, *num_envs))]
-    BadEnvId {
-        /// The id passed.
-        env_id: usize,
-        /// Number of envs.
-        num_envs: usize,
-    },
-    /// The env already has an action in flight (or was named twice).
-    #[error("env {env_id} already has an action in flight (or is named twice): recv() its result before sending it another")]
-    EnvBusy {
-        /// The env.
-        env_id: usize,
-    },
-    /// `recv` would wait forever: fewer envs are in flight than a batch holds.
-    #[error("recv() needs at least batch_size = {batch_size} envs in flight, but {in_flight} are: send() more actions first")]
-    NotEnoughInFlight {
-        /// Envs in flight.
-        in_flight: usize,
-        /// Rows per batch.
-        batch_size: usize,
-    },
     /// The pool was built by another process, of which this one is a fork: it belongs to
     /// that process (its workers serve that process's pool); here it is inert.
     #[error(
@@ -341,6 +282,165 @@ pub enum StepError {
         /// The earlier error.
         reason: String,
     },
+}
+
+/// A call made in the mode that does not have it (`step` on an async pool, `recv` on a
+/// sync one, ...).
+#[derive(thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{call}() is not available: {hint}")]
+pub struct WrongMode {
+    /// The call made.
+    pub call: &'static str,
+    /// What to call instead.
+    pub hint: &'static str,
+}
+
+/// Why [`crate::Pool::step`] failed.
+#[derive(thiserror::Error)]
+pub enum StepError {
+    /// The pool failed and is closed.
+    #[error(transparent)]
+    Failed(#[from] PoolFailure),
+    /// The actions were refused before any worker saw them; the pool is unchanged.
+    #[error(transparent)]
+    Action(#[from] ActionError),
+    /// `step` before the first `reset`.
+    #[error("step() called before reset(): call reset() first")]
+    NotReset,
+    /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
+    #[error("{}", needs_reset(env_ids))]
+    NeedsReset {
+        /// The ended envs.
+        env_ids: Vec<usize>,
+    },
+    /// The pool is async.
+    #[error(transparent)]
+    WrongMode(#[from] WrongMode),
+}
+
+/// Why [`crate::Pool::reset`], [`crate::Pool::reset_with_seed`],
+/// [`crate::Pool::reset_envs`] or [`crate::Pool::async_reset`] failed.
+#[derive(thiserror::Error)]
+pub enum ResetError {
+    /// The pool failed and is closed.
+    #[error(transparent)]
+    Failed(#[from] PoolFailure),
+    /// `reset_envs` with a mask that does not have one entry per env.
+    #[error(
+        "the reset mask has {len} entries; it needs one per env ({num_envs}), true for the envs to reset"
+    )]
+    BadMask {
+        /// Entries in the mask.
+        len: usize,
+        /// Envs in the pool.
+        num_envs: usize,
+    },
+    /// `reset_envs` before the first reset with some envs left out: they have no episode to
+    /// keep.
+    #[error(
+        "the first reset must reset every env: call reset() (or reset_envs with every entry true) first"
+    )]
+    PartialFirstReset,
+    /// An async reset while an env has an action in flight.
+    #[error("env {env_id} has an action in flight: recv() its result before async_reset()")]
+    InFlight {
+        /// The env.
+        env_id: usize,
+    },
+    /// The call is not one of this pool's mode (`reset_envs` on an async pool,
+    /// `async_reset` on a sync one).
+    #[error(transparent)]
+    WrongMode(#[from] WrongMode),
+}
+
+/// Why [`crate::Pool::send`] failed.
+#[derive(thiserror::Error)]
+pub enum SendError {
+    /// The pool failed and is closed.
+    #[error(transparent)]
+    Failed(#[from] PoolFailure),
+    /// The actions were refused before any worker saw them; the pool is unchanged.
+    #[error(transparent)]
+    Action(#[from] ActionError),
+    /// `send` before the first `async_reset`.
+    #[error("send() called before async_reset(): call async_reset() (or reset()) first")]
+    NotReset,
+    /// An env id out of range.
+    #[error("{}", env_id_out_of_range(env_id, *num_envs))]
+    BadEnvId {
+        /// The id passed.
+        env_id: usize,
+        /// Number of envs.
+        num_envs: usize,
+    },
+    /// The env already has an action in flight (or was named twice).
+    #[error("env {env_id} already has an action in flight (or is named twice): recv() its result before sending it another")]
+    EnvBusy {
+        /// The env.
+        env_id: usize,
+    },
+    /// With `AutoReset::Disabled`, these envs' episodes ended; they must be reset first.
+    #[error("{}", needs_reset(env_ids))]
+    NeedsReset {
+        /// The ended envs.
+        env_ids: Vec<usize>,
+    },
+    /// The pool is sync.
+    #[error(transparent)]
+    WrongMode(#[from] WrongMode),
+}
+
+/// Why [`crate::Pool::recv`] failed.
+#[derive(thiserror::Error)]
+pub enum RecvError {
+    /// The pool failed and is closed.
+    #[error(transparent)]
+    Failed(#[from] PoolFailure),
+    /// `recv` would wait forever: fewer envs are in flight than a batch holds.
+    #[error("recv() needs at least batch_size = {batch_size} envs in flight, but {in_flight} are: send() more actions first")]
+    NotEnoughInFlight {
+        /// Envs in flight.
+        in_flight: usize,
+        /// Rows per batch.
+        batch_size: usize,
+    },
+    /// The pool is sync.
+    #[error(transparent)]
+    WrongMode(#[from] WrongMode),
+}
+
+/// The failure that closed the pool, if that is what ended the call.
+macro_rules! failure_accessor {
+    ($($t:ty),+) => {$(
+        impl $t {
+            /// The failure that closed the pool, if that is why the call failed (the other
+            /// cases leave the pool as it was).
+            pub fn failure(&self) -> Option<&PoolFailure> {
+                match self {
+                    Self::Failed(f) => Some(f),
+                    _ => None,
+                }
+            }
+
+            /// The failure that closed the pool, or this error back when the call was
+            /// refused (the pool unchanged).
+            pub fn into_failure(self) -> Result<PoolFailure, Self> {
+                match self {
+                    Self::Failed(f) => Ok(f),
+                    refused => Err(refused),
+                }
+            }
+        }
+    )+};
+}
+failure_accessor!(StepError, ResetError, SendError, RecvError);
+
+fn needs_reset(env_ids: &[usize]) -> String {
+    format!(
+        "envs {} ended their episodes and auto-reset is disabled: call reset() (or reset_envs with these envs in \
+         the mask) before stepping them",
+        format_envs(env_ids)
+    )
 }
 
 /// Why a typed view of a batch could not be made.
@@ -422,7 +522,17 @@ macro_rules! debug_as_display {
     )+};
 }
 
-debug_as_display!(BuildError, ActionError, StepError, ViewError);
+debug_as_display!(
+    BuildError,
+    ActionError,
+    PoolFailure,
+    WrongMode,
+    StepError,
+    ResetError,
+    SendError,
+    RecvError,
+    ViewError
+);
 
 /// What to check when a worker ends during start-up: the plugin it loads first, if any.
 fn startup_death_hint(program: &std::path::Path, plugin: Option<&std::path::Path>) -> String {

@@ -49,7 +49,9 @@ pub mod error;
 #[cfg(not(loom))]
 pub use batch::{ArrayView, Batch, Episode, Flags};
 #[cfg(not(loom))]
-pub use error::{ActionError, BuildError, StepError, ViewError};
+pub use error::{
+    ActionError, BuildError, PoolFailure, RecvError, ResetError, SendError, StepError, ViewError, WrongMode,
+};
 #[cfg(not(loom))]
 pub use launch::{CpuAffinity, WorkerCommand, WorkerExit};
 #[cfg(not(loom))]

@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
-use shmenv_engine::{BuildError, StepError};
+use shmenv_engine::{BuildError, PoolFailure, RecvError, ResetError, SendError, StepError};
 
 /// `v` as a Python object (`None` if it cannot be converted, which plain values always can).
 fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
@@ -62,47 +62,113 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         BuildError::WorkerDied { worker, pid, exit, .. } => {
             worker_died(py, message, worker, pid, None, &exit, String::new())
         }
-        _ => raise(py, "BuildError", message, vec![]),
+        // The rest have no more specific class: `BuildError` with the message.
+        BuildError::Plugin { .. }
+        | BuildError::WorkerProgramNotFound { .. }
+        | BuildError::NotServingWorkers
+        | BuildError::Spawn { .. }
+        | BuildError::Region { .. }
+        | BuildError::NotEnoughMemory { .. }
+        | BuildError::WorkerFailed { .. }
+        | BuildError::SpecMismatch { .. }
+        | BuildError::StartupTimeout { .. } => raise(py, "BuildError", message, vec![]),
     }
 }
 
-/// The Python exception for a failed call on a running pool. `interrupted` is what the
-/// interrupt check caught (usually `KeyboardInterrupt`), raised as it is.
-pub(crate) fn step_error(py: Python<'_>, err: StepError, interrupted: Option<PyErr>) -> PyErr {
-    let message = err.to_string();
-    match err {
-        StepError::Interrupted => interrupted.unwrap_or_else(|| {
+/// An engine call's error as the Python exception for it: the pool's failures as
+/// `WorkerDiedError`, `WorkerError`, `WorkerTimeoutError`, `ClosedError` (Ctrl-C as the
+/// `KeyboardInterrupt` the interrupt check caught), refused actions as `ActionError`, calls
+/// that do not fit the pool's state or mode as `UsageError`.
+pub(crate) trait CallError: Sized {
+    /// The exception; `interrupted` is what the interrupt check caught (usually
+    /// `KeyboardInterrupt`), raised as it is.
+    fn into_py_err(self, py: Python<'_>, interrupted: Option<PyErr>) -> PyErr;
+}
+
+impl CallError for StepError {
+    fn into_py_err(self, py: Python<'_>, interrupted: Option<PyErr>) -> PyErr {
+        let message = self.to_string();
+        match self {
+            StepError::Failed(f) => pool_failure(py, f, interrupted),
+            StepError::Action(_) => raise(py, "ActionError", message, vec![]),
+            StepError::NotReset | StepError::NeedsReset { .. } | StepError::WrongMode(_) => {
+                raise(py, "UsageError", message, vec![])
+            }
+        }
+    }
+}
+
+impl CallError for ResetError {
+    fn into_py_err(self, py: Python<'_>, interrupted: Option<PyErr>) -> PyErr {
+        let message = self.to_string();
+        match self {
+            ResetError::Failed(f) => pool_failure(py, f, interrupted),
+            ResetError::BadMask { .. }
+            | ResetError::PartialFirstReset
+            | ResetError::InFlight { .. }
+            | ResetError::WrongMode(_) => raise(py, "UsageError", message, vec![]),
+        }
+    }
+}
+
+impl CallError for SendError {
+    fn into_py_err(self, py: Python<'_>, interrupted: Option<PyErr>) -> PyErr {
+        let message = self.to_string();
+        match self {
+            SendError::Failed(f) => pool_failure(py, f, interrupted),
+            SendError::Action(_) => raise(py, "ActionError", message, vec![]),
+            SendError::NotReset
+            | SendError::BadEnvId { .. }
+            | SendError::EnvBusy { .. }
+            | SendError::NeedsReset { .. }
+            | SendError::WrongMode(_) => raise(py, "UsageError", message, vec![]),
+        }
+    }
+}
+
+impl CallError for RecvError {
+    fn into_py_err(self, py: Python<'_>, interrupted: Option<PyErr>) -> PyErr {
+        let message = self.to_string();
+        match self {
+            RecvError::Failed(f) => pool_failure(py, f, interrupted),
+            RecvError::NotEnoughInFlight { .. } | RecvError::WrongMode(_) => {
+                raise(py, "UsageError", message, vec![])
+            }
+        }
+    }
+}
+
+/// The Python exception for a failure that closed the pool.
+fn pool_failure(py: Python<'_>, failure: PoolFailure, interrupted: Option<PyErr>) -> PyErr {
+    let message = failure.to_string();
+    let unattributed = || vec![("env_id", py.None()), ("worker", py.None()), ("traceback", py.None())];
+    match failure {
+        PoolFailure::Interrupted => interrupted.unwrap_or_else(|| {
             pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted while waiting for the workers")
         }),
-        StepError::Action(_) => raise(py, "ActionError", message, vec![]),
-        StepError::WorkerDied { worker, pid, env_ids, exit, output } => {
+        PoolFailure::WorkerDied { worker, pid, env_ids, exit, output } => {
             worker_died(py, message, worker, pid, Some(env_ids.collect()), &exit, output)
         }
-        StepError::EnvPanicked { env_id, message: traceback } => raise(
+        PoolFailure::EnvPanicked { env_id, message: traceback } => raise(
             py,
             "WorkerError",
             message,
             vec![("env_id", obj(py, env_id)), ("worker", py.None()), ("traceback", obj(py, traceback))],
         ),
-        StepError::WorkerFailed { worker, .. } => raise(
+        PoolFailure::WorkerFailed { worker, .. } => raise(
             py,
             "WorkerError",
             message,
             vec![("env_id", py.None()), ("worker", obj(py, worker)), ("traceback", py.None())],
         ),
-        StepError::Timeout { workers, env_ids, .. } => raise(
+        PoolFailure::Timeout { workers, env_ids, .. } => raise(
             py,
             "WorkerTimeoutError",
             message,
             vec![("workers", obj(py, workers)), ("env_ids", obj(py, env_ids))],
         ),
-        StepError::Closed { .. } => raise(py, "ClosedError", message, vec![]),
-        StepError::Protocol { .. } => raise(
-            py,
-            "WorkerError",
-            message,
-            vec![("env_id", py.None()), ("worker", py.None()), ("traceback", py.None())],
-        ),
-        _ => raise(py, "UsageError", message, vec![]),
+        PoolFailure::Closed { .. } => raise(py, "ClosedError", message, vec![]),
+        PoolFailure::Protocol { .. } => raise(py, "WorkerError", message, unattributed()),
+        PoolFailure::ForeignProcess { .. } => raise(py, "UsageError", message, vec![]),
     }
 }

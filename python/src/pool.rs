@@ -2,14 +2,16 @@
 //! arrays over the region (see `views`); the Python layer (`shmenv.vector`) turns them
 //! into Gymnasium's and SB3's conventions.
 
-use crate::errors::{build_error, step_error};
+use crate::errors::{build_error, CallError};
 use crate::views::{self, Lease};
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use shmenv_engine::protocol::{Column, ColumnKind, UnknownAutoReset};
-use shmenv_engine::{AutoReset, Batch, CpuAffinity, DType, Pool, StepError, WaitStrategy, WorkerCommand};
+use shmenv_engine::{
+    AutoReset, Batch, CpuAffinity, DType, Pool, SendError, StepError, WaitStrategy, WorkerCommand,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -265,7 +267,7 @@ impl PyPool {
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let ids = env_id_list(env_ids, pool.num_envs())?;
         let dtype = pool.spec().action.dtype();
-        with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| step_error(py, e, None))
+        with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| e.into_py_err(py, None))
     }
 
     /// Async mode: starts a reset of every env; `recv()` returns the results.
@@ -273,7 +275,7 @@ impl PyPool {
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
-        pool.async_reset().map_err(|e| step_error(py, e, None))
+        pool.async_reset().map_err(|e| e.into_py_err(py, None))
     }
 
     /// Async mode: waits for the next `batch_size` results; returns them like `step`, with
@@ -368,17 +370,17 @@ impl PyPool {
     }
 
     /// The results of `batch`, or the error the call ended with.
-    fn wrap(
+    fn wrap<E: CallError>(
         py: Python<'_>,
         lease: &Py<Lease>,
         blocks: &mut Vec<(usize, ObsViews)>,
         copy: bool,
         interrupted: &Mutex<Option<PyErr>>,
-        result: Result<Batch<'_>, StepError>,
+        result: Result<Batch<'_>, E>,
     ) -> PyResult<Results> {
         let batch = result.map_err(|e| {
             let caught = interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
-            step_error(py, e, caught)
+            e.into_py_err(py, caught)
         })?;
         let lease = lease.bind(py);
         let (obs, final_obs) = if copy {
@@ -532,7 +534,7 @@ impl Actions<'_> {
         each_dtype!(*self, a => pool.step(a))
     }
 
-    fn send(&self, pool: &mut Pool, env_ids: &[usize]) -> Result<(), StepError> {
+    fn send(&self, pool: &mut Pool, env_ids: &[usize]) -> Result<(), SendError> {
         each_dtype!(*self, a => pool.send(a, env_ids))
     }
 }

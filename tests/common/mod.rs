@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use shmenv::worker::{ActionIn, Env, ObsOut, Registry};
-use shmenv::{AutoReset, Pool, PoolBuilder};
+use shmenv::{AutoReset, Pool, PoolBuilder, PoolFailure, RecvError, ResetError, SendError, StepError};
 
 pub mod plugin_library;
 pub mod watchdog;
@@ -270,17 +270,17 @@ impl AsyncDriver {
     }
 
     /// `reset()` (async_reset + recv), checked.
-    pub fn start(&mut self, pool: &mut Pool) -> Result<(), shmenv::StepError> {
-        let batch = pool.reset()?;
+    pub fn start(&mut self, pool: &mut Pool) -> Result<(), PoolFailure> {
+        let batch = pool.reset().map_err(Failed::failed)?;
         self.check(&batch);
         Ok(())
     }
 
     /// Sends the last batch's envs their next actions and receives the next batch, checked.
-    pub fn round(&mut self, pool: &mut Pool) -> Result<(), shmenv::StepError> {
+    pub fn round(&mut self, pool: &mut Pool) -> Result<(), PoolFailure> {
         let actions: Vec<i64> = self.ids.iter().map(|&e| Self::action(e, self.received[e] - 1)).collect();
-        pool.send(&actions, &self.ids)?;
-        let batch = pool.recv()?;
+        pool.send(&actions, &self.ids).map_err(Failed::failed)?;
+        let batch = pool.recv().map_err(Failed::failed)?;
         self.check(&batch);
         Ok(())
     }
@@ -330,3 +330,21 @@ pub fn fork_and(pool: &mut Option<Pool>, f: impl FnOnce(Pool) -> bool) -> i32 {
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     status
 }
+
+/// The failure that closed the pool, from any call's error; a refusal (the test's own
+/// misuse of the pool) panics with its message.
+pub trait Failed {
+    /// See [`Failed`].
+    fn failed(self) -> PoolFailure;
+}
+
+macro_rules! failed_for {
+    ($($t:ty),+) => {$(
+        impl Failed for $t {
+            fn failed(self) -> PoolFailure {
+                self.into_failure().unwrap_or_else(|refused| panic!("the call was refused: {refused}"))
+            }
+        }
+    )+};
+}
+failed_for!(StepError, ResetError, SendError, RecvError);

@@ -5,7 +5,7 @@
 //! still the parent's. A pool used or dropped there would drive or close the parent's
 //! workers. So each pool records the fork generation it was built in: a process-wide
 //! counter that a `pthread_atfork` child handler increments. A pool whose generation is
-//! not the current one is inert: every call returns [`crate::StepError::ForeignProcess`],
+//! not the current one is inert: every call returns [`crate::PoolFailure::ForeignProcess`],
 //! and dropping or closing it touches nothing shared (no command, no post, no kill, no
 //! join of a thread that does not exist in this process).
 //!

@@ -66,7 +66,7 @@ impl PoolBuilder {
 /// What a pool does when a worker process dies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FailurePolicy {
-    /// The pending call returns [`StepError::WorkerDied`](crate::StepError::WorkerDied) and the pool closes (default).
+    /// The pending call returns [`PoolFailure::WorkerDied`](crate::PoolFailure::WorkerDied) and the pool closes (default).
     #[default]
     Fail,
     /// The dead worker is started again (same program, index and core), its envs are
@@ -213,7 +213,7 @@ impl PoolBuilder {
     /// Hang detection: `step`/`reset`/`recv` give up after waiting this long for the
     /// workers, and `recv` also when a worker has been inside one env's code for longer
     /// (its other envs' results would otherwise never come while the other workers fill the
-    /// batches), with [`StepError::Timeout`](crate::StepError::Timeout) naming the envs that did not answer; the pool
+    /// batches), with [`PoolFailure::Timeout`](crate::PoolFailure::Timeout) naming the envs that did not answer; the pool
     /// closes and its workers are stopped (default: wait as long as it takes). Under
     /// [`FailurePolicy::Restart`] those workers are killed and restarted instead.
     pub fn step_timeout(mut self, timeout: Duration) -> Self {

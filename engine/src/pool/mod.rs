@@ -1,7 +1,7 @@
 //! The trainer's handle: builds the region, starts the workers, and steps them.
 
 use crate::batch::Batch;
-use crate::error::StepError;
+use crate::error::{PoolFailure, RecvError, ResetError, SendError, StepError, WrongMode};
 use crate::launch::{Supervisor, WorkerExit};
 use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
@@ -217,34 +217,34 @@ impl Pool {
     ///
     /// In async mode this is `async_reset()` followed by `recv()`: the batch holds the
     /// first `batch_size` envs to finish resetting; `recv()` the rest.
-    pub fn reset(&mut self) -> Result<Batch<'_>, StepError> {
+    pub fn reset(&mut self) -> Result<Batch<'_>, ResetError> {
         if !self.core.first_reset_done {
             let seed = self.core.seed;
             return self.reset_with_seed(seed);
         }
         match &mut self.mode {
-            Mode::Sync(s) => self.core.run(s, Command::Reset),
+            Mode::Sync(s) => Ok(self.core.run(s, Command::Reset)?),
             Mode::Async(a) => {
                 self.core.check_open()?;
                 self.core.start_reset(a, None)?;
-                self.core.recv(a)
+                Ok(self.core.recv_batch(a)?)
             }
         }
     }
 
     /// Resets every env, seeding env `i` with `seed + i` (wrapping). In async mode, like
     /// [`Pool::reset`], returns the first batch.
-    pub fn reset_with_seed(&mut self, seed: u64) -> Result<Batch<'_>, StepError> {
+    pub fn reset_with_seed(&mut self, seed: u64) -> Result<Batch<'_>, ResetError> {
         self.core.check_open()?;
         match &mut self.mode {
             Mode::Sync(s) => {
                 self.core.region.write_pod(protocol::RESET_SEED, &seed);
                 self.core.first_reset_done = true;
-                self.core.run(s, Command::ResetSeeded)
+                Ok(self.core.run(s, Command::ResetSeeded)?)
             }
             Mode::Async(a) => {
                 self.core.start_reset(a, Some(seed))?;
-                self.core.recv(a)
+                Ok(self.core.recv_batch(a)?)
             }
         }
     }
@@ -255,7 +255,7 @@ impl Pool {
     /// left as they are: their rows hold their current observation, with reward 0 and both
     /// flags false. (Under [`AutoReset::Disabled`] this is how ended envs are brought back
     /// one by one.) The first reset of a pool must reset every env.
-    pub fn reset_envs(&mut self, mask: &[bool], seed: Option<u64>) -> Result<Batch<'_>, StepError> {
+    pub fn reset_envs(&mut self, mask: &[bool], seed: Option<u64>) -> Result<Batch<'_>, ResetError> {
         match &mut self.mode {
             Mode::Sync(s) => self.core.reset_envs(s, mask, seed),
             Mode::Async(_) => self.core.wrong_mode(
@@ -283,7 +283,7 @@ impl Pool {
     /// dtype) to the envs `env_ids`. Each env may have one action in flight; its result
     /// comes back in exactly one later `recv()` batch. Everything is validated before any
     /// worker sees it.
-    pub fn send<T: Element>(&mut self, actions: &[T], env_ids: &[usize]) -> Result<(), StepError> {
+    pub fn send<T: Element>(&mut self, actions: &[T], env_ids: &[usize]) -> Result<(), SendError> {
         match &mut self.mode {
             Mode::Async(a) => self.core.send(a, actions, env_ids),
             Mode::Sync(_) => self.core.wrong_mode(
@@ -296,7 +296,7 @@ impl Pool {
     /// Async mode: resets every env (the first time seeding env `i` with `seed + i`, then
     /// continuing each env's stream); `recv()` returns the reset observations. No env may
     /// have an action in flight.
-    pub fn async_reset(&mut self) -> Result<(), StepError> {
+    pub fn async_reset(&mut self) -> Result<(), ResetError> {
         self.core.check_open()?;
         let seed = (!self.core.first_reset_done).then_some(self.core.seed);
         match &mut self.mode {
@@ -308,7 +308,7 @@ impl Pool {
     /// Async mode: waits for the next batch of `batch_size` results, from the envs that
     /// finished first. The batch's `env_ids()` say which env each row is. The batch stays
     /// valid until the next call on the pool; meanwhile workers fill the next blocks.
-    pub fn recv(&mut self) -> Result<Batch<'_>, StepError> {
+    pub fn recv(&mut self) -> Result<Batch<'_>, RecvError> {
         match &mut self.mode {
             Mode::Async(a) => self.core.recv(a),
             Mode::Sync(_) => self.core.wrong_mode("recv", "this pool is sync: use step()"),
@@ -324,7 +324,7 @@ impl Pool {
     }
 
     /// Installs a check that waits for workers call every few milliseconds while they
-    /// sleep; when it returns `true` the wait gives up with [`StepError::Interrupted`] and
+    /// sleep; when it returns `true` the wait gives up with [`PoolFailure::Interrupted`] and
     /// the pool closes (its workers are stopped). A Python trainer uses it to honour Ctrl-C
     /// while the GIL is released.
     pub fn set_interrupt_check(&mut self, check: impl FnMut() -> bool + Send + Sync + 'static) {
@@ -408,64 +408,63 @@ impl Core {
         self.tune(now, now - entered, steps);
     }
 
-    fn check_open(&self) -> Result<(), StepError> {
+    fn check_open(&self) -> Result<(), PoolFailure> {
         if !self.owner.is_current() {
             return Err(self.foreign());
         }
         match &self.closed {
-            Some(reason) => Err(StepError::Closed { reason: reason.clone() }),
+            Some(reason) => Err(PoolFailure::Closed { reason: reason.clone() }),
             None => Ok(()),
         }
     }
 
-    fn check_not_ended(&self, envs: Range<usize>) -> Result<(), StepError> {
-        let ended: Vec<usize> = envs.filter(|&e| self.ended.get(e).copied().unwrap_or(false)).collect();
-        if ended.is_empty() {
-            Ok(())
-        } else {
-            Err(StepError::NeedsReset { env_ids: ended })
-        }
+    /// The envs of `envs` whose episodes ended under `AutoReset::Disabled` (they need a
+    /// reset before they step again).
+    fn ended_envs(&self, envs: impl Iterator<Item = usize>) -> Vec<usize> {
+        envs.filter(|&e| self.ended.get(e).copied().unwrap_or(false)).collect()
     }
 
     /// The error for a wait that was given up, recorded as the reason the pool is closed.
     /// An interrupted pool also stops its workers: a command is half done.
-    fn abort(&mut self, abort: Abort) -> StepError {
+    fn abort(&mut self, abort: Abort) -> PoolFailure {
         let err = match abort {
             Abort::Died(worker, exit) => self.died(worker, exit),
             Abort::Failed(worker) => self.worker_error(worker),
             Abort::Interrupted => {
                 self.shutdown();
-                StepError::Interrupted
+                PoolFailure::Interrupted
             }
             Abort::TimedOut { workers, env_ids } => {
                 // They did not answer: a polite close would only wait for them.
                 workers.iter().for_each(|&w| self.kill_worker(w));
                 self.shutdown();
-                StepError::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
+                PoolFailure::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
             }
         };
         self.fail(err)
     }
 
     /// The error of any call in a process forked from the pool's owner.
-    fn foreign(&self) -> StepError {
-        StepError::ForeignProcess { owner: self.owner.pid(), current: crate::launch::fork::current_pid() }
+    fn foreign(&self) -> PoolFailure {
+        PoolFailure::ForeignProcess { owner: self.owner.pid(), current: crate::launch::fork::current_pid() }
     }
 
     /// Records `err` as the reason the pool is closed, and returns it.
-    fn fail(&mut self, err: StepError) -> StepError {
+    fn fail(&mut self, err: PoolFailure) -> PoolFailure {
         self.closed = Some(err.to_string());
         err
     }
 
     /// The error a failed worker reported.
-    fn worker_error(&self, worker: usize) -> StepError {
+    fn worker_error(&self, worker: usize) -> PoolFailure {
         match self.control().report(worker) {
-            Some(WorkerReport::EnvPanicked { env_id, message }) => StepError::EnvPanicked { env_id, message },
-            Some(WorkerReport::Failed { message }) => {
-                StepError::WorkerFailed { worker, env_ids: self.shard(worker), message }
+            Some(WorkerReport::EnvPanicked { env_id, message }) => {
+                PoolFailure::EnvPanicked { env_id, message }
             }
-            other => StepError::WorkerFailed {
+            Some(WorkerReport::Failed { message }) => {
+                PoolFailure::WorkerFailed { worker, env_ids: self.shard(worker), message }
+            }
+            other => PoolFailure::WorkerFailed {
                 worker,
                 env_ids: self.shard(worker),
                 message: format!("unexpected worker state (report {other:?})"),
@@ -474,15 +473,19 @@ impl Core {
     }
 
     /// The refusal of a call made in the other mode (after the open check, as every call).
-    fn wrong_mode<R>(&self, call: &'static str, hint: &'static str) -> Result<R, StepError> {
+    fn wrong_mode<R, E: From<PoolFailure> + From<WrongMode>>(
+        &self,
+        call: &'static str,
+        hint: &'static str,
+    ) -> Result<R, E> {
         self.check_open()?;
-        Err(StepError::WrongMode { call, hint })
+        Err(WrongMode { call, hint }.into())
     }
 
     /// The error for a worker that exited: the failure it reported before exiting if
     /// any (a worker that reported a panic may exit before the trainer looks), else
     /// its death.
-    fn died(&self, worker: usize, exit: WorkerExit) -> StepError {
+    fn died(&self, worker: usize, exit: WorkerExit) -> PoolFailure {
         let reported = self.control().status(worker) == Some(protocol::WorkerStatus::Failed)
             && matches!(
                 self.control().report(worker),
@@ -491,7 +494,7 @@ impl Core {
         if reported {
             return self.worker_error(worker);
         }
-        StepError::WorkerDied {
+        PoolFailure::WorkerDied {
             worker,
             pid: self.supervisor.pids()[worker],
             env_ids: self.shard(worker),

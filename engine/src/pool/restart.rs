@@ -4,7 +4,7 @@
 //! rows in the ring are found and refilled, see [`crate::ring::recovery`]).
 
 use super::{trainer_semaphore, Abort, AsyncState, Core, FailurePolicy};
-use crate::error::StepError;
+use crate::error::PoolFailure;
 use crate::launch::WorkerExit;
 use crate::protocol::{self, queue_entry, Column, Command, WorkerReport, WorkerStatus};
 use crate::ring::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
@@ -37,7 +37,7 @@ impl Core {
 
     /// Restart policy: SIGKILLs the workers that did not answer in time and waits until the
     /// supervisor has reaped them.
-    pub(super) fn kill_hung(&mut self, hung: &[usize]) -> Result<(), StepError> {
+    pub(super) fn kill_hung(&mut self, hung: &[usize]) -> Result<(), PoolFailure> {
         for &v in hung {
             self.kill_worker(v);
         }
@@ -70,7 +70,7 @@ impl Core {
         skip: &[usize],
         dead: usize,
         exit: WorkerExit,
-    ) -> Result<Vec<usize>, StepError> {
+    ) -> Result<Vec<usize>, PoolFailure> {
         let deadline = Instant::now() + self.step_timeout.unwrap_or(self.startup_timeout);
         let mut dead_set = vec![dead];
         loop {
@@ -103,7 +103,7 @@ impl Core {
 
     /// Restart policy, sync mode, before a command: restarts every worker that died since
     /// the last one (they join the command with a reset of their envs instead). Returns them.
-    pub(super) fn restart_idle_deaths(&mut self) -> Result<Vec<usize>, StepError> {
+    pub(super) fn restart_idle_deaths(&mut self) -> Result<Vec<usize>, PoolFailure> {
         let exits = self.supervisor.exits();
         let dead: Vec<(usize, WorkerExit)> =
             exits.iter().enumerate().filter_map(|(v, e)| e.map(|e| (v, e))).collect();
@@ -129,7 +129,7 @@ impl Core {
     /// Restart policy: starts worker `w` again and takes it through the start-up handshake
     /// (its spec must be the pool's). A replacement that dies during its start is replaced
     /// again while the budget allows: each attempt counts as a restart.
-    pub(super) fn restart_worker(&mut self, w: usize) -> Result<(), StepError> {
+    pub(super) fn restart_worker(&mut self, w: usize) -> Result<(), PoolFailure> {
         loop {
             match self.start_replacement(w)? {
                 None => {
@@ -150,14 +150,14 @@ impl Core {
     /// semaphore (sync mode: all have finished the command or are dead; async mode: workers
     /// post it only during their start). `Ok(Some(exit))`: the replacement died during its
     /// start.
-    fn start_replacement(&mut self, w: usize) -> Result<Option<WorkerExit>, StepError> {
+    fn start_replacement(&mut self, w: usize) -> Result<Option<WorkerExit>, PoolFailure> {
         let words = protocol::worker_words(w);
         for word in [words.semaphore, words.semaphore_want, words.status, words.report_len, words.done_seq] {
             self.region.atomic_u32(word).store(0, Ordering::Relaxed);
         }
         if let Err(e) = self.supervisor.respawn(w) {
             let message = format!("could not be restarted ({}): {e}", self.program.display());
-            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
+            return Err(self.fail(PoolFailure::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
         }
         self.restarts[w] += 1;
         let deadline = Instant::now() + self.restart_timeout;
@@ -171,7 +171,7 @@ impl Core {
         };
         if !spec_ok {
             let message = "after a restart it reported another spec or an error".to_string();
-            return Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
+            return Err(self.fail(PoolFailure::WorkerFailed { worker: w, env_ids: self.shard(w), message }));
         }
         // Let it map the data part; it posts once running.
         self.control().worker_semaphore(w).post();
@@ -186,7 +186,7 @@ impl Core {
 
     /// Waits for one post of restarted worker `w`; `Ok(Some(exit))` if it died first. A
     /// replacement that does not answer by `deadline` is killed and the pool fails.
-    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<Option<WorkerExit>, StepError> {
+    fn wait_restart_post(&mut self, w: usize, deadline: Instant) -> Result<Option<WorkerExit>, PoolFailure> {
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         // Only this worker's death ends the wait: others may be dead and waiting for their
@@ -202,7 +202,7 @@ impl Core {
                      time if that is longer; without a step timeout, the start-up timeout)",
                     self.restart_timeout
                 );
-                Err(self.fail(StepError::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
+                Err(self.fail(PoolFailure::WorkerFailed { worker: w, env_ids: self.shard(w), message }))
             }
         }
     }
@@ -210,7 +210,7 @@ impl Core {
     /// Restart policy: resets the restarted worker's envs into block `j` with the
     /// documented seeds, and marks their rows truncated (their episodes were cut short). A
     /// replacement that dies meanwhile is replaced again while the budget allows.
-    pub(super) fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), StepError> {
+    pub(super) fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), PoolFailure> {
         loop {
             let k = self.restarts.iter().sum::<u32>() as u64;
             self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
@@ -247,7 +247,7 @@ impl Core {
     /// fill entries: its pending envs, each into one of the held rows, the rest into rows
     /// it claims. Every one of its envs comes back once more as a fresh, truncated episode
     /// (pending envs now, idle ones at their next `send`), listed in `restarted_envs`.
-    pub(super) fn recover_async(&mut self, a: &mut AsyncState) -> Result<(), StepError> {
+    pub(super) fn recover_async(&mut self, a: &mut AsyncState) -> Result<(), PoolFailure> {
         let pause = self.region.gate(protocol::RING_PAUSE);
         pause.open_to(1);
         let stock = self.take_stock(a, Instant::now() + self.startup_timeout);
@@ -308,7 +308,7 @@ impl Core {
         &mut self,
         a: &mut AsyncState,
         deadline: Instant,
-    ) -> Result<(Vec<usize>, RecoveryPlan), StepError> {
+    ) -> Result<(Vec<usize>, RecoveryPlan), PoolFailure> {
         let views = match self.settled_views(a, deadline, true, |_, _| true) {
             Ok(views) => views,
             Err(workers) => {
@@ -365,7 +365,7 @@ impl Core {
         // No worker is to blame for a ring that does not add up: the region is corrupt.
         let corrupt = |pool: &mut Core, message: String| {
             let what = format!("the async ring cannot be recovered after a worker died: {message}");
-            Err(pool.fail(StepError::Protocol { what }))
+            Err(pool.fail(PoolFailure::Protocol { what }))
         };
         let plan = match recovery::plan(&snapshot, owner, committed) {
             Ok(plan) => plan,
@@ -393,7 +393,7 @@ impl Core {
         a: &mut AsyncState,
         dead: &[usize],
         plan: RecoveryPlan,
-    ) -> Result<(), StepError> {
+    ) -> Result<(), PoolFailure> {
         let k = self.restarts.iter().sum::<u32>() as u64 + dead.len() as u64;
         let restart_seed = self.seed.wrapping_add(k << 32);
         for &w in dead {
@@ -414,7 +414,7 @@ impl Core {
                 "the async ring cannot be recovered: {} rows held by dead workers, {lost} envs in flight on them",
                 plan.fill_rows.len()
             );
-            return Err(self.fail(StepError::Protocol { what }));
+            return Err(self.fail(PoolFailure::Protocol { what }));
         }
         let mut rows = plan.fill_rows.into_iter();
         for &w in dead {

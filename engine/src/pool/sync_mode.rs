@@ -5,7 +5,7 @@
 use super::{trainer_semaphore, Abort, Core, SyncState};
 use crate::action;
 use crate::batch::Batch;
-use crate::error::StepError;
+use crate::error::{PoolFailure, ResetError, StepError};
 use crate::protocol::{self, Column, Command};
 use crate::spec::Element;
 use crate::stats::now_ns;
@@ -20,14 +20,14 @@ impl Core {
         s: &mut SyncState,
         mask: &[bool],
         seed: Option<u64>,
-    ) -> Result<Batch<'_>, StepError> {
+    ) -> Result<Batch<'_>, ResetError> {
         self.check_open()?;
         let n = self.params.num_envs;
         if mask.len() != n {
-            return Err(StepError::BadMask { len: mask.len(), num_envs: n });
+            return Err(ResetError::BadMask { len: mask.len(), num_envs: n });
         }
         if !self.has_reset && !mask.iter().all(|&m| m) {
-            return Err(StepError::PartialFirstReset);
+            return Err(ResetError::PartialFirstReset);
         }
         let flag = match seed {
             Some(s) => {
@@ -50,7 +50,7 @@ impl Core {
             }
         }
         self.first_reset_done = true;
-        self.run(s, Command::ResetSome)
+        Ok(self.run(s, Command::ResetSome)?)
     }
 
     /// Sync mode: see [`super::Pool::step`].
@@ -63,7 +63,10 @@ impl Core {
         if !self.has_reset {
             return Err(StepError::NotReset);
         }
-        self.check_not_ended(0..self.params.num_envs)?;
+        let ended = self.ended_envs(0..self.params.num_envs);
+        if !ended.is_empty() {
+            return Err(StepError::NeedsReset { env_ids: ended });
+        }
         let n = self.params.num_envs;
         action::validate(&self.spec.action, n, actions)?;
         // After validation `actions` is exactly the action rows, in the space's dtype.
@@ -73,11 +76,11 @@ impl Core {
         // (`&mut self`).
         let dst = unsafe { self.region.slice_mut::<T>(rows.start, actions.len()) };
         dst.copy_from_slice(actions);
-        self.run(s, Command::Step)
+        Ok(self.run(s, Command::Step)?)
     }
 
     /// Sync mode: sends `command` to every worker and waits until all are done.
-    pub(super) fn run(&mut self, s: &mut SyncState, command: Command) -> Result<Batch<'_>, StepError> {
+    pub(super) fn run(&mut self, s: &mut SyncState, command: Command) -> Result<Batch<'_>, PoolFailure> {
         self.check_open()?;
         let entered = now_ns();
         self.restarted.clear();
@@ -145,7 +148,7 @@ impl Core {
     /// After a command's wait timed out: the workers (but those in `skip`) that did not
     /// finish it fail the pool, or under the restart policy are killed and started again
     /// (they join `skip`).
-    fn restart_hung_sync(&mut self, skip: &mut Vec<usize>) -> Result<(), StepError> {
+    fn restart_hung_sync(&mut self, skip: &mut Vec<usize>) -> Result<(), PoolFailure> {
         let control = self.control();
         let hung: Vec<usize> = (0..self.params.num_workers)
             .filter(|&w| {

@@ -10,7 +10,7 @@ mod send_order;
 use super::{Abort, AsyncState, Control, Core, FailurePolicy};
 use crate::action;
 use crate::batch::Batch;
-use crate::error::StepError;
+use crate::error::{PoolFailure, RecvError, ResetError, SendError};
 use crate::protocol::{self, Column};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::Element;
@@ -98,23 +98,23 @@ impl Core {
         a: &mut AsyncState,
         actions: &[T],
         env_ids: &[usize],
-    ) -> Result<(), StepError> {
+    ) -> Result<(), SendError> {
         self.check_open()?;
         let entered = now_ns();
         let keep = if a.ring.retain == 0 { 0 } else { a.ring.retain + 1 };
         a.release_received(self, keep);
         let n = self.params.num_envs;
         if !self.has_reset {
-            return Err(StepError::NotReset);
+            return Err(SendError::NotReset);
         }
         self.recover_idle_deaths(a)?;
         let ring = &mut a.ring;
         // Mark as we check; on a refusal, unmark what was marked so nothing changes.
         for (k, &e) in env_ids.iter().enumerate() {
             let refusal = if e >= n {
-                Some(StepError::BadEnvId { env_id: e, num_envs: n })
+                Some(SendError::BadEnvId { env_id: e, num_envs: n })
             } else if ring.pending[e] {
-                Some(StepError::EnvBusy { env_id: e })
+                Some(SendError::EnvBusy { env_id: e })
             } else {
                 None
             };
@@ -127,12 +127,10 @@ impl Core {
             ring.pending[e] = true;
         }
         let unmark = |ring: &mut RingState| env_ids.iter().for_each(|&e| ring.pending[e] = false);
-        if !self.ended.is_empty() {
-            let ended: Vec<usize> = env_ids.iter().copied().filter(|&e| self.ended[e]).collect();
-            if !ended.is_empty() {
-                unmark(ring);
-                return Err(StepError::NeedsReset { env_ids: ended });
-            }
+        let ended = self.ended_envs(env_ids.iter().copied());
+        if !ended.is_empty() {
+            unmark(ring);
+            return Err(SendError::NeedsReset { env_ids: ended });
         }
         if let Err(e) = action::validate(&self.spec.action, env_ids.len(), actions) {
             unmark(ring);
@@ -157,12 +155,12 @@ impl Core {
     }
 
     /// Async mode: queues a reset of every env (seeded with `seed + i` if `Some`).
-    pub(super) fn start_reset(&mut self, a: &mut AsyncState, seed: Option<u64>) -> Result<(), StepError> {
+    pub(super) fn start_reset(&mut self, a: &mut AsyncState, seed: Option<u64>) -> Result<(), ResetError> {
         a.release_received(self, a.ring.retain);
         self.recover_idle_deaths(a)?;
         let ring = &mut a.ring;
         if let Some(env_id) = ring.pending.iter().position(|&p| p) {
-            return Err(StepError::EnvBusy { env_id });
+            return Err(ResetError::InFlight { env_id });
         }
         // Every env starts over: a restarted env's reset row is just a reset row.
         ring.restart_marked.fill(false);
@@ -183,7 +181,7 @@ impl Core {
 
     /// Async mode, restart policy: restarts workers that died since the last call, before
     /// anything is pushed to them.
-    fn recover_idle_deaths(&mut self, a: &mut AsyncState) -> Result<(), StepError> {
+    fn recover_idle_deaths(&mut self, a: &mut AsyncState) -> Result<(), PoolFailure> {
         let restarting = self.failure_policy != FailurePolicy::Fail;
         if restarting && self.supervisor.exited_worker().is_some() {
             self.recover_async(a)?;
@@ -192,18 +190,23 @@ impl Core {
     }
 
     /// Async mode: see [`super::Pool::recv`].
-    pub(super) fn recv(&mut self, a: &mut AsyncState) -> Result<Batch<'_>, StepError> {
+    pub(super) fn recv(&mut self, a: &mut AsyncState) -> Result<Batch<'_>, RecvError> {
         self.check_open()?;
-        let entered = now_ns();
-        a.release_received(self, a.ring.retain);
         let ring = &a.ring;
         if ring.in_flight < ring.batch_size {
-            return Err(StepError::NotEnoughInFlight {
+            return Err(RecvError::NotEnoughInFlight {
                 in_flight: ring.in_flight,
                 batch_size: ring.batch_size,
             });
         }
-        let (q, b) = (ring.next_batch, ring.batch_size);
+        Ok(self.recv_batch(a)?)
+    }
+
+    /// Async mode: waits for the next batch (`batch_size` envs are in flight).
+    pub(super) fn recv_batch(&mut self, a: &mut AsyncState) -> Result<Batch<'_>, PoolFailure> {
+        let entered = now_ns();
+        a.release_received(self, a.ring.retain);
+        let (q, b) = (a.ring.next_batch, a.ring.batch_size);
         self.recover_idle_deaths(a)?;
         a.pass_on(self, true);
         let j = a.words(&self.region).block_of(q);
@@ -258,7 +261,7 @@ impl Core {
 
     /// Waits until batch `q` is complete; under the restart policy, replaces dead and hung
     /// workers meanwhile and waits on.
-    fn wait_batch(&mut self, a: &mut AsyncState, q: u64) -> Result<(), StepError> {
+    fn wait_batch(&mut self, a: &mut AsyncState, q: u64) -> Result<(), PoolFailure> {
         let restarting = self.failure_policy != FailurePolicy::Fail;
         loop {
             match self.wait_once(a, q) {
@@ -303,7 +306,7 @@ impl Core {
     /// After batch `q`'s `b` rows (block `j`) were received: checks the workers and the
     /// rows' env ids, takes the envs out of flight, marks restarted envs' rows truncated and
     /// notes which envs ended.
-    fn take_batch(&mut self, a: &mut AsyncState, j: usize, b: usize) -> Result<(), StepError> {
+    fn take_batch(&mut self, a: &mut AsyncState, j: usize, b: usize) -> Result<(), PoolFailure> {
         let restarting = self.failure_policy != FailurePolicy::Fail;
         // A batch can be complete while another worker has failed or died (the healthy
         // workers fill it): its envs would silently never come back, so report it now
@@ -332,7 +335,7 @@ impl Core {
                          0..{})",
                         ring.next_batch, self.params.num_envs
                     );
-                    return Err(self.fail(StepError::Protocol { what }));
+                    return Err(self.fail(PoolFailure::Protocol { what }));
                 }
             }
         }
