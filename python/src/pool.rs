@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use shmenv_engine::protocol::{Column, ColumnKind, UnknownAutoReset};
 use shmenv_engine::{
-    AutoReset, Batch, CpuAffinity, DType, Pool, SendError, StepError, WaitStrategy, WorkerCommand,
+    with_element, AutoReset, Batch, CpuAffinity, DType, Element, Pool, WaitStrategy, WorkerCommand,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -256,7 +256,8 @@ impl PyPool {
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let dtype = pool.spec().action.dtype();
-        let result = with_actions(dtype, actions, |a| py.detach(|| a.step(pool)))?;
+        let result =
+            with_element!(dtype, T => with_actions::<T, _>(dtype, actions, |a| py.detach(|| pool.step(a))))?;
         Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
     }
 
@@ -267,7 +268,8 @@ impl PyPool {
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let ids = env_id_list(env_ids, pool.num_envs())?;
         let dtype = pool.spec().action.dtype();
-        with_actions(dtype, actions, |a| a.send(pool, &ids))?.map_err(|e| e.into_py_err(py, None))
+        with_element!(dtype, T => with_actions::<T, _>(dtype, actions, |a| pool.send(a, &ids)))?
+            .map_err(|e| e.into_py_err(py, None))
     }
 
     /// Async mode: starts a reset of every env; `recv()` returns the results.
@@ -493,82 +495,48 @@ fn invalid_argument(message: String) -> PyErr {
     Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
 }
 
-/// Actions borrowed from a numpy array, in the action space's dtype.
-enum Actions<'a> {
-    F32(&'a [f32]),
-    F64(&'a [f64]),
-    U8(&'a [u8]),
-    I8(&'a [i8]),
-    I16(&'a [i16]),
-    I32(&'a [i32]),
-    I64(&'a [i64]),
-    Bool(&'a [shmenv_engine::spec::Bool8]),
-    F16(&'a [shmenv_engine::spec::F16]),
-    U16(&'a [u16]),
-    U32(&'a [u32]),
-    U64(&'a [u64]),
+/// An action element type as numpy holds it: the same type, but for bools, which come as
+/// the bytes of the bool array (a uint8 view), never as Rust `bool`s.
+trait FromNumpy: Element {
+    /// The numpy element type of the array.
+    type Numpy: numpy::Element;
+    /// The actions, typed for the engine.
+    fn from_numpy(s: &[Self::Numpy]) -> &[Self];
 }
 
-/// `$body` with `$a` bound to the typed slice of whichever variant `$actions` is.
-macro_rules! each_dtype {
-    ($actions:expr, $a:ident => $body:expr) => {
-        match $actions {
-            Actions::F32($a) => $body,
-            Actions::F64($a) => $body,
-            Actions::U8($a) => $body,
-            Actions::I8($a) => $body,
-            Actions::I16($a) => $body,
-            Actions::I32($a) => $body,
-            Actions::I64($a) => $body,
-            Actions::Bool($a) => $body,
-            Actions::F16($a) => $body,
-            Actions::U16($a) => $body,
-            Actions::U32($a) => $body,
-            Actions::U64($a) => $body,
+macro_rules! from_numpy_as_is {
+    ($($t:ty),+) => {$(
+        impl FromNumpy for $t {
+            type Numpy = $t;
+            fn from_numpy(s: &[$t]) -> &[$t] {
+                s
+            }
         }
-    };
+    )+};
+}
+from_numpy_as_is!(f32, f64, u8, i8, i16, i32, i64, u16, u32, u64, shmenv_engine::spec::F16);
+
+impl FromNumpy for shmenv_engine::spec::Bool8 {
+    type Numpy = u8;
+    fn from_numpy(s: &[u8]) -> &[Self] {
+        bytemuck::cast_slice(s)
+    }
 }
 
-impl Actions<'_> {
-    fn step<'p>(&self, pool: &'p mut Pool) -> Result<Batch<'p>, StepError> {
-        each_dtype!(*self, a => pool.step(a))
-    }
-
-    fn send(&self, pool: &mut Pool, env_ids: &[usize]) -> Result<(), SendError> {
-        each_dtype!(*self, a => pool.send(a, env_ids))
-    }
-}
-
-/// Runs `f` on the actions in `array`, which must be a C-contiguous numpy array of `dtype`.
-fn with_actions<R>(dtype: DType, array: &Bound<'_, PyAny>, f: impl FnOnce(Actions<'_>) -> R) -> PyResult<R> {
-    fn slice<'py, T: numpy::Element, R>(
-        array: &Bound<'py, PyAny>,
-        dtype: DType,
-        f: impl FnOnce(&[T]) -> R,
-    ) -> PyResult<R> {
-        let typed = array.cast::<PyArrayDyn<T>>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "actions must be a numpy array of dtype {} (shmenv's VectorEnv converts for you)",
-                dtype.name()
-            ))
-        })?;
-        let ro = typed.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let s = ro.as_slice().map_err(|_| PyValueError::new_err("actions must be C-contiguous"))?;
-        Ok(f(s))
-    }
-    match dtype {
-        DType::F32 => slice(array, dtype, |s| f(Actions::F32(s))),
-        DType::F64 => slice(array, dtype, |s| f(Actions::F64(s))),
-        DType::U8 => slice(array, dtype, |s| f(Actions::U8(s))),
-        DType::I8 => slice(array, dtype, |s| f(Actions::I8(s))),
-        DType::I16 => slice(array, dtype, |s| f(Actions::I16(s))),
-        DType::I32 => slice(array, dtype, |s| f(Actions::I32(s))),
-        DType::I64 => slice(array, dtype, |s| f(Actions::I64(s))),
-        // Bool actions come as the bytes of the bool array (a uint8 view): never Rust `bool`s.
-        DType::Bool => slice::<u8, R>(array, DType::U8, |s| f(Actions::Bool(bytemuck::cast_slice(s)))),
-        DType::F16 => slice(array, dtype, |s| f(Actions::F16(s))),
-        DType::U16 => slice(array, dtype, |s| f(Actions::U16(s))),
-        DType::U32 => slice(array, dtype, |s| f(Actions::U32(s))),
-        DType::U64 => slice(array, dtype, |s| f(Actions::U64(s))),
-    }
+/// Reads `array`, which must be a C-contiguous numpy array of the action space's `dtype`
+/// (`T`'s), and calls `f` on its actions.
+fn with_actions<T: FromNumpy, R>(
+    dtype: DType,
+    array: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[T]) -> R,
+) -> PyResult<R> {
+    let typed = array.cast::<PyArrayDyn<T::Numpy>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "actions must be a numpy array of dtype {} (shmenv's VectorEnv converts for you)",
+            dtype.name()
+        ))
+    })?;
+    let ro = typed.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let s = ro.as_slice().map_err(|_| PyValueError::new_err("actions must be C-contiguous"))?;
+    Ok(f(T::from_numpy(s)))
 }
