@@ -1,0 +1,278 @@
+"""``MultiAgentShmEnv``: multi-agent envs in shmenv's workers as a TorchRL ``EnvBase`` with
+TorchRL's multi-agent layout, the one ``PettingZooWrapper`` builds, over a batch of
+``num_envs`` envs:
+
+>>> from shmenv.multiagent.torchrl import MultiAgentShmEnv
+>>> env = MultiAgentShmEnv("mpe2.simple_spread_v3", 4, num_workers=2, seed=0)
+>>> env.group_map
+{'agent': ['agent_0', 'agent_1', 'agent_2']}
+>>> td = env.rollout(10)         # td["next", "agent", "reward"].shape == (4, 10, 3, 1)
+>>> env.close()
+
+For each group ``g`` (``group_map``: TorchRL's default grouping by name, as
+``PettingZooWrapper`` does for parallel envs; or ``MarlGroupMapType``, or a dict):
+``(g, "observation")`` ``[num_envs, A, ...]`` (a per-agent ``Dict`` observation's
+``"action_mask"`` moves to ``(g, "action_mask")``, as TorchRL moves it), ``(g, "action")``
+(categorical by default, one-hot with ``categorical_actions=False``), ``(g, "reward")``,
+``(g, "done")``, ``(g, "terminated")``, ``(g, "truncated")`` ``[num_envs, A, 1]``, and with
+``use_mask=True`` ``(g, "mask")`` ``[num_envs, A]`` (the agent is in the env). The root
+``"done"``/``"terminated"``/``"truncated"`` ``[num_envs, 1]`` end an env's episode: when
+every agent is done (``done_on_any=True``: when any is, ``PettingZooWrapper``'s parallel
+default). An agent that has left stays done (its flags as it ended), with zero
+observations and rewards, as ``PettingZooWrapper`` reports dead agents.
+
+The pool runs with ``autoreset_mode="disabled"``; TorchRL resets ended envs through
+``"_reset"`` masks, which become the pool's partial resets (seeded ``seed + i`` by
+``set_seed``). TorchRL's specs count discrete actions from 0: for a ``Discrete`` or
+``MultiDiscrete`` action space with a ``start`` (dmlab2d's ``turn`` is -1..1) the env
+gets the TorchRL action plus ``start`` (``PettingZooWrapper`` passes it unchanged).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data.tensor_specs import Categorical, Composite, OneHot, Unbounded
+from torchrl.envs.common import EnvBase
+from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform
+from torchrl.envs.utils import MarlGroupMapType
+
+from shmenv.errors import UsageError
+from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
+
+__all__ = ["MultiAgentShmEnv"]
+
+
+def _grouping(group_map: Any) -> Any:
+    """TorchRL's group map argument as shmenv.multiagent's (resolved in the workers, where
+    the agents are known)."""
+    if group_map is None:
+        return "by_name"
+    if isinstance(group_map, MarlGroupMapType):
+        return {MarlGroupMapType.ALL_IN_ONE_GROUP: "all", MarlGroupMapType.ONE_GROUP_PER_AGENT: "one_per_agent"}[
+            group_map
+        ]
+    return group_map
+
+
+def _bool_spec(shape: tuple, device: Any) -> Categorical:
+    return Categorical(2, shape=torch.Size(shape), dtype=torch.bool, device=device)
+
+
+class MultiAgentShmEnv(EnvBase):
+    """A TorchRL env over ``num_envs`` multi-agent envs in shmenv workers; see the module
+    docstring. ``env`` and the keywords are :func:`shmenv.multiagent.make_vec`'s
+    (``num_workers``, ``seed``, ``config``, ...)."""
+
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int,
+        *,
+        group_map: Any = None,
+        use_mask: bool = False,
+        categorical_actions: bool = True,
+        done_on_any: bool = False,
+        device: Any = None,
+        **make_vec_options: Any,
+    ):
+        mode = make_vec_options.pop("autoreset_mode", "disabled")
+        if str(getattr(mode, "value", mode)).lower() != "disabled":
+            raise ValueError(f"MultiAgentShmEnv resets ended envs through TorchRL's '_reset' masks: autoreset_mode "
+                             f"must be 'disabled', got {mode!r}")
+        if make_vec_options.get("batch_size") not in (None, num_envs):
+            raise ValueError("MultiAgentShmEnv steps every env together: leave batch_size unset")
+        self._envs: MultiAgentVectorEnv = make_vec(
+            env, num_envs, group_map=_grouping(group_map), done_on_any=done_on_any, autoreset_mode="disabled",
+            **make_vec_options,
+        )
+        try:
+            super().__init__(device=device, batch_size=torch.Size([num_envs]), allow_done_after_reset=True)
+            self.group_map = {g: list(m) for g, m in self._envs.groups.items()}
+            self.use_mask = bool(use_mask)
+            self.categorical_actions = bool(categorical_actions)
+            self._left = {g: np.zeros((num_envs, len(m)), np.int8) for g, m in self.group_map.items()}
+            self._make_specs()
+        except BaseException:
+            self._envs.close()
+            raise
+        self.is_closed = False
+
+    # ---------------------------------------------------------------- specs
+
+    def _make_specs(self) -> None:
+        n = self.batch_size[0]
+        observation, action, reward, done = {}, {}, {}, {}
+        self._has_action_mask: dict[str, bool] = {}
+        for group, members in self.group_map.items():
+            a = len(members)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                obs = _gym_to_torchrl_spec_transform(self._envs.agent_observation_spaces[group], device=self.device)
+                act = _gym_to_torchrl_spec_transform(
+                    self._envs.agent_action_spaces[group], device=self.device,
+                    categorical_action_encoding=self.categorical_actions,
+                )
+            group_obs = torch.stack([Composite({"observation": obs}) for _ in members], 0)
+            group_act = torch.stack([Composite({"action": act}) for _ in members], 0)
+            inner = group_obs["observation"]
+            self._has_action_mask[group] = isinstance(inner, Composite) and "action_mask" in inner.keys()
+            if self._has_action_mask[group]:
+                del inner["action_mask"]
+                mask_shape = group_act["action"].shape if not self.categorical_actions else (
+                    group_act["action"].to_one_hot_spec().shape)
+                group_obs["action_mask"] = _bool_spec(mask_shape, self.device)
+            if self.use_mask:
+                group_obs["mask"] = _bool_spec((a,), self.device)
+            observation[group] = group_obs.expand(n, *group_obs.shape)
+            action[group] = group_act.expand(n, *group_act.shape)
+            reward[group] = Composite(
+                {"reward": Unbounded(shape=(n, a, 1), device=self.device, dtype=torch.float32)}, shape=(n, a)
+            )
+            flags = {k: _bool_spec((n, a, 1), self.device) for k in ("done", "terminated", "truncated")}
+            done[group] = Composite(flags, shape=(n, a))
+        # TorchRL's specs count discrete actions from 0; a space with a start is shifted back.
+        self._action_start = {}
+        for group, space in self._envs.agent_action_spaces.items():
+            start = getattr(space, "start", None)
+            if start is not None and np.any(start != 0) and not isinstance(space, spaces.Box):
+                self._action_start[group] = np.asarray(start)
+        root = {k: _bool_spec((n, 1), self.device) for k in ("done", "terminated", "truncated")}
+        self.action_spec = Composite(action, shape=(n,))
+        self.observation_spec = Composite(observation, shape=(n,))
+        self.reward_spec = Composite(reward, shape=(n,))
+        self.done_spec = Composite({**root, **done}, shape=(n,))
+
+    # ---------------------------------------------------------------- results
+
+    def _observations(self, obs: dict, active: dict) -> dict:
+        """The groups' observation entries (observation, action_mask, mask) as tensors."""
+        out: dict[str, Any] = {}
+        for group in self.group_map:
+            spec = self.observation_spec[group]
+            value = obs[group]
+            entry: dict[str, Any] = {}
+            if self._has_action_mask[group]:
+                value = dict(value)
+                entry["action_mask"] = torch.as_tensor(np.asarray(value.pop("action_mask")).astype(bool))
+            entry["observation"] = spec["observation"].encode(value, ignore_device=True)
+            if self.use_mask:
+                entry["mask"] = torch.from_numpy(np.asarray(active[group], bool))
+            out[group] = entry
+        return out
+
+    def _flags(self, group: str, terms: np.ndarray, truncs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """A group's per-agent flags, TorchRL's way: an agent that has left stays done."""
+        left = self._left[group]
+        left[(left == 0) & terms] = 1
+        left[(left == 0) & truncs] = 2
+        return torch.from_numpy(left == 1).unsqueeze(-1), torch.from_numpy(left == 2).unsqueeze(-1)
+
+    def _dicts(self, value: Any) -> dict:
+        return value if len(self.group_map) > 1 else {next(iter(self.group_map)): value}
+
+    # ---------------------------------------------------------------- EnvBase
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        partial = tensordict.get("_step", None)
+        if partial is not None and not bool(partial.all()):
+            raise UsageError("MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
+                             "refused; reset the envs you do not want with a '_reset' mask")
+        actions = {}
+        for group in self.group_map:
+            value = tensordict.get((group, "action"))
+            spec = self.action_spec[group, "action"]
+            array = value.argmax(-1).cpu().numpy() if type(spec) is OneHot else spec.to_numpy(value, safe=False)
+            start = self._action_start.get(group)
+            actions[group] = array if start is None else array + start
+        one = len(self.group_map) == 1
+        obs, rewards, terms, truncs, infos = self._envs.step(actions[next(iter(actions))] if one else actions)
+        obs, rewards, terms, truncs = (self._dicts(v) for v in (obs, rewards, terms, truncs))
+        source = self._observations(obs, self._dicts(infos["active"]))
+        for group in self.group_map:
+            term, trunc = self._flags(group, np.asarray(terms[group]), np.asarray(truncs[group]))
+            source[group].update(reward=torch.from_numpy(np.asarray(rewards[group], np.float32)).unsqueeze(-1),
+                                 terminated=term, truncated=trunc, done=term | trunc)
+        n = self.batch_size[0]
+        env_term = torch.from_numpy(np.asarray(infos["env_terminated"])).view(n, 1)
+        env_trunc = torch.from_numpy(np.asarray(infos["env_truncated"])).view(n, 1)
+        source.update(terminated=env_term, truncated=env_trunc, done=env_term | env_trunc)
+        return self._tensordict(source)
+
+    def _tensordict(self, source: dict) -> TensorDictBase:
+        """The result, each group a sub-tensordict of batch ``[num_envs, A]``."""
+        n = self.batch_size[0]
+        for group, members in self.group_map.items():
+            source[group] = TensorDict(source[group], batch_size=(n, len(members)))
+        return TensorDict(source, batch_size=self.batch_size, device=self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        seed, options = kwargs.pop("seed", None), kwargs.pop("options", None)
+        if kwargs:
+            raise TypeError(f"MultiAgentShmEnv.reset got unexpected keywords {sorted(kwargs)}")
+        mask = None
+        reset = tensordict.get("_reset", None) if tensordict is not None else None
+        if reset is not None:
+            mask = reset.reshape(self.batch_size).cpu().numpy()
+            if mask.all():
+                mask = None
+            elif not mask.any():
+                # No env to reset (only agents are done): TorchRL keeps its own rows.
+                return self._zero_reset()
+        if mask is not None:
+            options = dict(options or {}, reset_mask=np.ascontiguousarray(mask, dtype=bool))
+        obs, infos = self._envs.reset(seed=seed, options=options)
+        for left in self._left.values():
+            left[slice(None) if mask is None else mask] = 0
+        source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
+        n = self.batch_size[0]
+        for group, members in self.group_map.items():
+            source[group].update({k: torch.zeros(n, len(members), 1, dtype=torch.bool)
+                                  for k in ("done", "terminated", "truncated")})
+        source.update({k: torch.zeros(n, 1, dtype=torch.bool) for k in ("done", "terminated", "truncated")})
+        return self._tensordict(source)
+
+    def _zero_reset(self) -> TensorDictBase:
+        out = self.observation_spec.zero()
+        out.update(self.output_spec["full_done_spec"].zero())
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.reset(seed=seed)
+
+    # ---------------------------------------------------------------- misc
+
+    @property
+    def envs(self) -> MultiAgentVectorEnv:
+        """The :class:`shmenv.multiagent.MultiAgentVectorEnv` stepping the envs."""
+        return self._envs
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Stops the worker processes."""
+        self.is_closed = True
+        envs = self.__dict__.get("_envs")
+        if envs is not None:
+            envs.close()
+
+    def __del__(self) -> None:
+        if not self.__dict__.get("is_closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "MultiAgentShmEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        envs = self.__dict__.get("_envs")
+        return f"MultiAgentShmEnv(env={getattr(envs, 'env_id', None)!r}, num_envs={self.batch_size[0]}, " \
+               f"group_map={getattr(self, 'group_map', None)})"
