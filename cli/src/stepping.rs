@@ -51,14 +51,18 @@ impl<T: Element> ActionTape<T> {
 /// A live steps/s line on stderr (only when it is a terminal).
 pub struct Progress {
     live: bool,
-    label: &'static str,
+    label: String,
     last: Instant,
 }
 
 impl Progress {
-    /// A progress line labelled `label`; none when `quiet`.
-    pub fn new(label: &'static str, quiet: bool) -> Self {
-        Progress { live: !quiet && std::io::stderr().is_terminal(), label, last: Instant::now() }
+    /// A progress line labelled `label` (what runs now); none when `quiet`.
+    pub fn new(label: impl Into<String>, quiet: bool) -> Self {
+        Progress {
+            live: !quiet && std::io::stderr().is_terminal(),
+            label: label.into(),
+            last: Instant::now(),
+        }
     }
 
     fn tick(&mut self, steps: u64, seconds: f64) {
@@ -245,6 +249,20 @@ pub fn fmt_rate(r: f64) -> String {
         format!("{:.1}k", r / 1e3)
     } else {
         format!("{r:.0}")
+    }
+}
+
+/// Warns on stderr when the 1-minute load average exceeds the cores; `when` says at which
+/// moment ("at the start", "at the end"). Other processes then take CPU time from the pool
+/// and the loop alike, and the figures come out lower and noisier than on an idle machine.
+pub fn warn_if_loaded(when: &str) {
+    let (load, cores) = (load_average(), shmenv::engine::sync::available_cores());
+    if load > cores as f64 {
+        eprintln!(
+            "warning: the load average is {load:.2} {when}, above the {cores} cores: other processes compete \
+             for the CPUs, so these figures come out lower and noisier than on an idle machine; rerun when \
+             `uptime` shows less load, or see how settings hold up with --contend"
+        );
     }
 }
 

@@ -1,7 +1,9 @@
 """shmenv: vectorized RL environments stepped by worker processes straight into shared
 memory, as a Gymnasium ``VectorEnv`` (``shmenv.make_vec``) and a Stable-Baselines3
-``VecEnv`` (``shmenv.sb3.ShmVecEnv``). Observations come back as numpy views of the
-shared memory: no pickling, no pipes, no copies.
+``VecEnv`` (``shmenv.sb3.ShmVecEnv``). Workers write observations, rewards and flags into
+the shared memory (no pickling, no pipes); each call copies its results once into arrays
+you own, or with ``copy=False`` returns the observations as read-only views of that memory.
+The ``shmenv`` command (``python -m shmenv``) lists, benchmarks, tunes and watches pools.
 
 >>> import shmenv
 >>> envs = shmenv.make_vec("CartPole-v1", num_envs=8, num_workers=2, seed=0)

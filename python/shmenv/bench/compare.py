@@ -22,6 +22,7 @@ from shmenv.bench.contestants import (
     shmenv_async,
     shmenv_sync,
 )
+from shmenv.bench.progress import Progress, warn_if_loaded
 
 
 def _run_passes(
@@ -33,29 +34,39 @@ def _run_passes(
 ) -> tuple[dict[str, Contestant], dict[str, list[float]]]:
     """Runs every wanted contestant once per pass, one at a time; returns the figures (not
     the engines) and each contestant's median per pass. Contestants that cannot run are
-    recorded in `skipped` or `not_applicable`."""
+    recorded in `skipped` or `not_applicable`. A status line on a terminal says which runs."""
     found: dict[str, Contestant] = {}
     pass_medians: dict[str, list[float]] = {}
-    for _ in range(args.passes):
+    progress = Progress(args.passes * sum(key in wanted for key in KEYS))
+    for p in range(args.passes):
         for key in KEYS:
-            if key not in wanted or key in skipped or key in not_applicable:
+            if key not in wanted:
                 continue
+            what = f"pass {p + 1}/{args.passes}: {key}"
+            if key in skipped or key in not_applicable:
+                progress.end(what)
+                continue
+            round_done = progress.begin(what, args.rounds)
             try:
                 c = makers[key]()
             except NotApplicable as e:
                 not_applicable[key] = str(e)
+                progress.end(what, "not applicable")
                 continue
             except ImportError as e:
                 name = e.name or str(e)
                 skipped[key] = f"{name} not installed" + (" (pip install envpool)" if name == "envpool" else "")
+                progress.end(what, "skipped")
                 continue
             except Exception as e:  # noqa: BLE001 - a contestant that cannot run is reported, not fatal
                 skipped[key] = f"{type(e).__name__}: {e}"
+                progress.end(what, "skipped")
                 continue
             try:
-                c.rounds(args.rounds, args.round_seconds, warm_up=min(0.2, args.round_seconds))
+                c.rounds(args.rounds, args.round_seconds, warm_up=min(0.2, args.round_seconds), on_round=round_done)
             finally:
                 c.close()
+            progress.end(what)
             # Keep the figures, not the closures: they would keep the engine (EnvPool's
             # threads) alive into the next contestant's turn.
             kept = found.setdefault(key, Contestant(c.name, lambda: 0, lambda: None, key=key, obs_bytes=c.obs_bytes))
@@ -63,6 +74,7 @@ def _run_passes(
             pass_medians.setdefault(key, []).append(statistics.median(c.rates))
             del c
             settle()
+    progress.close()
     return found, pass_medians
 
 
@@ -82,6 +94,7 @@ def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if batch >= n and key in wanted:
             not_applicable[key] = f"batch size {batch} >= {n} envs: no async mode"
     load_before = os.getloadavg()
+    warn_if_loaded("at the start")
     found, pass_medians = _run_passes(_makers(args, batch), wanted, args, skipped, not_applicable)
     overhead = _call_overhead(args, wanted, skipped, not_applicable)
     steps_per_call = {k: (batch if "async" in k else n) for k in KEYS}
@@ -104,6 +117,7 @@ def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
     }
+    warn_if_loaded("at the end")
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -140,11 +154,15 @@ def _call_overhead(
         return None
     if "shmenv" not in wanted and "shmenv-nocopy" not in wanted:
         return None
+    status = Progress(1)
+    status.begin("the 1-env step() call cost", args.overhead_rounds)
     try:
         return call_overhead(args.env, args.config, rounds=args.overhead_rounds)
     except Exception as e:  # noqa: BLE001 - reported like a contestant that cannot run
         skipped["call-overhead"] = f"{type(e).__name__}: {e}"
         return None
+    finally:
+        status.close()
 
 
 def _rows(found: dict[str, Contestant], base_key: str) -> list[dict[str, Any]]:

@@ -54,12 +54,17 @@ class Contestant:
                 break
         self.rates.append(steps / (now - start))
 
-    def rounds(self, count: int, seconds: float, warm_up: float) -> None:
-        """A warm-up round of ``warm_up`` s (not kept), then ``count`` rounds of ``seconds``."""
+    def rounds(
+        self, count: int, seconds: float, warm_up: float, on_round: Callable[[int], None] | None = None
+    ) -> None:
+        """A warm-up round of ``warm_up`` s (not kept), then ``count`` rounds of ``seconds``;
+        ``on_round(k)`` after the k-th (a progress line)."""
         self.round(warm_up)
         self.rates.clear()
-        for _ in range(count):
+        for k in range(count):
             self.round(seconds)
+            if on_round is not None:
+                on_round(k + 1)
 
     @property
     def median(self) -> float:

@@ -13,7 +13,12 @@ Columns: env steps/s, frames/s (Atari: steps x frame skip), the fraction of the 
 the trainer's and workers' resident memory (VmRSS at the end of the rounds; engines with
 threads have no workers). ``--trainer-us T`` spends T us of CPU per batch between ``recv``
 and ``send`` (or between ``step`` calls), as a trainer that computes would. ``--json``
-prints one JSON object per system and size.
+prints one JSON object per system and size. While it runs, a status line on stderr (a
+terminal only) says which system, size, pass and round runs, and a warning says when the
+load average exceeds the cores at the start or the end. A workload whose packages are
+missing (atari: ``ale-py`` and ``opencv-python-headless``; mujoco: ``gymnasium[mujoco]``)
+runs nothing: one line says what to ``pip install`` and the exit status is 1, as it is
+when no system could run.
 
     python -m shmenv.bench --workload atari
     bash examples/cpp/build_ale.sh target/release/libale_atari.so
@@ -57,14 +62,17 @@ a native C env (``examples/c/mujoco_locomotion.c``, ``--plugin``) runs as
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from shmenv.bench.contestants import Contestant, NotApplicable, cycle, random_actions, settle
+from shmenv.bench.progress import Progress, warn_if_loaded
 from shmenv.workloads import (
     ATARI_FRAME_SKIP,
     ATARI_MAX_FRAMES,
@@ -120,6 +128,12 @@ class Workload:
     #: The id a native plugin provides for this workload (``--plugin``), and its config.
     plugin_id: str | None = None
     plugin_config: Callable[[], dict[str, Any]] | None = None
+    #: The modules the env needs, each with what to ``pip install`` for it.
+    needs: tuple[tuple[str, str], ...] = ()
+
+    def missing(self) -> list[tuple[str, str]]:
+        """The (module, pip requirement) pairs of `needs` that this Python cannot import."""
+        return [(module, req) for module, req in self.needs if importlib.util.find_spec(module) is None]
 
 
 def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, Workload]:
@@ -136,6 +150,8 @@ def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, 
             sizes=((8, None), (16, None), (16, 8)),
             plugin_id="AtariC-v5",
             plugin_config=lambda: {"rom_dir": ale_roms(), "game": game.lower()},
+            # ale_py: the emulator and ROMs; cv2: AtariPreprocessing's resize.
+            needs=(("ale_py", "ale-py"), ("cv2", "opencv-python-headless")),
         ),
         "mujoco": Workload(
             name="mujoco",
@@ -146,6 +162,7 @@ def workloads(game: str = "Pong", mujoco_env: str = "HalfCheetah") -> dict[str, 
             sizes=((8, None), (32, None), (32, 16)),
             plugin_id=f"{mujoco_env}C-v5",
             plugin_config=lambda: {"model": gymnasium_model(MODEL_FILES.get(mujoco_env, f"{mujoco_env.lower()}.xml"))},
+            needs=(("mujoco", "gymnasium[mujoco]"),),
         ),
         "classic": Workload(
             name="classic",
@@ -372,9 +389,21 @@ def _applies(key: str, batch: int | None) -> bool:
     return key.endswith("-async") == (batch is not None)
 
 
-def _measure(runner: Runner, key: str, args: argparse.Namespace, record: dict[str, Any]) -> None:
+def _reason(e: Exception) -> str:
+    """One line for a system that could not be built: a worker's traceback (in shmenv's
+    errors) is cut to its first and last lines."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1]}"
+    return f"{type(e).__name__}: {text}"
+
+
+def _measure(
+    runner: Runner, key: str, args: argparse.Namespace, record: dict[str, Any],
+    on_round: Callable[[int], None] | None = None,
+) -> None:
     """One pass of system `key`: builds it, warms it up, times the rounds, closes it, and adds
-    the rates and memory to `record` (or the reason it could not run)."""
+    the rates and memory to `record` (or the reason it could not run); `on_round` is called
+    after each timed round."""
     try:
         c = runner.make(key)
     except NotApplicable as e:
@@ -384,10 +413,10 @@ def _measure(runner: Runner, key: str, args: argparse.Namespace, record: dict[st
         record["skipped"] = f"{e.name or e} not installed"
         return
     except Exception as e:  # noqa: BLE001 - a system that cannot run is reported, not fatal
-        record["skipped"] = f"{type(e).__name__}: {e}"
+        record["skipped"] = _reason(e)
         return
     try:
-        c.rounds(args.rounds, args.round_seconds, warm_up=min(0.3, args.round_seconds))
+        c.rounds(args.rounds, args.round_seconds, warm_up=min(0.3, args.round_seconds), on_round=on_round)
         trainer, workers = memory()
     finally:
         c.close()
@@ -409,15 +438,21 @@ def measure_all(w: Workload, args: argparse.Namespace, wanted: list[str]) -> lis
     records: dict[tuple[int, int | None, str], dict[str, Any]] = {}
     single_key = (0, None, "single")
     sizes = _sizes(w, args)
-    for _ in range(args.passes):
+    runs = [(n, b, k) for n, b in sizes for k in wanted if k != "single" and _applies(k, b)]
+    progress = Progress(args.passes * (len(runs) + ("single" in wanted)))
+    for p in range(args.passes):
         if "single" in wanted:  # once per pass: the same env at every size
-            _measure(Runner(w, args, 1, None), "single", args, records.setdefault(single_key, {}))
-        for n, batch in sizes:
-            for key in wanted:
-                rec = records.setdefault((n, batch, key), {})
-                if key == "single" or not _applies(key, batch) or "skipped" in rec or "not_applicable" in rec:
-                    continue
-                _measure(Runner(w, args, n, batch), key, args, rec)
+            what = f"pass {p + 1}/{args.passes}: single env"
+            _measure(Runner(w, args, 1, None), "single", args, records.setdefault(single_key, {}),
+                     progress.begin(what, args.rounds))
+            progress.end(what)
+        for n, batch, key in runs:
+            rec = records.setdefault((n, batch, key), {})
+            what = f"pass {p + 1}/{args.passes}: {key}, {n} envs" + (f", batch {batch}" if batch else "")
+            if "skipped" not in rec and "not_applicable" not in rec:
+                _measure(Runner(w, args, n, batch), key, args, rec, progress.begin(what, args.rounds))
+            progress.end(what)
+    progress.close()
     single = records.get(single_key, {}).get("rates")
     single_rate = statistics.median(single) if single else None
     cores = min(args.workers, os.cpu_count() or 1)
@@ -495,10 +530,23 @@ def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.trainer_us < 0:
         p.error(f"--trainer-us is {args.trainer_us:g}; give 0 or more microseconds")
     w = workloads(args.game, args.mujoco_env)[args.workload]
+    missing = w.missing()
+    if missing:
+        print(
+            f"skipped every engine of the {w.name} workload: {', '.join(m for m, _ in missing)} not installed; "
+            f"pip install {' '.join(repr(r) if '[' in r else r for _, r in missing)}",
+            file=sys.stderr,
+        )
+        return 1
+    warn_if_loaded("at the start")
     rows = measure_all(w, args, [k for k in SYSTEMS if k in wanted])
+    warn_if_loaded("at the end")
     if args.json:
         for r in rows:
             print(json.dumps(r))
     else:
         _print_table(rows, args)
+    if not any(r["steps_per_sec"] for r in rows):
+        print(f"nothing of the {w.name} workload could run (the reasons are above)", file=sys.stderr)
+        return 1
     return 0
