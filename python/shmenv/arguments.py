@@ -112,15 +112,17 @@ def _reset_options(options: dict | None, num_envs: int, is_async: bool) -> tuple
 
 def _reset_mask(mask, num_envs: int) -> list[bool]:
     """A ``reset_mask`` option: a bool array of shape ``(num_envs,)`` with a True, as a
-    list (the exception types are ``AsyncVectorEnv``'s)."""
+    list. Checked in ``AsyncVectorEnv``'s order (shape, dtype, a True), with its exception
+    types and the start of its messages, then what to pass (a list is taken as an array)."""
     m = np.asarray(mask)
+    want = f"pass a numpy bool array with one entry per env (np.zeros({num_envs}, dtype=bool), True for the envs to reset)"
+    if m.shape != (num_envs,):
+        raise InvalidArgumentError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {m.shape}: {want}")
     if m.dtype != np.bool_:
-        raise InvalidArgumentTypeError(
-            f"reset_mask must be a bool array of shape ({num_envs},), one per env; got dtype {m.dtype}"
-        )
-    if m.shape != (num_envs,) or not m.any():
+        raise InvalidArgumentTypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {m.dtype}: {want}")
+    if not m.any():
         raise InvalidArgumentError(
-            f"reset_mask must be a bool array of shape ({num_envs},) with at least one True (the envs "
-            f"to reset); got shape {m.shape} with {int(m.sum())} True"
+            "`options['reset_mask']` must contain a boolean array with at least one True value, got "
+            f"reset_mask={m}: a reset must reset at least one env"
         )
     return m.tolist()

@@ -116,6 +116,33 @@ class EnvCalls:
         targets = [i for i in range(self.num_envs) if mask is None or mask[i]]
         self.env_call("reset_options", "", targets, values=[options] * len(targets))
 
+    def _check_spaces(self, mode: str | tuple, env_spaces: tuple | None) -> None:
+        """As ``AsyncVectorEnv`` at start-up: every env's spaces checked in its worker
+        against the pool's (env 0's ``env_spaces``, or the single space of a given
+        ``observation_mode`` tuple); a mismatch closes the pool and raises Gymnasium's
+        ``RuntimeError`` naming both envs. With ``"different"`` or a tuple, sets the batched
+        observation space as Gymnasium does."""
+        from shmenv.spaces import modes
+
+        try:
+            if env_spaces is None:  # unpicklable spaces: the workers' own comparison of their spec
+                if any(self.env_call("mismatched", "", range(self.num_envs))):
+                    raise RuntimeError(modes.SAME_MESSAGE.format(detail="(the spaces cannot be pickled to say more)"))
+                return
+            single = mode[1] if isinstance(mode, tuple) else env_spaces[0]
+            kind = "same" if mode == "same" else "different"
+            values = [(kind, single, env_spaces[1])] * self.num_envs
+            answers = self.env_call("check_spaces", "", range(self.num_envs), values=values)
+            modes.raise_mismatch(mode, answers, single, env_spaces[1])
+            batched = modes.batched_observation_space(mode, list(self.get_attr("observation_space")))
+        except BaseException:
+            self.close()
+            raise
+        if batched is not None:
+            self.single_observation_space = batched[1]
+            if not self.is_async:  # an async batch's rows are any envs: its space stays the single one's, batched
+                self.observation_space = batched[0]
+
     # --- restarted workers (max_restarts) ----------------------------------------------
 
     def _revive(self, workers: list[int]) -> None:

@@ -98,7 +98,8 @@ class EnvFns:
 
 def env_fns_target(env_fns: Sequence[Any], kwargs: dict) -> tuple[Any, int]:
     """What :func:`make_vec` builds for :func:`from_fns`'s arguments (checked): the one
-    factory when all are the same object, else ``EnvFns``; and the number of envs."""
+    factory when all are the same object (unless it is a class the workers cannot import),
+    else ``EnvFns``; and the number of envs."""
     if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
         raise InvalidArgumentTypeError(
             f"from_fns takes a list of callables (one per env), got {type(env_fns).__name__}"
@@ -114,7 +115,11 @@ def env_fns_target(env_fns: Sequence[Any], kwargs: dict) -> tuple[Any, int]:
             )
     if "num_envs" in kwargs:
         raise InvalidArgumentTypeError("from_fns takes no num_envs: it runs one env per callable")
-    return (fns[0] if all(fn is fns[0] for fn in fns) else EnvFns(fns)), len(fns)
+    one = all(fn is fns[0] for fn in fns)
+    # A class the workers cannot import by name (a local one, one of __main__) is sent by
+    # value, as AsyncVectorEnv pickles each of env_fns.
+    by_value = isinstance(fns[0], type) and _importable(fns[0]) is None
+    return (fns[0] if one and not by_value else EnvFns(fns)), len(fns)
 
 
 # The params area of the region holds 64 KiB of JSON; leave room for the other params.

@@ -25,14 +25,17 @@ from shmenv.arguments import (
     _optional_seconds,
 )
 from shmenv.errors import (
+    BuildError,
     InvalidArgumentError,
     UsageError,
     WorkerError,
     closed,
 )
+from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
 from shmenv.env_calls import EnvCalls
 from shmenv.infos import InfoArea
+from shmenv.pending import PendingCalls
 from shmenv.resolve import pass_render_mode, resolve, resolve_plugin
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 
@@ -60,7 +63,7 @@ def _worker_command(resolved, worker_program) -> tuple[str, list[str], list[tupl
     return os.fspath(worker_program), [], []
 
 
-class ShmVectorEnv(EnvCalls, VectorEnv):
+class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
     """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
     docstring describes every argument.
 
@@ -96,6 +99,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         fair_scheduling: bool = True,
         render_mode: str | None = None,
         plugin: str | os.PathLike | None = None,
+        observation_mode: str | tuple = "same",
+        pool_infos: bool = False,
     ):
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
@@ -104,9 +109,12 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self._has_reset = False
         self._restarted_by_calls: set[int] = set()
         mode = _autoreset_mode(autoreset_mode)
+        obs_mode = modes.check_mode(observation_mode)
         # Every argument mistake is raised here, before workers start.
         resolved, plugin = resolve_plugin(env, config, plugin) if plugin is not None else (resolve(env, config), None)
         pass_render_mode(resolved, render_mode)
+        if resolved.python and obs_mode != "same":
+            resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
         num_envs = _count("num_envs", num_envs)
         num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
         if resolved.config.get("kind") == "factory" and resolved.python:
@@ -123,13 +131,19 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         zero_copy_async = batch < num_envs and not copy
         if ring_depth is None:
             ring_depth = 3 if zero_copy_async else 2
-        self._start_pool(
-            resolved, num_envs, worker_program, num_workers=num_workers, batch_size=batch_size, seed=seed,
-            config_json=json.dumps(resolved.config), autoreset=mode.value, max_episode_steps=max_episode_steps,
-            wait=wait, ring_depth=ring_depth, pin_workers=pin_workers, step_timeout=step_timeout,
-            max_restarts=max_restarts, copy=bool(copy), retain_batches=1 if zero_copy_async else 0,
-            fair_scheduling=bool(fair_scheduling), plugin=plugin,
-        )
+        try:
+            self._start_pool(
+                resolved, num_envs, worker_program, num_workers=num_workers, batch_size=batch_size, seed=seed,
+                config_json=json.dumps(resolved.config), autoreset=mode.value, max_episode_steps=max_episode_steps,
+                wait=wait, ring_depth=ring_depth, pin_workers=pin_workers, step_timeout=step_timeout,
+                max_restarts=max_restarts, copy=bool(copy), retain_batches=1 if zero_copy_async else 0,
+                fair_scheduling=bool(fair_scheduling), plugin=plugin,
+            )
+        except BuildError as e:
+            mismatch = modes.spec_mismatch(e, obs_mode, num_envs, num_workers) if resolved.python else None
+            if mismatch is None:
+                raise
+            raise mismatch from e
         self.python_env = resolved.python
         spec = json.loads(self._pool.spec_json)
         self.env_id = resolved.label
@@ -144,6 +158,9 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self.single_action_space = self._assembly.single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.observation_mode = obs_mode
+        if self.python_env:
+            self._check_spaces(obs_mode, env0.get("spaces"))
         self.spec = resolved.gym_spec
         gym_limit = getattr(self.spec, "max_episode_steps", None)
         self.max_episode_steps = max_episode_steps or spec.get("max_episode_steps") or gym_limit
@@ -152,8 +169,10 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         self.autoreset_mode = mode
         self._infos = self._start_infos()
         self.copy = bool(copy)
+        self.pool_infos = bool(pool_infos) or self.is_async
         self.episode_stats_key = episode_stats_key
         self._env_seeds: list[int | None] = [None] * num_envs
+        self._pool_seed = seed
 
     # --- Gymnasium API ---------------------------------------------------------------
 
@@ -169,6 +188,8 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
         if self.closed:
             raise closed()
+        if self._pending is not None or self._abandoned is not None:
+            self._refuse_if_pending("reset")
         mask, env_options = _reset_options(options, self.num_envs, self.is_async)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
@@ -178,6 +199,9 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
             )
         if env_options:
             self._send_reset_options(env_options, mask)
+        if seed is None and not self._has_reset and self._pool_seed is None and self._calls is not None:
+            # As Gymnasium's vector envs: an unseeded first reset calls reset(seed=None).
+            self.env_call("unseeded", "", range(self.num_envs))
         self._forget_call_restarts(mask)
         for k, (env_mask, base) in enumerate(commands):
             if k > 0 and self._infos is not None:
@@ -211,14 +235,19 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         """Steps the envs. Sync pools step every env (row ``i`` = env ``i``). Async pools
         (``batch_size < num_envs``) send ``actions`` to ``env_ids`` (all envs if None) and
         return the next batch, EnvPool style, with ``infos["env_id"]``."""
+        if self._pending is not None or self._abandoned is not None:
+            self._refuse_if_pending("step")
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
-        res = self._pool.step(self._assembly.actions(actions, self.num_envs))
+        res = self._pool.step(self._actions(actions, None))
         self._follow_restarts(res)
         return self._note_restarts(res, self._unpack(res))
 
     def close_extras(self, **kwargs: Any):
+        """Closes the pool (``AsyncVectorEnv``'s ``timeout``/``terminate`` are accepted: the
+        workers stop within the shutdown grace, then are killed)."""
+        self._close_pending()
         self._pool.close()
         if self._calls is not None:
             self._calls.close()
@@ -316,7 +345,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs (async
         mode), as EnvPool's ``send(action, env_id)``."""
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        self._pool.send(self._assembly.actions(actions, len(ids)), ids)
+        self._pool.send(self._actions(actions, ids), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -377,8 +406,9 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
     # --- internals -------------------------------------------------------------------
 
     def _unpack(self, res):
-        obs = self._assembly.observations(res.obs)
-        infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step}
+        side = self._side_obs(res) if self._assembly.side_obs else None
+        obs = self._assembly.observations(res.obs, None if side is None else [c for c, _ in side])
+        infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step} if self.pool_infos else {}
         if res.any_done:
             done = np.logical_or(res.terminated, res.truncated)
             key = self.episode_stats_key
@@ -389,7 +419,7 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
             if res.final_obs is not None:
                 final = np.full(len(done), None, dtype=object)
                 for i in np.flatnonzero(done):
-                    final[i] = self._assembly.final_observation(res.final_obs, i)
+                    final[i] = self._assembly.final_observation(res.final_obs, i, None if side is None else side[i][1])
                 infos["final_obs"] = final
                 infos["_final_obs"] = done
                 infos["final_info"] = self._info_columns(res.final_obs, done)
@@ -399,6 +429,22 @@ class ShmVectorEnv(EnvCalls, VectorEnv):
         if self._infos is not None:
             self._merge_infos(res, infos)
         return obs, res.rewards, res.terminated, res.truncated, infos
+
+    def _side_obs(self, res) -> list[tuple[list, list]]:
+        """Each row's side-leaf values (its observation's, and the one before: a final
+        observation's under same-step autoreset), fetched from the workers."""
+        return self._calls.request(self._shards, res.env_id.tolist(), "side_obs", "")
+
+    def _actions(self, actions: Any, env_ids) -> np.ndarray:
+        """The engine's action array for ``env_ids`` (all envs if None); the side leaves'
+        values go to their workers first, over the call channel."""
+        count = self.num_envs if env_ids is None else len(env_ids)
+        packed = self._assembly.actions(actions, count)
+        packing = self._assembly.packing
+        if packing is not None and packing.side:
+            ids = list(range(self.num_envs)) if env_ids is None else [int(i) for i in env_ids]
+            self._calls.request(self._shards, ids, "side_actions", "", values=packing.side_values(actions, count))
+        return packed
 
     def _info_columns(self, arrays: tuple, rows: np.ndarray | None) -> dict[str, Any]:
         """The arrays a native env reports as infos (spec ``info``: Atari's lives), with
@@ -452,6 +498,8 @@ def make_vec(
     fair_scheduling: bool = True,
     render_mode: str | None = None,
     plugin: str | os.PathLike | None = None,
+    observation_mode: str | tuple = "same",
+    pool_infos: bool = False,
 ) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
@@ -508,13 +556,22 @@ def make_vec(
       render_mode="rgb_array")``). Native (Rust) envs do not render: None only.
     - ``plugin``: the path of a shared library implementing ``shmenv_env.h`` (a C or C++
       env); ``env`` is then one of its ids. Every worker loads the library for itself.
+    - ``observation_mode`` (as ``AsyncVectorEnv``'s): "same" (every env has env 0's
+      spaces; a mismatch raises ``RuntimeError`` naming both envs), "different" (the
+      observation spaces may differ in their bounds, with one shape and dtype; the batched
+      space is ``batch_differing_spaces`` of them) or ``(observation_space,
+      single_observation_space)``.
+    - ``pool_infos``: add ``infos["env_id"]`` and ``infos["elapsed_step"]`` to every
+      result in sync mode too (async mode always has them, EnvPool style); by default a
+      sync pool's infos hold what the envs returned, as ``SyncVectorEnv``'s.
     """
     return ShmVectorEnv(
         env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,
         config=config, autoreset_mode=autoreset_mode, copy=copy, worker_program=worker_program,
         max_episode_steps=max_episode_steps, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
         episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
-        fair_scheduling=fair_scheduling, render_mode=render_mode, plugin=plugin,
+        fair_scheduling=fair_scheduling, render_mode=render_mode, plugin=plugin, observation_mode=observation_mode,
+        pool_infos=pool_infos,
     )
 
 

@@ -12,7 +12,7 @@
 use crate::views;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PySet, PySetMethods, PyTuple};
 use shmenv_engine::spec::{EnvSpec, Space};
 use shmenv_worker::{ActionIn, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 
@@ -80,10 +80,12 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
         let note_info = py.import("shmenv.infos").and_then(|m| m.getattr("note_info")).map_err(fail)?;
         let reset_options =
             module.getattr("RESET_OPTIONS").and_then(|d| Ok(d.cast_into::<PyDict>()?)).map_err(fail)?;
+        let unseeded = module.getattr("UNSEEDED").and_then(|d| Ok(d.cast_into::<PySet>()?)).map_err(fail)?;
         Ok(Box::new(PyEnv {
             local,
             note_info: note_info.unbind(),
             reset_options: reset_options.unbind(),
+            unseeded: unseeded.unbind(),
             step: env.getattr("step").map_err(fail)?.unbind(),
             reset: env.getattr("reset").map_err(fail)?.unbind(),
             label: env.str().map_err(fail)?.to_string(),
@@ -114,6 +116,10 @@ struct PyEnv {
     /// `shmenv.worker.RESET_OPTIONS`: the options of `reset(options=...)` the trainer sent
     /// for an env, taken (removed) by that env's next reset.
     reset_options: Py<PyDict>,
+    /// `shmenv.worker.UNSEEDED`: the envs whose next reset gets `seed=None` whatever the
+    /// engine's seed (the first reset of a pool built without a seed, as Gymnasium's
+    /// vector envs reset them), each taken (removed) by that reset.
+    unseeded: Py<PySet>,
     step: Py<PyAny>,
     reset: Py<PyAny>,
     /// The env as Python prints it (`<TimeLimit<...<CartPoleEnv<CartPole-v1>>>>`), for
@@ -153,17 +159,20 @@ enum Held {
 }
 
 impl PyEnv {
-    /// The action as the Python value a Gymnasium env expects: an int for `Discrete`, else
-    /// an array of the space's dtype and shape; a composite action (a Dict or Tuple space,
+    /// The action as the Python value a Gymnasium env expects: an int for `Discrete`, a
+    /// numpy scalar for a scalar Box, else an array of the space's dtype and shape; a composite action (a Dict or Tuple space,
     /// packed into a byte row by the trainer) unpacked by `shmenv.worker`.
     fn action<'py>(&self, py: Python<'py>, action: ActionIn<'_>) -> PyResult<Bound<'py, PyAny>> {
         let space = action.space();
         if let Space::Discrete { .. } = space {
             return Ok(action.discrete().into_pyobject(py)?.into_any());
         }
-        let array = views::owned(py, action.bytes(), views::descr(py, space.dtype()), &space.shape())?;
+        let shape = space.shape();
+        let array = views::owned(py, action.bytes(), views::descr(py, space.dtype()), &shape)?;
         match &self.unpack_action {
             Some(unpack) => unpack.bind(py).call1((array,)),
+            // A scalar space (`Box(shape=())`): the numpy scalar, as `SyncVectorEnv` hands it out.
+            None if shape.is_empty() => array.get_item(PyTuple::empty(py)),
             None => Ok(array),
         }
     }
@@ -373,14 +382,20 @@ impl Env for PyEnv {
         Python::attach(|py| {
             let kwargs = PyDict::new(py);
             let result = (|| -> PyResult<()> {
+                // As Gymnasium's vector envs call it: `reset(seed=..., options=...)`, both
+                // always given (None when there are none).
+                let unseeded = self.unseeded.bind(py);
+                let seed = if !unseeded.is_empty() && unseeded.discard(self.local)? { None } else { seed };
                 kwargs.set_item("seed", seed)?;
                 let pending = self.reset_options.bind(py);
+                let mut options = None;
                 if !pending.is_empty() {
-                    if let Some(options) = pending.get_item(self.local)? {
+                    options = pending.get_item(self.local)?;
+                    if options.is_some() {
                         pending.del_item(self.local)?;
-                        kwargs.set_item("options", options)?;
                     }
                 }
+                kwargs.set_item("options", options)?;
                 let out = self.reset.call(py, (), Some(&kwargs))?;
                 let out = returned(out.bind(py), "reset()", 2, &self.label)?;
                 self.store_obs(py, &out.get_item(0)?)?;

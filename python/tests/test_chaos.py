@@ -64,7 +64,7 @@ def shard(w: int) -> list[int]:
 def make(batch_size: int | None = None, max_restarts: int | None = 100_000, step_timeout: float | None = 5.0):
     return shmenv.make_vec(
         trivial_env_factory(), NUM_ENVS, num_workers=NUM_WORKERS, batch_size=batch_size, seed=0,
-        max_restarts=max_restarts, step_timeout=step_timeout,
+        max_restarts=max_restarts, step_timeout=step_timeout, pool_infos=True,  # env_id in sync mode too
     )
 
 

@@ -147,7 +147,7 @@ def test_zero_copy_async_previous_batch_survives_the_next_recv(no_leaks):
 @pytest.mark.parametrize("batch_size", [None, 4], ids=["sync", "async"])
 def test_default_arrays_are_owned_writable_and_never_reused(batch_size, no_leaks):
     rng = np.random.default_rng(3)
-    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, batch_size=batch_size, seed=0) as envs:
+    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, batch_size=batch_size, seed=0, pool_infos=True) as envs:
         start, end = envs.mapping_range
         kept = []
         if envs.is_async:
@@ -208,7 +208,7 @@ def test_cleanrl_envpool_async_loop_matches_sync_per_env_trajectories(no_leaks):
 
     # The reference: a sync pool of the same seed, env i given env i's action sequence.
     depth = max(len(r) for r in rows)
-    with shmenv.make_vec("CartPole-v1", n, num_workers=2, seed=0) as ref:
+    with shmenv.make_vec("CartPole-v1", n, num_workers=2, seed=0, pool_infos=True) as ref:
         obs, info = ref.reset()
         steps = [(obs, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), info["elapsed_step"])]
         for k in range(depth - 1):
@@ -362,7 +362,7 @@ def test_reset_mask_resets_only_the_masked_envs_like_sync_vector_env(no_leaks):
     n = 4
     rng = np.random.default_rng(6)
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)])
-    with shmenv.make_vec("CartPole-v1", n, num_workers=2) as envs:
+    with shmenv.make_vec("CartPole-v1", n, num_workers=2, pool_infos=True) as envs:
         obs, _ = envs.reset(seed=11)
         r_obs, _ = ref.reset(seed=11)
         np.testing.assert_array_equal(obs, r_obs)
@@ -382,7 +382,7 @@ def test_reset_mask_resets_only_the_masked_envs_like_sync_vector_env(no_leaks):
             actions = rng.integers(0, 2, n)
             obs, *_ = step_alike(envs, ref, actions, f"step {t}")
         assert partial > 20
-        with pytest.raises(shmenv.InvalidArgumentError, match=r"shape \(4,\)"):
+        with pytest.raises(shmenv.InvalidArgumentError, match=r"shape `\(4,\)`"):
             envs.reset(options={"reset_mask": np.ones(3, bool)})
         with pytest.raises(shmenv.InvalidArgumentError, match="bool"):
             envs.reset(options={"reset_mask": np.ones(n, np.int64)})

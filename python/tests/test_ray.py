@@ -64,7 +64,7 @@ def test_sync_steps_equal_one_local_pool(cluster, mode):
     n = 9  # actors of 5 and 4 envs
     kwargs = dict(seed=11, autoreset_mode=mode, max_episode_steps=40)
     envs = shmenv_ray.make_vec("CartPole-v1", n, num_actors=2, num_workers=2, placement="strict_spread", **kwargs)
-    local = shmenv.make_vec("CartPole-v1", n, num_workers=2, **kwargs)
+    local = shmenv.make_vec("CartPole-v1", n, num_workers=2, pool_infos=True, **kwargs)
     try:
         assert len({a["node_id"] for a in envs.actors}) == 2, envs.actors
         assert [a["envs"] for a in envs.actors] == [(0, 5), (5, 9)]
@@ -145,7 +145,7 @@ def test_large_batches_step_as_in_one_local_pool(cluster):
     n = 8  # 4 envs per actor of 84x84x4 u8: 113 KB per actor batch, header and body sent apart
     kwargs = dict(seed=3, config={"obs_shape": [84, 84, 4], "obs_dtype": "u8", "episode_len": 5})
     envs = shmenv_ray.make_vec("Burn-v0", n, num_actors=2, num_workers=2, **kwargs)
-    local = shmenv.make_vec("Burn-v0", n, num_workers=2, **kwargs)
+    local = shmenv.make_vec("Burn-v0", n, num_workers=2, pool_infos=True, **kwargs)
     try:
         assert local.single_observation_space.shape == (84, 84, 4)
         assert (n // 2) * 84 * 84 * 4 > SMALL_MESSAGE
@@ -163,7 +163,7 @@ def test_large_batches_step_as_in_one_local_pool(cluster):
 @pytest.mark.timeout(120)
 def test_bad_actions_are_refused_before_any_actor_steps(cluster):
     envs = shmenv_ray.make_vec("CartPole-v1", 4, num_actors=2, num_workers=2, seed=1)
-    local = shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=1)
+    local = shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=1, pool_infos=True)
     try:
         envs.reset()
         local.reset()
@@ -250,7 +250,7 @@ def test_an_actor_killed_as_it_reports_its_workers_death_raises_actor_died(clust
 def test_a_killed_actor_is_recreated_under_a_budget_sync(cluster):
     n = 6
     envs = shmenv_ray.make_vec("CartPole-v1", n, num_actors=2, num_workers=2, seed=4, max_restarts=1)
-    local = shmenv.make_vec("CartPole-v1", n, num_workers=2, seed=4)
+    local = shmenv.make_vec("CartPole-v1", n, num_workers=2, seed=4, pool_infos=True)
     try:
         envs.reset()
         local.reset()
@@ -372,7 +372,7 @@ def test_from_fns_builds_env_i_with_fns_i_in_the_actor_hosting_it(cluster):
 
     # 5 envs over 2 actors (3 + 2): each actor builds its own envs' factories.
     fns = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=3 + i) for i in range(5)]
-    with shmenv_ray.from_fns(fns, num_actors=2, num_workers=2, seed=0) as envs, shmenv.from_fns(fns, num_workers=2, seed=0) as local:
+    with shmenv_ray.from_fns(fns, num_actors=2, num_workers=2, seed=0) as envs, shmenv.from_fns(fns, num_workers=2, seed=0, pool_infos=True) as local:
         assert_batches_equal(envs.reset(), local.reset(), "reset")
         first = [0] * 5
         for t in range(1, 10):

@@ -1,12 +1,15 @@
 """Every fixed-size Gymnasium space as observation and action, dtypes kept end to end,
 compared with ``SyncVectorEnv`` step for step over real workers; composite (Dict/Tuple)
-actions checked before any worker sees them; variable-size spaces refused by name."""
+actions checked before any worker sees them; variable-size spaces as observations beside
+fixed-size actions (test_gymnasium_vector_conformance.py has them as both)."""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
 import pytest
+
+from gymnasium.utils.env_checker import data_equivalence
 
 import shmenv
 from shmenv_fixtures.spaces import LEAVES, SpacesEnv
@@ -28,6 +31,8 @@ def assert_same(got, want, where: str) -> None:
             assert_same(g, w, f"{where}/{i}")
     else:
         want = np.asarray(want)
+        if isinstance(got, int) and want.dtype.kind in "iu" and want.ndim == 0:
+            got = np.asarray(got, dtype=want.dtype)  # a final observation's Discrete value is a Python int
         assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{got.shape} != {want.dtype}{want.shape}"
         np.testing.assert_array_equal(got, want, err_msg=where)
 
@@ -120,16 +125,23 @@ def test_invalid_composite_actions_are_refused_naming_the_part_and_the_pool_goes
         (gym.spaces.OneOf((gym.spaces.Discrete(2), gym.spaces.Box(0, 1))), "OneOf"),
     ],
 )
-def test_variable_size_spaces_are_refused_naming_the_space_and_what_to_do(space, name, no_leaks):
+def test_variable_size_observations_travel_beside_fixed_size_actions(space, name, no_leaks):
     class Varying(SpacesEnv):
         def __init__(self):
             super().__init__("box_u16", "discrete_start")
             self.observation_space = space
 
-    with pytest.raises(shmenv.BuildError) as err:
-        shmenv.make_vec(lambda: Varying(), 2, num_workers=1)
-    message = str(err.value)
-    assert f"{name}" in message and "no fixed size" in message and "AsyncVectorEnv" in message, message
+    fns = [Varying] * 3
+    ref = gym.vector.SyncVectorEnv(fns)
+    with shmenv.from_fns(fns, num_workers=2, episode_stats_key="") as envs:
+        assert envs.single_observation_space == space and envs.observation_space == ref.observation_space
+        got, want = envs.reset(seed=4), ref.reset(seed=4)
+        assert got[0] in envs.observation_space and data_equivalence(got, want, exact=True), (name, got, want)
+        for t in range(6):
+            actions = np.array([-2, 0, 2])
+            got, want = envs.step(actions), ref.step(actions)
+            assert data_equivalence(got[0], want[0], exact=True), (name, t, got[0], want[0])
+    ref.close()
 
 
 # --- the cost of the spaces: independent of the observation size when bounds are uniform ---

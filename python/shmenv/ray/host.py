@@ -48,7 +48,8 @@ class PoolHost:
         try:
             from shmenv.vector import make_vec
 
-            self.envs = make_vec(env, num_envs, **options)
+            # env_id and elapsed_step in every result: the driver merges the actors' batches by them.
+            self.envs = make_vec(env, num_envs, **{"pool_infos": True, **options})
         except Exception as e:  # raised by describe(), so the driver gets it typed
             self.init_error = self._global(e)
             return

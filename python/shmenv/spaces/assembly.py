@@ -33,6 +33,7 @@ class Assembly:
         self.single_action_space = space_from_json(spec["action"])
         self.nested_obs = False
         self.packing: composite.ActionPacking | None = None
+        self.side_obs: list[int] = []  # leaf indices of the observation's side leaves
         env_obs, env_action = env_spaces if env_spaces is not None else (None, None)
         if env_obs is not None and composite.is_nested(env_obs):
             if composite.leaf_names(env_obs) != self.obs_names:
@@ -41,7 +42,9 @@ class Assembly:
                     f"{env_obs} has the leaves {composite.leaf_names(env_obs)}: its space changed after it was built"
                 )
             self.single_observation_space, self.nested_obs = env_obs, True
-        if env_action is not None and composite.is_composite(env_action):
+            self.side_obs = composite.side_leaves(env_obs)
+        self._obs_leaves = composite.leaves(self.single_observation_space)
+        if env_action is not None and (composite.is_composite(env_action) or composite.side_leaves(env_action)):
             packing = composite.ActionPacking(env_action)
             if spec["action"].get("shape") != [packing.row_bytes]:
                 raise BuildError(
@@ -53,21 +56,62 @@ class Assembly:
         self.action_dtype = dtype_of(spec["action"])
         self.action_shape = tuple(self.single_action_space.shape or ())
 
-    def observations(self, arrays: tuple) -> Any:
-        """A batch's observation arrays (one per engine array) as the space nests them."""
+    def observations(self, arrays: tuple, side: list | None = None) -> Any:
+        """A batch's observation arrays (one per engine array) as the space nests them;
+        ``side``: with side leaves, each row's side values (batched as ``SyncVectorEnv``
+        batches them: ``concatenate`` into ``create_empty_array``)."""
         if self.info_names:
             arrays = tuple(arrays[i] for i in self._obs_index)
+        if self.side_obs:
+            from gymnasium.vector.utils import concatenate, create_empty_array
+
+            batched = []
+            for k, i in enumerate(self.side_obs):
+                leaf = self._obs_leaves[i][1]
+                items = [row[k] for row in side]
+                batched.append(concatenate(leaf, items, create_empty_array(leaf, len(items))))
+            return self._merge_side(arrays, batched)
         if self.nested_obs:
             return composite.unflatten(self.single_observation_space, iter(arrays))
         return dict(zip(self.obs_names, arrays)) if self.dict_obs else arrays[0]
+
+    def _merge_side(self, arrays: tuple, side_values: list) -> Any:
+        """The observation from the engine arrays of the fixed-size leaves and the values
+        of the side leaves (batches, or one env's values)."""
+        fixed = iter(arrays if self.obs_names != [composite.PLACEHOLDER] else ())
+        side = iter(side_values)
+        is_side = set(self.side_obs)
+        values = [next(side) if i in is_side else next(fixed) for i in range(len(self._obs_leaves))]
+        return composite.unflatten(self.single_observation_space, iter(values))
 
     def info_arrays(self, arrays: tuple) -> dict[str, np.ndarray]:
         """The engine arrays the spec marks ``info``, by name (none for most envs)."""
         return {name: arrays[i] for name, i in zip(self.info_names, self._info_index)}
 
-    def final_observation(self, arrays: tuple, row: int) -> Any:
-        """Row ``row`` of a batch's final-observation arrays, copied, as the space nests it."""
-        return self.observations(tuple(np.array(a[row]) for a in arrays))
+    def final_observation(self, arrays: tuple, row: int, side: list | None = None) -> Any:
+        """Row ``row`` of a batch's final-observation arrays, copied, as the space nests it
+        (``side``: that row's side values, with side leaves). A ``Discrete`` value is an
+        int, as Gymnasium's envs return it (``SyncVectorEnv`` keeps the env's value)."""
+        if self.info_names:
+            arrays = tuple(arrays[i] for i in self._obs_index)
+        copied = tuple(
+            int(a[row]) if isinstance(space, spaces.Discrete) else np.array(a[row])
+            for a, space in zip(arrays, self._array_spaces())
+        )
+        if self.side_obs:
+            return self._merge_side(copied, side)
+        if self.nested_obs:
+            return composite.unflatten(self.single_observation_space, iter(copied))
+        return dict(zip(self.obs_names, copied)) if self.dict_obs else copied[0]
+
+    def _array_spaces(self) -> list[spaces.Space]:
+        """The space of each observation array of the engine (the placeholder's: a Box)."""
+        if self.nested_obs:
+            fixed = [leaf for i, (_, leaf) in enumerate(self._obs_leaves) if i not in set(self.side_obs)]
+            return fixed or [spaces.Box(0, 0, (), np.uint8)]
+        if self.dict_obs:
+            return list(self.single_observation_space.spaces.values())
+        return [self.single_observation_space]
 
     def actions(self, actions: Any, count: int) -> np.ndarray:
         """``count`` envs' actions as the engine's array: converted to the space's dtype

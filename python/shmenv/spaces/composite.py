@@ -1,8 +1,16 @@
 """Composite spaces over the engine's flat arrays: nested Dict and Tuple observations, and
-Dict or Tuple actions.
+Dict or Tuple actions; and the parts that cannot be rows of shared memory.
 
 The engine knows fixed-size spaces only (Box, Discrete, MultiDiscrete, MultiBinary), with
 several named observation arrays and one action array. So:
+
+- **Side leaves**: a leaf that is not one of those (``Text``, ``Sequence``, ``Graph``,
+  ``OneOf``, a custom ``Space`` subclass, a Box of a dtype the engine lacks; also inside a
+  Dict or Tuple) travels per step over the call side channel, pickled (as
+  ``AsyncVectorEnv(shared_memory=False)`` sends it), while the fixed-size leaves of the
+  same space stay in the engine's rows (:func:`side_leaves`). An observation space with no
+  fixed-size leaf gets one placeholder array (:data:`PLACEHOLDER`); a pool without side
+  leaves pays nothing for them.
 
 - **Observations**: a nested space's leaves (:func:`leaves`, depth first, Dict keys in
   the space's order, Tuple items in order) are the engine's observation arrays, named by
@@ -12,7 +20,8 @@ several named observation arrays and one action array. So:
 - **Actions**: :class:`ActionPacking` packs a batch of Dict/Tuple actions into one byte
   row per env (each leaf at an 8-byte aligned offset, in its storage dtype), which the
   engine carries as a ``uint8`` Box; the worker unpacks a row into the nested action the
-  env takes (leaves as ``np.int64`` or arrays, as ``SyncVectorEnv`` hands them out).
+  env takes (leaves as ``np.int64``, numpy scalars (a Box of shape ``()``) or arrays, as
+  ``SyncVectorEnv`` hands them out).
   The trainer checks every leaf with the engine's rules before packing (``ActionError``
   naming the leaf, the env and the element; the pool is unchanged).
 
@@ -29,9 +38,15 @@ import numpy as np
 from gymnasium import spaces
 
 from shmenv.errors import ActionError
-from shmenv.spaces.convert import dtype_of, space_to_json
+from shmenv.spaces.convert import DTYPE_NAMES, dtype_of, space_to_json
 
 Path = tuple  # of Dict keys and Tuple indices
+
+PLACEHOLDER = "#side"
+"""The engine array of an observation space whose every leaf is a side leaf (the engine
+needs one array): one byte, always 0, dropped by the trainer."""
+
+_PLACEHOLDER_JSON = {"type": "Box", "dtype": "u8", "shape": [], "low": [0], "high": [0]}
 
 
 def is_composite(space: spaces.Space) -> bool:
@@ -39,10 +54,25 @@ def is_composite(space: spaces.Space) -> bool:
     return isinstance(space, (spaces.Dict, spaces.Tuple))
 
 
+def is_fixed(space: spaces.Space) -> bool:
+    """A space whose values are rows of the engine: Box (of a dtype the engine has),
+    Discrete, MultiDiscrete, MultiBinary."""
+    if isinstance(space, spaces.Box):
+        return np.dtype(space.dtype).name in DTYPE_NAMES
+    return isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary))
+
+
+def side_leaves(space: spaces.Space) -> list[int]:
+    """The indices (in :func:`leaves` order) of the leaves that travel over the side
+    channel: every leaf that is not :func:`is_fixed`."""
+    return [i for i, (_, leaf) in enumerate(leaves(space)) if not is_fixed(leaf)]
+
+
 def is_nested(space: spaces.Space) -> bool:
     """An observation space that is not one array or a flat Dict of arrays (those map to
-    the engine's arrays directly): a Tuple, or a Dict holding a Dict or Tuple."""
-    if isinstance(space, spaces.Tuple):
+    the engine's arrays directly): a Tuple, a Dict holding a Dict or Tuple, or a space
+    with side leaves."""
+    if isinstance(space, spaces.Tuple) or side_leaves(space):
         return True
     return isinstance(space, spaces.Dict) and any(is_composite(s) for s in space.spaces.values())
 
@@ -57,18 +87,26 @@ def leaves(space: spaces.Space, path: Path = ()) -> list[tuple[Path, spaces.Spac
 
 
 def leaf_names(space: spaces.Space) -> list[str]:
-    """The engine's array names of a nested space's leaves: their paths joined by "/"
-    (leaf ``i`` is ``"#i"`` when two paths would read the same)."""
-    names = ["/".join(str(p) for p in path) for path, _ in leaves(space)]
-    if len(set(names)) != len(names) or any(not n for n in names):
-        names = [f"#{i}" for i in range(len(names))]
-    return names
+    """The engine's array names of a nested space's fixed-size leaves: their paths joined
+    by "/" (leaf ``i`` is ``"#i"`` when two paths would read the same); the
+    :data:`PLACEHOLDER` when it has none."""
+    side = set(side_leaves(space))
+    all_names = ["/".join(str(p) for p in path) for path, _ in leaves(space)]
+    if len(set(all_names)) != len(all_names) or any(not n for n in all_names):
+        all_names = [f"#{i}" for i in range(len(all_names))]
+    names = [n for i, n in enumerate(all_names) if i not in side]
+    return names or [PLACEHOLDER]
 
 
 def leaf_json(space: spaces.Space, what: str) -> list[dict]:
-    """Each leaf of ``space`` as the engine's JSON (refusing variable-size spaces, naming
-    the leaf)."""
-    return [space_to_json(leaf, f"{what} {'/'.join(map(str, path)) or 'space'}") for path, leaf in leaves(space)]
+    """Each fixed-size leaf of ``space`` as the engine's JSON, naming the leaf in errors
+    (the placeholder's when it has none)."""
+    out = [
+        space_to_json(leaf, f"{what} {'/'.join(map(str, path)) or 'space'}")
+        for path, leaf in leaves(space)
+        if is_fixed(leaf)
+    ]
+    return out or [dict(_PLACEHOLDER_JSON)]
 
 
 def flatten(space: spaces.Space, value: Any) -> list:
@@ -91,18 +129,27 @@ def unflatten(space: spaces.Space, values: Iterator) -> Any:
 
 
 class ActionPacking:
-    """Where each leaf of a Dict/Tuple action space lies in the packed byte row."""
+    """Where each fixed-size leaf of a Dict/Tuple action space (or of an action space with
+    side leaves) lies in the packed byte row; its side leaves go over the side channel."""
 
     def __init__(self, space: spaces.Space):
         self.space = space
         self.parts = []  # (path, leaf space, its engine JSON text, offset, dtype, shape)
+        self.side = []  # (leaf index, path, leaf space) of the side leaves
+        side = set(side_leaves(space))
         offset = 0
-        for (path, leaf), spec in zip(leaves(space), leaf_json(space, "action")):
+        for i, (path, leaf) in enumerate(leaves(space)):
+            if i in side:
+                self.side.append((i, path, leaf))
+                continue
+            spec = space_to_json(leaf, f"action {'/'.join(map(str, path)) or 'space'}")
             dtype = dtype_of(spec)
             shape = tuple(leaf.shape or ())
-            self.parts.append((path, leaf, json.dumps(spec), offset, dtype, shape))
+            self.parts.append((path, leaf, json.dumps(spec), offset, dtype, shape, i))
             offset += -(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 8) * 8
-        self.row_bytes = offset
+        self.row_bytes = offset or 8  # the engine needs a row: 8 unused bytes when every leaf is a side leaf
+        self._batched: dict[int, list] = {}  # batch size -> the side leaves' batched spaces
+        self.leaf_count = len(self.parts) + len(self.side)
 
     def engine_json(self) -> dict:
         """What the engine sees: a row of bytes."""
@@ -113,30 +160,58 @@ class ActionPacking:
         leaf an array with ``count`` rows): each leaf converted (``convert(value, count,
         leaf, dtype, shape, what)``) and checked (``check(json_text, array, count, what)``)."""
         out = np.zeros((count, self.row_bytes), dtype=np.uint8)
-        for path, leaf, space_json, offset, dtype, shape in self.parts:
+        for path, leaf, space_json, offset, dtype, shape, _ in self.parts:
             what = f"action {'/'.join(map(str, path))}"
-            value = actions
-            try:
-                for p in path:
-                    value = value[p]
-            except (KeyError, IndexError, TypeError):
-                raise ActionError(
-                    f"{what} is missing: {count} env(s) of {self.space} need a batch nested like "
-                    f"{_skeleton(self.space)} (each leaf an array with {count} rows)"
-                ) from None
-            array = convert(value, count, leaf, dtype, shape, what)
+            array = convert(self._leaf(actions, path, count), count, leaf, dtype, shape, what)
             check(space_json, array, count, what)
             size = array.itemsize * int(np.prod(shape, dtype=np.int64))
             out[:, offset : offset + size] = array.reshape(count, -1).view(np.uint8)
         return out
 
-    def unpack(self, row: np.ndarray) -> Any:
-        """The nested action of one env from its byte row (worker side)."""
-        values = []
-        for _path, leaf, _json, offset, dtype, shape in self.parts:
+    def _leaf(self, actions: Any, path: tuple, count: int) -> Any:
+        """The batch of the leaf at ``path`` in a batch of actions."""
+        value = actions
+        try:
+            for p in path:
+                value = value[p]
+        except (KeyError, IndexError, TypeError):
+            raise ActionError(
+                f"action {'/'.join(map(str, path))} is missing: {count} env(s) of {self.space} need a batch nested "
+                f"like {_skeleton(self.space)} (each leaf an array with {count} rows)"
+            ) from None
+        return value
+
+    def side_values(self, actions: Any, count: int) -> list[list]:
+        """Each env's values of the side leaves (one list per env, in leaf order), split
+        from the batch as ``SyncVectorEnv`` splits it (``iterate`` over the leaf's batched
+        space)."""
+        from gymnasium.vector.utils import batch_space, iterate
+
+        batched = self._batched.get(count)
+        if batched is None:  # batch_space deep-copies the leaf: once per batch size, not per step
+            batched = self._batched[count] = [batch_space(leaf, count) for _, _, leaf in self.side]
+        per_env: list[list] = [[] for _ in range(count)]
+        for (_, path, _leaf), space in zip(self.side, batched):
+            items = list(iterate(space, self._leaf(actions, path, count)))
+            if len(items) != count:
+                raise ActionError(
+                    f"action {'/'.join(map(str, path)) or 'space'} has {len(items)} values; {count} env(s) of "
+                    f"{self.space} need one each"
+                )
+            for e, item in enumerate(items):
+                per_env[e].append(item)
+        return per_env
+
+    def unpack(self, row: np.ndarray, side: list | None = None) -> Any:
+        """The nested action of one env from its byte row and its side leaves' values
+        (worker side)."""
+        values: list[Any] = [None] * self.leaf_count
+        for _path, leaf, _json, offset, dtype, shape, i in self.parts:
             size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             value = row[offset : offset + size].view(dtype).reshape(shape)
-            values.append(value[()] if isinstance(leaf, spaces.Discrete) else value)
+            values[i] = value[()] if isinstance(leaf, spaces.Discrete) or not shape else value
+        for (i, _, _), value in zip(self.side, side or ()):
+            values[i] = value
         return unflatten(self.space, iter(values))
 
 

@@ -216,15 +216,37 @@ def space_to_json(space: spaces.Space, what: str) -> dict:
     kind = type(space).__name__
     if kind in VARIABLE_SIZE:
         raise TypeError(
-            f"{what}: {space} has no fixed size (a {kind} value varies in length), and shmenv's workers write "
-            f"fixed-size rows into shared memory, so it is refused; wrap the env so that this space is fixed-size "
-            f"(e.g. pad to a maximum length into a Box or MultiDiscrete), or use gymnasium.vector.AsyncVectorEnv "
-            f"for this env"
+            f"{what}: {space} has no fixed size (a {kind} value varies in length), so it has no engine JSON: a "
+            "shared-memory row has a fixed size. make_vec/from_fns carry such spaces over the call side channel "
+            "instead (shmenv.spaces.composite.side_leaves)"
         )
     raise TypeError(
-        f"{what}: {kind} spaces are not supported (Box, Discrete, MultiDiscrete, MultiBinary, and Tuple or Dict "
-        f"of those, nested)"
+        f"{what}: {kind} is not one of the engine's spaces (Box, Discrete, MultiDiscrete, MultiBinary); "
+        "make_vec/from_fns carry other spaces over the call side channel (shmenv.spaces.composite.side_leaves)"
     )
+
+
+def shape_only_json(s: dict) -> dict:
+    """A space's JSON with its bounds widened to its dtype's range: what the envs of an
+    ``observation_mode="different"`` pool share (the same shape and dtype, as Gymnasium
+    requires), so that every worker reports the same spec. The trainer takes each env's
+    own space from the env."""
+    kind = s["type"]
+    if kind == "Box":
+        dtype = np.dtype(DTYPES[s["dtype"]])
+        if dtype.kind == "f":
+            low, high = "-inf", "inf"
+        elif dtype.kind == "b":
+            low, high = 0, 1
+        else:
+            low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+        return dict(s, low=[low], high=[high])
+    if kind == "Discrete":
+        return {"type": "Discrete", "n": 1 << 62, "start": -(1 << 61)}
+    if kind == "MultiDiscrete":
+        info = np.iinfo(DTYPES[s.get("dtype", "i64")])
+        return dict(s, nvec=[int(info.max) // 2], start=[int(info.min) // 2])
+    return s
 
 
 def observation_space(spec: dict) -> tuple[spaces.Space, list[str]]:

@@ -6,7 +6,8 @@ The hot loop is Rust (the extension's host): it reads actions from the shared re
 steps the envs and writes results in place. This module is what the host reads by
 attribute (``py.import("shmenv.worker")``): Python envs are built here, from JSON config
 (:func:`make_env`), kept in ``_ENVS``, and their spaces reported as the engine's spec
-(:func:`spec_json`); ``RESET_OPTIONS`` holds the options of the next ``reset``;
+(:func:`spec_json`); ``RESET_OPTIONS`` holds the options of the next ``reset``, ``UNSEEDED``
+the envs whose next ``reset`` gets ``seed=None``;
 :func:`obs_flattener` and :func:`action_unpacker` convert nested observations and
 composite actions. A daemon thread (:mod:`shmenv.worker.call_server`) serves
 ``call``/``get_attr``/``set_attr`` requests from the trainer on a side channel (a Unix
@@ -27,10 +28,19 @@ from shmenv._shmenv import shard
 _ENVS: list[Any] = []
 # Reset options the trainer sent for env `local` (op "reset_options"), taken by its next reset.
 RESET_OPTIONS: dict[int, dict] = {}
+# Envs whose next reset gets seed=None whatever the engine's seed (op "unseeded": the first
+# reset of a pool built without a seed, as Gymnasium's vector envs reset), taken by it.
+UNSEEDED: set[int] = set()
 # The spec JSON and spaces of this worker's first env, which every later one must match.
 _FIRST_SPEC: tuple[str, str, str] | None = None
 # The global index of this worker's first env, when the config says (factories).
 _SHARD_START: int | None = None
+# The pool's observation_mode: "same", or "different" (the envs' observation spaces may
+# differ in their bounds: the spec reports shapes and dtypes only).
+_OBS_MODE = "same"
+# Local indices of envs whose spaces differ from the first env's: they report its spec, so
+# that the pool starts and the trainer raises Gymnasium's error naming both envs.
+MISMATCHED: list[int] = []
 
 
 def load_entry_point(entry_point: str):
@@ -46,7 +56,9 @@ def load_entry_point(entry_point: str):
 
 def make_env(config_json: str):
     """Builds one env from the pool's config (called by the host for each env of the shard)."""
+    global _OBS_MODE
     config = json.loads(config_json)
+    _OBS_MODE = config.get("observation_mode", "same")
     kind = config.get("kind")
     kwargs = config.get("kwargs") or {}
     if kind == "spec":
@@ -104,25 +116,18 @@ def _from_factory(config: dict):
 
 
 def spec_json(env) -> str:
-    """The env's spaces as the engine's spec JSON. Every env of a worker must have the
-    spaces of its first env (the engine checks workers against each other)."""
+    """The env's spaces as the engine's spec JSON. Every env of a worker reports its first
+    env's: one whose spaces differ is noted in :data:`MISMATCHED` (the trainer compares
+    every env's spaces after start-up and raises Gymnasium's error naming both envs)."""
     global _FIRST_SPEC
     out = _spec_json(env)
     spaces = (repr(env.observation_space), repr(env.action_space))
     if _FIRST_SPEC is None or len(_ENVS) <= 1:
         _FIRST_SPEC = (out, *spaces)
+        MISMATCHED.clear()
     elif out != _FIRST_SPEC[0]:
-        local = len(_ENVS) - 1
-        this, first = (
-            (f"env {_SHARD_START + local}", f"env {_SHARD_START}")
-            if _SHARD_START is not None
-            else (f"this worker's env {local}", "its first env")
-        )
-        raise ValueError(
-            f"the envs of a pool must have the same spaces: {this} has observation space {spaces[0]} and action "
-            f"space {spaces[1]}, but {first} (built by the same worker) has observation space {_FIRST_SPEC[1]} "
-            f"and action space {_FIRST_SPEC[2]}"
-        )
+        MISMATCHED.append(len(_ENVS) - 1)
+        return _FIRST_SPEC[0]
     return out
 
 
@@ -130,7 +135,7 @@ def _spec_json(env) -> str:
     from gymnasium import spaces
 
     from shmenv.spaces import composite
-    from shmenv.spaces.convert import space_to_json
+    from shmenv.spaces.convert import shape_only_json, space_to_json
 
     obs = env.observation_space
     if composite.is_nested(obs):
@@ -140,8 +145,11 @@ def _spec_json(env) -> str:
         observations = [{"name": k, "space": space_to_json(v, f"observation {k!r}")} for k, v in obs.spaces.items()]
     else:
         observations = [{"name": "obs", "space": space_to_json(obs, "observation space")}]
+    if _OBS_MODE != "same":
+        for o in observations:
+            o["space"] = shape_only_json(o["space"])
     act = env.action_space
-    if composite.is_composite(act):
+    if composite.is_composite(act) or composite.side_leaves(act):
         action = composite.ActionPacking(act).engine_json()
     else:
         action = space_to_json(act, "action space")
@@ -152,23 +160,39 @@ def _spec_json(env) -> str:
 
 
 def obs_flattener(env):
-    """For a nested Dict/Tuple observation space, the function from an observation to its
-    arrays in spec order (the host calls it at every reset and step); else None."""
+    """For a nested Dict/Tuple observation space (or one with side leaves), the function
+    from an observation to its engine arrays in spec order (the host calls it at every
+    reset and step; side leaves are kept for the trainer, :mod:`shmenv.worker.side`); else
+    None."""
     import functools
 
+    import numpy as np
+
     from shmenv.spaces import composite
+    from shmenv.worker import side
 
     space = env.observation_space
-    return functools.partial(composite.flatten, space) if composite.is_nested(space) else None
+    if not composite.is_nested(space):
+        return None
+    flatten = functools.partial(composite.flatten, space)
+    side_at = composite.side_leaves(space)
+    if not side_at:
+        return flatten
+    fixed = [i for i in range(len(composite.leaves(space))) if i not in side_at]
+    return side.flattener(flatten, side_at, fixed, len(_ENVS) - 1, [np.zeros((), np.uint8)])
 
 
 def action_unpacker(env):
-    """For a Dict/Tuple action space, the function from the packed byte row the trainer
-    wrote to the action the env takes; else None."""
+    """For a Dict/Tuple action space (or one with side leaves), the function from the
+    packed byte row the trainer wrote to the action the env takes; else None."""
     from shmenv.spaces import composite
+    from shmenv.worker import side
 
     space = env.action_space
-    return composite.ActionPacking(space).unpack if composite.is_composite(space) else None
+    if not (composite.is_composite(space) or composite.side_leaves(space)):
+        return None
+    packing = composite.ActionPacking(space)
+    return side.unpacker(packing.unpack, len(_ENVS) - 1) if packing.side else packing.unpack
 
 
 def close_envs() -> None:

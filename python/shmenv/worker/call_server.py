@@ -1,5 +1,6 @@
 """The worker's side of the call channel: a daemon thread answers the trainer's
-``call``/``get_attr``/``set_attr``/``is_wrapped``, reset options and info requests over a
+``call``/``get_attr``/``set_attr``/``is_wrapped``, reset options, info requests and side
+leaves (:mod:`shmenv.worker.side`) over a
 Unix socket that never touches the step path. :func:`send_message` and
 :func:`recv_message` frame the messages on both sides (the trainer's is
 :mod:`shmenv.calls`)."""
@@ -41,6 +42,17 @@ def _attr(env, name: str):
     return getter(name) if getter is not None else getattr(env, name)
 
 
+def _check_spaces(env, mode: str, observation_space, action_space) -> tuple[str | None, str | None]:
+    """Whether the env's spaces are the pool's, as ``AsyncVectorEnv``'s workers check them
+    (``"same"``: equal observation spaces; else the same shape and dtype; equal action
+    spaces): for each, None when they are, else the env's space as printed."""
+    from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+
+    obs, act = _attr(env, "observation_space"), _attr(env, "action_space")
+    same_obs = obs == observation_space if mode == "same" else is_space_dtype_shape_equiv(observation_space, obs)
+    return (None if same_obs else repr(obs)), (None if act == action_space else repr(act))
+
+
 def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> Any:
     if op == "get":
         return _attr(env, name)
@@ -54,6 +66,8 @@ def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> 
         else:
             setattr(env, name, value)
         return None
+    if op == "check_spaces":
+        return _check_spaces(env, *value)
     if op == "is_wrapped":
         from gymnasium import Wrapper
 
@@ -71,6 +85,7 @@ def serve_calls(address: str, token: str, index: int) -> None:
     introduces itself with `token` and worker `index`, and answers requests until the
     trainer closes it."""
     from shmenv import infos
+    from shmenv.worker import side
 
     envs, reset_options = worker._ENVS, worker.RESET_OPTIONS
 
@@ -98,6 +113,20 @@ def serve_calls(address: str, token: str, index: int) -> None:
                 if op == "reset_options":
                     reset_options[i] = values[k]
                     results.append((True, None))
+                    continue
+                if op == "unseeded":
+                    worker.UNSEEDED.add(i)
+                    results.append((True, None))
+                    continue
+                if op == "side_obs":
+                    results.append((True, side.obs(i)))
+                    continue
+                if op == "side_actions":
+                    side.give_actions(i, values[k])
+                    results.append((True, None))
+                    continue
+                if op == "mismatched":
+                    results.append((True, i in worker.MISMATCHED))
                     continue
                 try:
                     results.append((True, _run_one(op, envs[i], name, values[k], args, kwargs)))
