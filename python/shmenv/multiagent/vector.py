@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
 import types
 from typing import Any, Callable, Mapping, Sequence
 
@@ -285,8 +284,7 @@ def _start(build: Callable, target: Any, num_envs: int, pool_options: dict) -> M
     label = _label(target)
     autoreset = pool_options.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     pool_options = dict(pool_options, autoreset_mode=autoreset)
-    if "pool_infos" in inspect.signature(shmenv.make_vec).parameters:
-        pool_options.setdefault("pool_infos", True)  # env_id and elapsed_step in every result
+    pool_options.setdefault("pool_infos", True)  # env_id and elapsed_step in every result
     try:
         pool = build(target, num_envs, **pool_options)
     except BuildError as e:
