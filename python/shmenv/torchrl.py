@@ -7,7 +7,11 @@
 
 The envs step in shmenv's worker processes (exec'd programs, not ``multiprocessing``), so a
 ``torchrl.collectors.Collector`` over a ``ShmEnv`` collects from every core without TorchRL
-spawning anything and without an ``if __name__ == "__main__":`` guard.
+spawning anything and without an ``if __name__ == "__main__":`` guard. TorchRL's
+multi-process collectors (``MultiSyncCollector``, ``MultiAsyncCollector``) take functions
+that build a ``ShmEnv`` or ``ShmEnv`` instances: an instance pickles by its construction
+arguments (closing its own pool, as ``ParallelEnv`` does when pickled), so each collector
+process builds its own pool.
 
 Specs are those ``GymWrapper(gymnasium.vector.SyncVectorEnv([...]))`` gives for the same
 env: ``"observation"`` (or the keys of a Dict observation), ``"reward"`` of shape
@@ -18,7 +22,9 @@ and an action spec that is ``OneHot`` for a ``Discrete`` action space by default
 The pool runs with ``autoreset_mode="disabled"``: TorchRL resets ended envs itself, through
 ``reset`` with a ``"_reset"`` mask, which becomes the pool's partial reset
 ``reset(options={"reset_mask": mask})``. ``set_seed(s)`` resets the pool with seed ``s``
-(env ``i`` seeded ``s + i``), as GymWrapper does over a Gymnasium vector env.
+(env ``i`` seeded ``s + i``), as GymWrapper does over a Gymnasium vector env;
+``reset(seed=[s0, s1, ...])`` seeds each env, e.g. with the chain of seeds
+``SerialEnv.set_seed`` gives its envs.
 
 Tensors are made with ``torch.from_numpy`` over the arrays the pool returns: with the
 pool's default ``copy=True`` they are fresh arrays owned by the caller, so no second copy is
@@ -77,7 +83,10 @@ class ShmEnv(EnvBase):
     made with ``autoreset_mode="disabled"``. ``close()`` closes the pool in both cases;
     garbage collection closes only a pool the ShmEnv built. A ShmEnv that built its pool
     and was closed (a ``Collector`` closes its env after ``total_frames``) builds a new pool
-    at its next ``reset``, as TorchRL's ``ParallelEnv`` starts again.
+    at its next ``reset``, as TorchRL's ``ParallelEnv`` starts again. Such a ShmEnv also
+    pickles by its arguments (and closes its pool, as a pickled ``ParallelEnv`` does), so
+    TorchRL's multi-process collectors can take it: each collector process builds its own
+    pool. A ShmEnv wrapping your pool cannot be pickled (``TypeError``).
 
     Args:
         env: what ``shmenv.make_vec`` builds envs from (an id, an ``EnvSpec``, an entry
@@ -120,7 +129,7 @@ class ShmEnv(EnvBase):
                     "ShmEnv needs a sync pool (partial resets are sync only): leave batch_size "
                     f"unset or equal to num_envs ({num_envs}), got batch_size={batch_size}"
                 )
-            self._build = (env, num_envs, make_vec_options)
+            self._build = (env, num_envs, dict(make_vec_options))
             pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **make_vec_options)
             self._owns_pool = True
         else:
@@ -136,6 +145,10 @@ class ShmEnv(EnvBase):
                 allow_done_after_reset=allow_done_after_reset,
             )
             self._categorical_action_encoding = categorical_action_encoding
+            self._wrapper_options = dict(
+                categorical_action_encoding=categorical_action_encoding, device=device,
+                allow_done_after_reset=allow_done_after_reset,
+            )
             self._copy_obs = not getattr(pool, "copy", True)
             self._make_specs()
         except BaseException:
@@ -351,6 +364,22 @@ class ShmEnv(EnvBase):
             except Exception:
                 pass
 
+    def __reduce__(self) -> tuple:
+        # Pickled by its construction arguments, so that a ShmEnv handed to TorchRL's
+        # multi-process collectors (or anything else that pickles it) builds its own pool
+        # where it is unpickled. As ParallelEnv does when pickled, this one closes its pool
+        # (its workers stop); it builds a new one at its next reset if used again.
+        if not self.__dict__.get("_owns_pool"):
+            raise TypeError(
+                "a ShmEnv wrapping an existing pool (ShmEnv.from_pool / pool=) cannot be pickled: the pool's "
+                "workers belong to this process. Pass TorchRL a function that builds the ShmEnv, or a ShmEnv "
+                "built from an env (ShmEnv(env, num_envs, ...)), which pickles by its arguments"
+            )
+        if not self.__dict__.get("is_closed", True):
+            self.close()
+        env, num_envs, options = self._build
+        return (_rebuild, (env, num_envs, options, dict(self._wrapper_options, device=self.device)))
+
     def __enter__(self) -> "ShmEnv":
         return self
 
@@ -364,6 +393,11 @@ class ShmEnv(EnvBase):
             f"{type(self).__name__}(env={env_id!r}, num_envs={self.batch_size[0] if self.batch_size else None}, "
             f"num_workers={getattr(pool, 'num_workers', None)}, device={self.device})"
         )
+
+
+def _rebuild(env: Any, num_envs: int, options: dict, wrapper_options: dict) -> ShmEnv:
+    """A pickled ShmEnv, built anew (its own pool) where it is unpickled."""
+    return ShmEnv(env, num_envs, **wrapper_options, **options)
 
 
 def _leaves(space):

@@ -379,8 +379,6 @@ def test_bad_arguments_raise_typed_errors():
         envpool.make("CartPole-v1", seed=2**31)
     with pytest.raises(InvalidArgumentError, match="env_type"):
         envpool.make("CartPole-v1", env_type="gym2")
-    with pytest.raises(InvalidArgumentError, match="dm"):
-        envpool.make("CartPole-v1", env_type="dm")
     with pytest.raises(InvalidArgumentError, match="gym_reset_return_info"):
         envpool.make("CartPole-v1", gym_reset_return_info=False)
     with pytest.raises(UnknownEnvError, match="list_all_envs"):
@@ -388,7 +386,5 @@ def test_bad_arguments_raise_typed_errors():
     if has("ale_py"):
         with pytest.raises(ConfigError, match="gray_scale"):
             envpool.make("Pong-v5", gray_scale=False)
-        with pytest.raises(ConfigError, match="zero_discount_on_life_loss"):
-            envpool.make("Pong-v5", zero_discount_on_life_loss=True)
         with pytest.raises(ConfigError, match="'frameskip'.*frame_skip"):
             envpool.make("Pong-v5", frameskip=4)

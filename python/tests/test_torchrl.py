@@ -1,5 +1,6 @@
 """shmenv.torchrl.ShmEnv: a TorchRL EnvBase over a shmenv pool, checked against
-GymWrapper(gymnasium.vector.SyncVectorEnv(...)) spec by spec and step for step.
+GymWrapper(gymnasium.vector.SyncVectorEnv(...)) and SerialEnv(n, GymEnv) spec by spec and
+step for step; with TorchRL's Collector and its multi-process collectors.
 
 Needs torch and torchrl (not installed in CI: torch alone is several GB); skipped without."""
 
@@ -154,7 +155,7 @@ def test_partial_reset_mask():
     """A '_reset' mask resets only the masked envs, through the pool's partial reset; the
     others keep their observation. Same result as GymWrapper over SyncVectorEnv."""
     ref = gym_wrapper("CartPole-v1")
-    with ShmEnv("CartPole-v1", N, num_workers=2) as env:
+    with ShmEnv("CartPole-v1", N, num_workers=2, pool_infos=True) as env:  # infos["elapsed_step"] below
         results = []
         for e in (ref, env):
             e.set_seed(5)
@@ -334,3 +335,179 @@ def test_script_without_main_guard(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("script body") == 1, proc.stdout
     assert "frames 256" in proc.stdout, proc.stdout
+
+
+def serial_env_seeds(seed: int, n: int) -> list[int]:
+    """The seeds SerialEnv.set_seed(seed) gives its n envs: TorchRL chains them, env i + 1
+    seeded seed_generator(seed of env i) (not seed + i)."""
+    from torchrl._utils import seed_generator
+
+    seeds = [seed]
+    for _ in range(n - 1):
+        seeds.append(seed_generator(seeds[-1]))
+    return seeds
+
+
+def _gym_env_cartpole():
+    from torchrl.envs import GymEnv
+
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env", ["CartPole-v1", gym.spec("CartPole-v1")], ids=["native", "gymnasium"])
+def test_rollout_equals_serial_env_from_its_seeds(env):
+    """SerialEnv(n, GymEnv) seeds its envs with TorchRL's seed chain; a ShmEnv reset with
+    that list of seeds then gives the same 300-step rollout (same actions): observations,
+    rewards, done/terminated/truncated, through the partial resets after each episode end."""
+    from torchrl.envs import SerialEnv
+
+    ref = SerialEnv(N, _gym_env_cartpole)
+    try:
+        torch.manual_seed(0)
+        actions = torch.stack([ref.action_spec.rand() for _ in range(300)])
+        a = rollout_after(ref, actions, lambda e: e.set_seed(123))
+        with ShmEnv(env, N, num_workers=2, device="cpu") as shm:
+            for key in ("observation_spec", "action_spec", "reward_spec", "done_spec", "state_spec"):
+                assert getattr(shm, key) == getattr(ref, key), key
+            b = rollout_after(shm, actions, lambda e: e.reset(seed=serial_env_seeds(123, N)))
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert a[key].dtype == b[key].dtype, key
+            assert torch.equal(a[key], b[key]), key
+        assert a["next", "done"].sum() >= 2 * N  # many episode ends, each followed by a partial reset
+        assert not a["next", "truncated"].any()  # random CartPole episodes end by termination
+    finally:
+        ref.close()
+
+
+def rollout_after(env, actions: torch.Tensor, seed_fn):
+    it = iter(actions)
+
+    def policy(td):
+        td.set("action", next(it).clone())
+        return td
+
+    seed_fn(env)
+    return env.rollout(len(actions), policy, break_when_any_done=False)
+
+
+@pytest.mark.timeout(60)
+def test_pickles_by_its_arguments():
+    """As TorchRL's ParallelEnv: pickling closes this one's pool; the unpickled ShmEnv
+    builds its own pool (new workers) with the same arguments, so the same seeds."""
+    import pickle
+
+    env = ShmEnv("CartPole-v1", N, num_workers=2, seed=3, categorical_action_encoding=True)
+    first = env.reset()["observation"]
+    pids = list(env.pool.worker_pids)
+    blob = pickle.dumps(env)
+    assert env.is_closed and not wait_gone(pids, timeout=5.0)
+    copy = pickle.loads(blob)
+    try:
+        assert copy.specs == env.specs and type(copy.action_spec).__name__ == "Categorical"
+        assert not set(copy.pool.worker_pids) & set(pids)
+        assert torch.equal(copy.reset()["observation"], first)
+        assert torch.equal(env.reset()["observation"], first)  # the original reopens when used
+    finally:
+        copy.close(), env.close()
+    with shmenv.make_vec("CartPole-v1", N, num_workers=1, autoreset_mode="disabled") as pool:
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(ShmEnv.from_pool(pool))
+
+
+MULTI_COLLECTOR_SCRIPT = '''
+import functools
+import os
+
+import torch
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+
+from shmenv.torchrl import ShmEnv
+
+MARK = ("SHMENV_TEST_MARK=" + os.environ["SHMENV_TEST_MARK"]).encode()
+
+
+def make_env():
+    return ShmEnv("CartPole-v1", 4, num_workers=1, seed=0)
+
+
+def marked_workers():
+    """shmenv workers started under this script (they inherit its marker): pid -> parent pid."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if MARK in environ and b"shmenv.worker" in cmdline:
+            out[int(pid)] = ppid
+    return out
+
+
+def collect(name, collector):
+    procs = sorted(p.pid for p in collector.procs)
+    frames, workers = 0, {}
+    for batch in collector:
+        frames += batch.numel()
+        assert torch.isfinite(batch["next", "observation"]).all()
+        workers.update(marked_workers())
+    collector.shutdown()
+    parents = sorted(set(workers.values()))
+    print(name, "frames", frames, "workers", len(workers), "in", "collectors" if parents == procs else parents, flush=True)
+
+
+if __name__ == "__main__":
+    # functions that build a ShmEnv in each collector process
+    collector = MultiSyncCollector([make_env, make_env], None, frames_per_batch=128, total_frames=1024)
+    collector.set_seed(0)
+    collect("sync", collector)
+    # a ShmEnv instance (pickled by its arguments: the collector process builds the pool) and a partial
+    env = ShmEnv("CartPole-v1", 4, num_workers=1, seed=0)
+    collector = MultiAsyncCollector(
+        [env, functools.partial(ShmEnv, "CartPole-v1", 4, num_workers=1, seed=1)],
+        None, frames_per_batch=64, total_frames=512,
+    )
+    print("instance closed in the trainer", env.is_closed, flush=True)
+    collect("async", collector)
+    print("left", sorted(marked_workers()), flush=True)
+'''
+
+
+@pytest.mark.timeout(420)
+def test_multi_process_collectors_build_a_pool_in_each_collector(tmp_path):
+    """MultiSyncCollector and MultiAsyncCollector (TorchRL starts collector processes with
+    spawn, hence the main guard) with ShmEnv makers and a ShmEnv instance: every frame
+    arrives, each collector process runs its own pool, and no worker outlives the script."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    script = tmp_path / "train.py"
+    script.write_text(MULTI_COLLECTOR_SCRIPT)
+    mark = uuid.uuid4().hex
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", str(script)], cwd=tmp_path, capture_output=True, text=True,
+        timeout=400, env={**os.environ, "SHMENV_TEST_MARK": mark},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "sync frames 1024 workers 2 in collectors" in out, out
+    assert "async frames 512 workers 2 in collectors" in out, out
+    assert "instance closed in the trainer True" in out, out
+    assert "left []" in out, out
+    leftover = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"SHMENV_TEST_MARK={mark}".encode() in f.read().split(b"\0") and alive(int(pid)):
+                    leftover.append(int(pid))
+        except OSError:
+            continue
+    assert not leftover, f"processes of the script left after it exited: {leftover}"

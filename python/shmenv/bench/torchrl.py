@@ -1,99 +1,216 @@
-"""``python -m shmenv.bench.torchrl [--envs 16] [--frames 4096] [--rounds 3] [--torch-threads 1]
-[--parallel16]``: random-policy ``Collector`` frames/s for CartPole-v1, ``shmenv.torchrl.ShmEnv``
-against TorchRL's own batched envs, rounds interleaved, medians printed. Needs torch and
-TorchRL. (The ``__main__`` guard is for TorchRL's ``ParallelEnv`` baselines, which start
-processes that re-import this module; ``ShmEnv`` itself needs none.)"""
+"""``python -m shmenv.bench.torchrl [--workload cartpole|pong|all] [--envs 16] [--rounds 3]
+[--frames N] [--batch 512] [--workers 2] [--torch-threads T] [--plugin PATH] [--no-parallel-per-env]``:
+random-policy ``Collector`` frames/s, ``shmenv.torchrl.ShmEnv`` against TorchRL's own batched
+envs (``SerialEnv``, ``ParallelEnv``, ``MultiThreadedEnv`` over EnvPool) in the same run,
+rounds interleaved, medians printed. Needs torch and TorchRL (and ale-py for Pong, EnvPool
+for ``MultiThreadedEnv``). The ``__main__`` guard is for TorchRL's ``ParallelEnv``, which
+starts processes that re-import this module; ``ShmEnv`` itself needs none."""
 
 from __future__ import annotations
+
+import functools
+import os
+import statistics
+import time
+from typing import Any, Callable
 
 import torch
 
 from shmenv.torchrl import ShmEnv
 
-def _gym_sync_vector(n: int):
+#: The native ALE plugin as ``tests/run`` builds it (relative to the repository root).
+_PLUGIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "target", "plugins", "libale_atari.so")
+
+
+# --- env factories, module-level so that ParallelEnv's processes find them by name ---------
+
+
+def _gym_env(env_id: str):
+    from torchrl.envs import GymEnv
+
+    return GymEnv(env_id)
+
+
+def _gym_sync_vector(n: int, env_id: str):
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     from torchrl.envs import GymWrapper
 
-    return GymWrapper(
-        SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)], autoreset_mode=AutoresetMode.DISABLED)
-    )
+    envs = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(n)], autoreset_mode=AutoresetMode.DISABLED)
+    return GymWrapper(envs)
 
 
-def _gym_env():
-    from torchrl.envs import GymEnv
+def _atari_env():
+    from torchrl.envs import GymWrapper
 
-    return GymEnv("CartPole-v1")
+    from shmenv.workloads import make_atari
+
+    return GymWrapper(make_atari())
 
 
-def _bench(argv=None) -> None:
-    import argparse
-    import functools
-    import os
-    import statistics
-    import time
+def _atari_sync_vector(n: int):
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+    from torchrl.envs import GymWrapper
 
+    from shmenv.workloads import make_atari
+
+    return GymWrapper(SyncVectorEnv([make_atari] * n, autoreset_mode=AutoresetMode.DISABLED))
+
+
+def _multithreaded_env(n: int, task_id: str):
+    """TorchRL's ``MultiThreadedEnv`` (EnvPool's threads). TorchRL 0.14.1 converts EnvPool's
+    spaces under ``set_gym_backend("gym")``, which fails without the old ``gym`` package
+    (and with it, as EnvPool 1.2.5 returns Gymnasium spaces): the Gymnasium backend is used
+    for that conversion here."""
+    import torchrl.envs.libs.gym as torchrl_gym
+    from torchrl.envs import MultiThreadedEnv
+
+    original = torchrl_gym.set_gym_backend
+    torchrl_gym.set_gym_backend = lambda backend: original("gymnasium" if backend == "gym" else backend)
+    try:
+        return MultiThreadedEnv(n, task_id)
+    finally:
+        torchrl_gym.set_gym_backend = original
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+# --- what runs -----------------------------------------------------------------------------
+
+
+def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], Any]]:
+    """CartPole-v1: shmenv's native and Gymnasium's CartPole in ShmEnv's workers, TorchRL's
+    SerialEnv and ParallelEnv over GymEnv, and EnvPool's threads."""
     import gymnasium as gym
-    from torchrl.collectors import Collector
     from torchrl.envs import ParallelEnv, SerialEnv
 
-    parser = argparse.ArgumentParser(prog="python -m shmenv.torchrl", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", type=int, default=16)
-    parser.add_argument("--frames", type=int, default=4096, help="frames per round and env kind")
-    parser.add_argument("--batch", type=int, default=512, help="frames_per_batch")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2, help="ShmEnv workers and ParallelEnv processes")
-    parser.add_argument("--parallel16", action="store_true", help="also ParallelEnv(envs, GymEnv): one process per env")
-    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    args = parser.parse_args(argv)
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    n, w = args.envs, args.workers
-    this = __import__("shmenv.bench.torchrl", fromlist=["_gym_env"])  # picklable by name in TorchRL's processes
-
-    print(f"load average before: {os.getloadavg()}, cpus: {os.cpu_count()}, torch threads: {torch.get_num_threads()}")
-    builders = {
+    this = __import__("shmenv.bench.torchrl", fromlist=["_gym_env"])  # picklable by name
+    gym_env = functools.partial(this._gym_env, "CartPole-v1")
+    out: dict[str, Callable[[], Any]] = {
         f"ShmEnv('CartPole-v1', {n}, num_workers={w}) [native CartPole]": lambda: ShmEnv(
             "CartPole-v1", n, num_workers=w, seed=0
         ),
         f"ShmEnv(gym.spec('CartPole-v1'), {n}, num_workers={w}) [Gymnasium's CartPole in workers]": lambda: ShmEnv(
             gym.spec("CartPole-v1"), n, num_workers=w, seed=0
         ),
+        f"SerialEnv({n}, GymEnv('CartPole-v1'))": lambda: SerialEnv(n, gym_env),
         f"ParallelEnv({w}, GymWrapper(SyncVectorEnv x{n // w}))": lambda: ParallelEnv(
-            w, functools.partial(this._gym_sync_vector, n // w)
+            w, functools.partial(this._gym_sync_vector, n // w, "CartPole-v1")
         ),
-        f"SerialEnv({n}, GymEnv('CartPole-v1'))": lambda: SerialEnv(n, this._gym_env),
-        f"GymWrapper(SyncVectorEnv x{n}) [one process]": lambda: this._gym_sync_vector(n),
     }
-    if args.parallel16:
-        builders[f"ParallelEnv({n}, GymEnv('CartPole-v1'))"] = lambda: ParallelEnv(n, this._gym_env)
+    if per_env:
+        out[f"ParallelEnv({n}, GymEnv('CartPole-v1'))"] = lambda: ParallelEnv(n, gym_env)
+    if _has("envpool"):
+        out[f"MultiThreadedEnv({n}, 'CartPole-v1') [EnvPool]"] = lambda: this._multithreaded_env(n, "CartPole-v1")
+    out[f"GymWrapper(SyncVectorEnv x{n}) [one process]"] = lambda: this._gym_sync_vector(n, "CartPole-v1")
+    return out
+
+
+def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str, Callable[[], Any]]:
+    """Pong (EnvPool's preprocessing: 4x84x84 uint8): the native ALE plugin (when built) and
+    Gymnasium's ALE (``shmenv.workloads:make_atari``) in ShmEnv's workers, TorchRL's
+    SerialEnv and ParallelEnv over ``make_atari``, and EnvPool's threads."""
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    this = __import__("shmenv.bench.torchrl", fromlist=["_atari_env"])
+    out: dict[str, Callable[[], Any]] = {}
+    if plugin:
+        from shmenv.workloads import ale_roms
+
+        config = {"rom_dir": ale_roms(), "game": "pong"}
+        out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, plugin=libale_atari.so) [native ALE plugin]"] = lambda: ShmEnv(
+            "AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0
+        )
+    out[f"ShmEnv('shmenv.workloads:make_atari', {n}, num_workers={w}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
+        "shmenv.workloads:make_atari", n, num_workers=w, seed=0
+    )
+    if _has("envpool"):
+        out[f"MultiThreadedEnv({n}, 'Pong-v5') [EnvPool]"] = lambda: this._multithreaded_env(n, "Pong-v5")
+    out[f"SerialEnv({n}, GymWrapper(make_atari()))"] = lambda: SerialEnv(n, this._atari_env)
+    out[f"ParallelEnv({w}, GymWrapper(SyncVectorEnv([make_atari] * {n // w})))"] = lambda: ParallelEnv(
+        w, functools.partial(this._atari_sync_vector, n // w)
+    )
+    if per_env:
+        out[f"ParallelEnv({n}, GymWrapper(make_atari()))"] = lambda: ParallelEnv(n, this._atari_env)
+    return out
+
+
+def run(builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int) -> dict[str, list[float]]:
+    """Rounds interleaved over the builders; each round builds the env afresh outside the
+    timing (the Collector's constructor resets it, which starts ParallelEnv's processes)
+    and times only the collection of ``frames`` frames."""
+    from torchrl.collectors import Collector
+
     rates: dict[str, list[float]] = {name: [] for name in builders}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name, build in builders.items():
-            # Built afresh each round, outside the timing (the Collector closes its env at
-            # the end); the Collector's constructor resets the env, which starts
-            # ParallelEnv's processes, so only collection is timed.
             t = time.perf_counter()
             env = build()
             env.set_seed(r)
-            collector = Collector(env, None, frames_per_batch=args.batch, total_frames=args.frames)
+            collector = Collector(env, None, frames_per_batch=batch, total_frames=frames)
             setup = time.perf_counter() - t
-            frames = 0
+            got = 0
             t = time.perf_counter()
-            for batch in collector:
-                frames += batch.numel()
+            for data in collector:
+                got += data.numel()
             dt = time.perf_counter() - t
             collector.shutdown()
             if not env.is_closed:
                 env.close()
-            rates[name].append(frames / dt)
-            print(f"round {r}: {frames / dt:>9,.0f} frames/s  {name}  (setup {setup:.1f} s)", flush=True)
-    print(f"load average after: {os.getloadavg()}")
+            rates[name].append(got / dt)
+            print(f"round {r}: {got / dt:>9,.0f} frames/s  {name}  (setup {setup:.1f} s)", flush=True)
+    return rates
+
+
+def report(title: str, rates: dict[str, list[float]]) -> None:
+    print(f"\n{title}")
     base = statistics.median(next(iter(rates.values())))
-    print(f"\nmedian of {args.rounds} rounds, {args.frames} frames each, frames_per_batch={args.batch}, random policy:")
     for name, values in rates.items():
         med = statistics.median(values)
-        print(f"  {med:>10,.0f} frames/s  ({med / base:.2f}x of the first)  {name}  [{min(values):,.0f}-{max(values):,.0f}]")
+        spread = f"[{min(values):,.0f}-{max(values):,.0f}]"
+        print(f"  {med:>10,.0f} frames/s  ({med / base:.2f}x of the first)  {name}  {spread}")
+
+
+def _bench(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shmenv.bench.torchrl", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--frames", type=int, default=None, help="frames per round and env (4096 CartPole, 2048 Pong)")
+    parser.add_argument("--batch", type=int, default=512, help="frames_per_batch")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="ShmEnv workers and ParallelEnv processes")
+    parser.add_argument("--no-parallel-per-env", action="store_true", help="skip ParallelEnv with one process per env")
+    parser.add_argument("--plugin", default=None, help="the ALE plugin (default: target/plugins/libale_atari.so)")
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    n, w, per_env = args.envs, args.workers, not args.no_parallel_per_env
+    plugin = args.plugin or os.environ.get("SHMENV_ALE_PLUGIN") or (_PLUGIN if os.path.exists(_PLUGIN) else None)
+    if plugin:
+        plugin = os.path.abspath(plugin)
+    print(f"load average before: {os.getloadavg()}, cpus: {os.cpu_count()}, torch threads: {torch.get_num_threads()}")
+    done = []
+    if args.workload in ("cartpole", "all"):
+        frames = args.frames or 4096
+        rates = run(cartpole_builders(n, w, per_env), args.rounds, frames, args.batch)
+        done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates))
+    if args.workload in ("pong", "all"):
+        if not _has("ale_py"):
+            print("Pong skipped: ale-py is not installed (pip install ale-py)")
+        else:
+            frames = args.frames or 2048
+            rates = run(pong_builders(n, w, per_env, plugin), args.rounds, frames, args.batch)
+            done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates))
+    print(f"load average after: {os.getloadavg()}")
+    for title, rates in done:
+        report(f"{title}, frames_per_batch={args.batch}, random policy:", rates)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ The object follows EnvPool's ``GymnasiumEnvPool``: a ``gymnasium.Env`` (and a
 ``gymnasium.vector.VectorEnv``) whose ``observation_space``/``action_space`` are one env's
 spaces; ``reset(env_id=None)``, ``step(action, env_id=None)``, ``async_reset()``,
 ``send(action, env_id=None)``, ``recv()``, ``config``, ``spec``, ``all_env_ids``,
-``is_async``. ``docs/envpool.md`` lists the ids, the keyword arguments and what differs.
+``is_async``. With ``env_type="dm"`` (needs ``dm-env``) it follows EnvPool's ``DMEnvPool``:
+the same calls return ``dm_env.TimeStep`` batches. ``docs/envpool.md`` lists the ids, the
+keyword arguments and what differs.
 """
 
 from __future__ import annotations
@@ -23,9 +25,30 @@ import gymnasium as gym
 import shmenv
 from shmenv.envpool.env import EnvPoolEnv, EnvSpec
 from shmenv.envpool.tasks import _PLUGIN_KEYS, _check_common, _config, _kind, _roms, list_all_envs
-from shmenv.errors import ConfigError, InvalidArgumentError
+from shmenv.errors import BuildError, ConfigError, InvalidArgumentError
 
-__all__ = ["make", "make_gymnasium", "make_gym", "make_dm", "make_spec", "list_all_envs", "EnvPoolEnv", "EnvSpec"]
+__all__ = [
+    "make", "make_gymnasium", "make_gym", "make_dm", "make_spec", "list_all_envs", "EnvPoolEnv", "EnvSpec",
+    "DmEnvNotInstalledError",
+]
+
+
+class DmEnvNotInstalledError(BuildError, ImportError):
+    """``env_type="dm"`` needs the ``dm_env`` package (``pip install dm-env``)."""
+
+
+def _import_dm():
+    """``shmenv.envpool.dm`` (which imports ``dm_env``), or a typed error saying what to install."""
+    try:
+        import dm_env  # noqa: F401
+    except ImportError as error:
+        raise DmEnvNotInstalledError(
+            f"env_type='dm' returns dm_env.TimeStep batches and needs the dm_env package, which cannot be "
+            f"imported ({error}); install it with `pip install dm-env`, or use env_type='gymnasium'"
+        ) from error
+    from shmenv.envpool import dm
+
+    return dm
 
 
 def _atari_plugin(explicit: Any) -> str | None:
@@ -35,30 +58,36 @@ def _atari_plugin(explicit: Any) -> str | None:
     return None if path is None else os.fspath(path)
 
 
-def make(task_id: str, env_type: str = "gymnasium", **kwargs: Any) -> EnvPoolEnv:
-    """EnvPool's ``make`` (env_type ``"gymnasium"`` or ``"gym"``, which EnvPool 1.2.5 treats
-    alike) over shmenv's worker processes. Keyword arguments: EnvPool's for the task
-    (``num_envs``, ``batch_size``, ``num_threads`` -> worker processes, ``seed``,
-    ``max_episode_steps``, Atari's ``episodic_life``, ``reward_clip``, ``stack_num``, ...),
-    plus ``plugin`` (the native ALE plugin for Atari; or env var ``SHMENV_ALE_PLUGIN``).
-    Unknown ones raise :class:`shmenv.errors.ConfigError` listing the valid ones."""
+def make(task_id: str, env_type: str = "gymnasium", **kwargs: Any):
+    """EnvPool's ``make`` over shmenv's worker processes: env_type ``"gymnasium"`` or
+    ``"gym"`` (which EnvPool 1.2.5 treats alike) gives an :class:`EnvPoolEnv`, ``"dm"`` a
+    ``DMEnvPoolEnv`` (``dm_env.TimeStep`` results; needs ``dm-env``). Keyword arguments:
+    EnvPool's for the task (``num_envs``, ``batch_size``, ``num_threads`` -> worker
+    processes, ``seed``, ``max_episode_steps``, Atari's ``episodic_life``, ``reward_clip``,
+    ``stack_num``, ...), plus ``plugin`` (the native ALE plugin for Atari; or env var
+    ``SHMENV_ALE_PLUGIN``). Unknown ones raise :class:`shmenv.errors.ConfigError` listing
+    the valid ones."""
     if env_type == "dm":
         return make_dm(task_id, **kwargs)
     if env_type not in ("gym", "gymnasium"):
         raise InvalidArgumentError(f"env_type should be one of 'dm', 'gym', or 'gymnasium', got {env_type!r}")
+    return _make_env(task_id, kwargs)
+
+
+def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
+    """The pool for ``task_id`` and EnvPool's keyword arguments, as an :class:`EnvPoolEnv`."""
     kind, game = _kind(task_id)
     config, env_kwargs, extra = _config(task_id, kind, game, dict(kwargs))
     num_envs, batch_size, seeds = _check_common(config)
     base_seed = seeds if isinstance(seeds, int) else seeds[0]
     common = dict(
         num_workers=(config["num_threads"] or None) and min(config["num_threads"], num_envs),
-        batch_size=batch_size, seed=base_seed % 2**64, episode_stats_key="",
+        batch_size=batch_size, seed=base_seed % 2**64, episode_stats_key="", pool_infos=True,
     )
     if isinstance(seeds, list) and batch_size is not None and seeds != list(range(seeds[0], seeds[0] + num_envs)):
         raise InvalidArgumentError("an async pool seeds env i with seed + i: a seed list must be consecutive")
     if kind == "atari":
-        if config["zero_discount_on_life_loss"]:
-            raise ConfigError("zero_discount_on_life_loss=True is not supported: shmenv reports no discount")
+        # zero_discount_on_life_loss only changes the dm API's discount (DMEnvPoolEnv does it).
         if config["task"] != game:
             raise ConfigError(f"task={config['task']!r} does not match {task_id} (task {game!r})")
         plugin = _atari_plugin(extra.get("plugin"))
@@ -106,14 +135,17 @@ def make_gym(task_id: str, **kwargs: Any) -> EnvPoolEnv:
 
 
 def make_dm(task_id: str, **kwargs: Any):
-    """EnvPool's dm_env API is not provided."""
+    """``make(task_id, "dm", **kwargs)``: EnvPool's dm_env API. ``reset``, ``step`` and
+    ``recv`` return ``dm_env.TimeStep(step_type, reward, discount, observation)`` batches,
+    the observation a namedtuple ``State(env_id, players, obs, ...)`` as EnvPool's. Raises
+    :class:`DmEnvNotInstalledError` (an ``ImportError``) without ``dm-env``."""
+    dm = _import_dm()
+    env = _make_env(task_id, kwargs)
     try:
-        import dm_env  # noqa: F401
-
-        why = "dm_env is installed, but shmenv.envpool implements only the Gymnasium API"
-    except ImportError:
-        why = "dm_env is not installed, and shmenv.envpool implements only the Gymnasium API"
-    raise InvalidArgumentError(f"env_type='dm' is not supported: {why}; use env_type='gymnasium'")
+        return dm.DMEnvPoolEnv(env)
+    except BaseException:
+        env.close()
+        raise
 
 
 def make_spec(task_id: str, **kwargs: Any) -> EnvSpec:

@@ -44,38 +44,45 @@ def _hosted_atari(
     env = gym.wrappers.AtariPreprocessing(
         env, frame_skip=frame_skip, noop_max=noop_max, screen_size=(img_width, img_height), grayscale_obs=True
     )
-    env = gym.wrappers.TimeLimit(env, max_episode_steps)  # counts the whole game, as EnvPool
-    env = _AtariSemantics(env, episodic_life, reward_clip, use_fire_reset)
+    env = _AtariSemantics(env, episodic_life, reward_clip, use_fire_reset, max_episode_steps)
     return gym.wrappers.FrameStackObservation(env, stack_num)
 
 
 class _AtariSemantics(gym.Wrapper):
-    """EnvPool's episodic life, reward clipping, fire reset and infos (``lives``, ``reward``
-    before clipping, ``terminated``: the game is over)."""
+    """EnvPool's episodic life, reward clipping, fire reset, time limit and infos (``lives``,
+    ``reward`` before clipping, ``terminated``: the game is over). The time limit counts the
+    agent's steps over the whole game, as EnvPool's: the no-ops and the FIRE press of a
+    reset are not steps."""
 
-    def __init__(self, env, episodic_life: bool, reward_clip: bool, use_fire_reset: bool):
+    def __init__(self, env, episodic_life: bool, reward_clip: bool, use_fire_reset: bool, max_episode_steps: int):
         super().__init__(env)
         meanings = env.unwrapped.get_action_meanings()
         self._fire = meanings.index("FIRE") if use_fire_reset and "FIRE" in meanings else None
         self._episodic, self._clip = episodic_life, reward_clip
+        self._max_steps, self._steps = max_episode_steps, 0
         self._game_over, self._lives = True, 0
 
     def reset(self, *, seed=None, options=None):
         if self._game_over or not self._episodic or seed is not None:
             obs, info = self.env.reset(seed=seed, options=options)
+            self._steps = 0
         else:  # a life was lost: the game goes on
             obs, _, term, trunc, info = self.env.step(0)
             if term or trunc:
                 obs, info = self.env.reset()
+                self._steps = 0
         if self._fire is not None:
             obs, _, term, trunc, info = self.env.step(self._fire)
             if term or trunc:
                 obs, info = self.env.reset()
+                self._steps = 0
         self._game_over, self._lives = False, int(info.get("lives", 0))
         return obs, {"lives": self._lives, "reward": 0.0, "terminated": 0}
 
     def step(self, action):
         obs, reward, term, trunc, info = self.env.step(action)
+        self._steps += 1
+        trunc = bool(trunc or (self._steps >= self._max_steps and not term))
         lives = int(info.get("lives", 0))
         self._game_over = bool(term or trunc)
         game_over = bool(term)

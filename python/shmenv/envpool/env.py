@@ -16,8 +16,9 @@ from shmenv.errors import InvalidArgumentError, UsageError, closed
 
 
 class EnvSpec:
-    """EnvPool's ``EnvSpec`` in short: ``config`` (a namedtuple), ``reward_threshold``, and
-    one env's ``observation_space`` / ``action_space`` (also as ``gymnasium_*``)."""
+    """EnvPool's ``EnvSpec`` in short: ``config`` (a namedtuple), ``reward_threshold``, one
+    env's ``observation_space`` / ``action_space`` (also as ``gymnasium_*``), and the
+    dm_env specs ``observation_spec()`` / ``action_spec()`` (these need ``dm-env``)."""
 
     def __init__(self, task_id: str, config: dict, spaces: tuple | None = None, make_kwargs: dict | None = None):
         self.task_id = task_id
@@ -45,6 +46,19 @@ class EnvSpec:
     action_space = property(lambda self: self._space(1))
     gymnasium_observation_space = observation_space
     gymnasium_action_space = action_space
+
+    def observation_spec(self) -> tuple:
+        """EnvPool's dm_env observation spec: ``State(env_id, players(env_id), obs, ...)``."""
+        from shmenv.envpool import _import_dm
+        from shmenv.envpool.tasks import _kind
+
+        return _import_dm().observation_spec(_kind(self.task_id)[0], self.observation_space)
+
+    def action_spec(self):
+        """EnvPool's dm_env action spec (``DiscreteArray`` named ``action`` for a discrete action)."""
+        from shmenv.envpool import _import_dm
+
+        return _import_dm().action_spec(self.action_space)
 
     def __repr__(self) -> str:
         return f"EnvSpec({self.task_id!r}, " + ", ".join(f"{k}={v!r}" for k, v in self._config.items()) + ")"
@@ -292,5 +306,3 @@ class EnvPoolEnv(VectorEnv, gym.Env):
 def _take(info: dict, rows: np.ndarray) -> dict:
     return {k: (_take(v, rows) if isinstance(v, dict) else v[rows]) for k, v in info.items()}
 
-
-# --- make --------------------------------------------------------------------------------
