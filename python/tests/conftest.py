@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,13 @@ def ale_roms() -> str:
     from shmenv.workloads import ale_roms as roms
 
     return roms()
+
+
+def shmenv_program() -> Path | None:
+    """The ``shmenv`` program built in this checkout (``cargo test`` builds target/debug's)."""
+    root = Path(__file__).resolve().parents[2]
+    for profile in ("debug", "release"):
+        candidate = root / "target" / profile / "shmenv"
+        if candidate.is_file():
+            return candidate
+    return None

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import shmenv_program
 
 from shmenv.bench import progress
 from shmenv.bench.__main__ import main as bench_main
@@ -124,15 +125,6 @@ def test_load_above_the_cores_is_warned_about(monkeypatch):
     quiet = io.StringIO()
     progress.warn_if_loaded("at the end", quiet)
     assert quiet.getvalue() == ""
-
-
-def shmenv_program() -> Path | None:
-    """The ``shmenv`` program built in this checkout (``cargo test`` builds target/debug's)."""
-    for profile in ("debug", "release"):
-        candidate = ROOT / "target" / profile / "shmenv"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def test_shmenv_bench_shows_each_round_and_the_serial_loop_on_a_terminal():

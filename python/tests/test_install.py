@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import shmenv_program
 
 import shmenv.__main__ as cli_entry
 
@@ -87,15 +88,6 @@ def test_backend_lets_a_current_cargo_build(monkeypatch):
     backend = load_backend()
     assert backend.cargo_version(cargo) >= backend.MIN_RUST
     backend.check_rust()  # returns: a source build may go ahead
-
-
-def shmenv_program() -> Path | None:
-    """A ``shmenv`` program built in this checkout (``cargo test`` builds target/debug's)."""
-    for profile in ("debug", "release"):
-        candidate = ROOT / "target" / profile / "shmenv"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 @pytest.fixture
