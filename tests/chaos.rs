@@ -16,12 +16,21 @@ use common::{builder, child_pids, open_fds, signal, AsyncDriver, Failed, Watchdo
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
 use shmenv::{FailurePolicy, PoolFailure, WorkerExit};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 #[test]
 fn random_kills_are_always_reported_and_nothing_leaks() {
     let _w = Watchdog::new("chaos", Duration::from_secs(240));
+    // Panic messages to the real stderr as well: a panic that turns into an abort (a second
+    // panic while unwinding) would otherwise take the harness's captured copy with it.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = writeln!(std::io::stderr(), "chaos: {info}");
+        default_hook(info);
+    }));
     // Warm-up: lazily opened fds (stderr clones, /proc handles) before the baseline.
+    Watchdog::at("warm-up");
     drop(builder("CartPole-v1").num_envs(2).num_workers(1).build().unwrap());
     let fds = open_fds();
     // Another seed for longer local runs: SHMENV_CHAOS_SEED=n cargo test --test chaos.
@@ -60,6 +69,7 @@ fn kills_under_fail(below: &mut impl FnMut(u64) -> u64) {
         let steps_before = below(20);
         let delay = Duration::from_micros(below(3000));
         let ctx = format!("round {round}: {envs} envs, {workers} workers, batch {batch}, {step_us} us, kill worker {victim} after {steps_before} steps + {delay:?}");
+        Watchdog::at(&ctx);
         let mut kill_at = None;
         let result = (|| -> Result<(), PoolFailure> {
             // Async: every env stays in flight; each round trip resends the envs of the
@@ -132,6 +142,7 @@ fn kills_under_restart_sync(below: &mut impl FnMut(u64) -> u64) {
         let kill_before = below(10) as usize;
         let delay = Duration::from_micros(below(3000));
         let ctx = format!("restart round {round}: {envs} envs, {workers} workers, {step_us} us, kill worker {victim} at step {kill_before} + {delay:?}");
+        Watchdog::at(&ctx);
         pool.reset().unwrap();
         reference.reset().unwrap();
         let mut restarted = Vec::new();
@@ -195,6 +206,7 @@ fn kills_under_restart_async(below: &mut impl FnMut(u64) -> u64) {
         let kill_before = below(10) as usize;
         let delay = Duration::from_micros(below(3000));
         let ctx = format!("async restart round {round}: {envs} envs, {workers} workers, batch {batch}, depth {depth}, {step_us} us, kill worker {victim} after {kill_before} rounds + {delay:?}");
+        Watchdog::at(&ctx);
         driver.start(&mut pool).unwrap_or_else(|e| panic!("{ctx}: reset failed: {e}"));
         let mut killer = None;
         let mut t = 0;
@@ -250,11 +262,14 @@ fn replacements_killed_mid_handshake(below: &mut impl FnMut(u64) -> u64) {
         let ctx = format!(
             "storm round {round}: {envs} envs, {workers} workers, batch {batch}, a kill every {every:?}"
         );
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
+        Watchdog::at(&ctx);
+        // The storm has an end of its own: a call that is still replacing workers when it
+        // ends then finishes (under load, a kill every millisecond can outpace every
+        // replacement's start-up for as long as it lasts).
+        let storm_end = Instant::now() + Duration::from_millis(400);
         let killer = std::thread::spawn(move || {
             let mut kills = 0usize;
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            while Instant::now() < storm_end {
                 std::thread::sleep(every);
                 let pids = child_pids();
                 if let Some(&pid) = pids.get(kills % pids.len().max(1)) {
@@ -272,8 +287,12 @@ fn replacements_killed_mid_handshake(below: &mut impl FnMut(u64) -> u64) {
             .iter()
             .map(|&e| e as usize)
             .collect();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_millis(400) {
+        let mut slowest = Duration::ZERO;
+        // Through the storm, and one round after it.
+        let mut after_storm = false;
+        while !after_storm {
+            after_storm = Instant::now() >= storm_end;
+            let call = Instant::now();
             if pool.is_async() {
                 pool.send(&actions[..ids.len()], &ids).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 ids = pool
@@ -286,8 +305,9 @@ fn replacements_killed_mid_handshake(below: &mut impl FnMut(u64) -> u64) {
             } else {
                 pool.step(&actions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
             }
+            slowest = slowest.max(call.elapsed());
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        eprintln!("{ctx}: slowest call {slowest:?}");
         let kills = killer.join().unwrap();
         let restarts: u32 = pool.restarts().iter().sum();
         assert!(restarts as usize <= kills, "{ctx}: {restarts} restarts for {kills} kills");
@@ -314,6 +334,7 @@ fn forked_children_exit_close_and_step(below: &mut impl FnMut(u64) -> u64) {
         );
         pool.as_mut().unwrap().reset().unwrap();
         let what = below(3);
+        Watchdog::at(&format!("fork round {round} ({what}, batch {batch}): forking"));
         let status = common::fork_and(&mut pool, move |mut copy| match what {
             0 => true, // exits: the copy is dropped with the child's memory
             1 => copy.close().iter().all(Option::is_none),
@@ -333,6 +354,7 @@ fn forked_children_exit_close_and_step(below: &mut impl FnMut(u64) -> u64) {
         );
         let p = pool.as_mut().unwrap();
         let ctx = format!("fork round {round} ({what}, batch {batch})");
+        Watchdog::at(&ctx);
         let ids = |b: shmenv::Batch<'_>| -> Vec<usize> { b.env_ids().iter().map(|&e| e as usize).collect() };
         // Async: the rest of the reset, then rounds of the last batch's envs.
         let mut last =
@@ -376,6 +398,7 @@ fn stopped_workers_in_async_mode(below: &mut impl FnMut(u64) -> u64) {
         let pid = pool.worker_pids()[victim];
         let ctx =
             format!("stop round {round}: {envs} envs, {workers} workers, batch {batch}, worker {victim}");
+        Watchdog::at(&ctx);
         let stop_after = Duration::from_millis(below(100));
         let mut ids: Vec<usize> = pool.reset().unwrap().env_ids().iter().map(|&e| e as usize).collect();
         let (started, mut stopped_at) = (Instant::now(), None);

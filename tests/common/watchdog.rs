@@ -2,8 +2,12 @@
 //! include this file by path.
 #![allow(dead_code)] // each test file uses some of these
 
-use std::sync::mpsc;
+use std::io::Write;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
+
+/// What the running test said it was doing last ([`Watchdog::at`]), printed when it hangs.
+static LAST_STEP: Mutex<String> = Mutex::new(String::new());
 
 /// Aborts the whole test process if the guarded scope runs longer than `limit`: a hung
 /// test fails loudly instead of stalling CI.
@@ -16,11 +20,23 @@ impl Watchdog {
         let (tx, rx) = mpsc::channel::<()>();
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("watchdog: test {name} still running after {limit:?}; aborting");
+                let at = LAST_STEP.lock().map(|s| s.clone()).unwrap_or_default();
+                // Written to the real stderr: the harness's capture dies with the abort.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watchdog: test {name} still running after {limit:?} (last step: {at}); aborting"
+                );
                 std::process::abort();
             }
         });
         Watchdog { done: Some(tx) }
+    }
+
+    /// Records what the test is doing now, for the message if it hangs.
+    pub fn at(step: &str) {
+        if let Ok(mut last) = LAST_STEP.lock() {
+            step.clone_into(&mut last);
+        }
     }
 }
 
