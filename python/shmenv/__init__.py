@@ -27,7 +27,13 @@ __version__ = "0.1.0"
 
 # The vector env imports gymnasium (a few hundred ms); worker processes, which import this
 # package too, never need it, so it loads on first use.
-_LAZY = {"make_vec": "shmenv.vector", "from_fns": "shmenv.vector", "ShmVectorEnv": "shmenv.vector", "ClosedError": "shmenv.errors"}
+_LAZY = {
+    "make_vec": "shmenv.vector",
+    "from_fns": "shmenv.vector",
+    "ShmVectorEnv": "shmenv.vector",
+    "PoolOptions": "shmenv.options",
+    "ClosedError": "shmenv.errors",
+}
 
 
 def __getattr__(name: str):
@@ -42,4 +48,4 @@ def __dir__():
     return sorted(__all__ + ["__version__"])
 
 
-__all__ = ["make_vec", "from_fns", "ShmVectorEnv", "builtin_env_ids", *_errors]
+__all__ = ["make_vec", "from_fns", "ShmVectorEnv", "PoolOptions", "builtin_env_ids", *_errors]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from shmenv.errors import InvalidArgumentError, UsageError, WorkerDiedError, closed
+from shmenv.errors import InvalidArgumentError, UsageError, WorkerDiedError
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
@@ -19,7 +19,7 @@ NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_
 
 
 class EnvCalls:
-    """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``closed``, ``_calls`` (the
+    """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``_check_open``, ``_calls`` (the
     channel, None for native envs), ``_shards``, ``num_envs``, ``env_id``, ``spec``, single
     spaces, ``_pool``, ``_infos``, ``_assembly``, ``is_async``, ``_restart`` (the pool
     restarts dead workers), ``_has_reset`` and ``_restarted_by_calls`` it uses."""
@@ -50,8 +50,7 @@ class EnvCalls:
     def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
         """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
         Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`."""
-        if self.closed:
-            raise closed()
+        self._check_open()
         if self._calls is None:
             if op in ("get", "call") and name in NATIVE_ATTRS:
                 return [self._native_attr(name) for _ in env_ids]

@@ -39,7 +39,8 @@ class _Call:
 
 
 class PendingCalls:
-    """Mixed into :class:`shmenv.vector.ShmVectorEnv` (its ``reset``, ``step``, ``closed``)."""
+    """Mixed into :class:`shmenv.vector.ShmVectorEnv` (its ``reset``, ``step`` and
+    ``_check_open``)."""
 
     _pending: _Call | None = None
     _abandoned: _Call | None = None  # a call whose wait timed out: finishing in the background
@@ -74,10 +75,7 @@ class PendingCalls:
             )
 
     def _start(self, kind: str, run: Callable[[], Any]) -> None:
-        if self.closed:
-            from shmenv.errors import closed
-
-            raise closed()
+        self._check_open()
         if self._pending is not None:
             raise AlreadyPendingCallError(
                 f"Calling `{kind}_async` while waiting for a pending call to `{self._pending.kind}` to complete",

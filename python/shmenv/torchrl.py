@@ -168,8 +168,7 @@ class ShmEnv(EnvBase):
     def _check_pool(pool: Any) -> None:
         if not isinstance(pool, shmenv.ShmVectorEnv):
             raise TypeError(f"pool must be a shmenv.ShmVectorEnv (shmenv.make_vec), got {type(pool).__name__}")
-        if getattr(pool, "closed", False):
-            raise shmenv.errors.closed()
+        pool._check_open()
         if pool.is_async:
             raise ValueError(
                 "ShmEnv needs a sync pool (partial resets are sync only): make it without batch_size "

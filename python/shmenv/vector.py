@@ -16,7 +16,6 @@ from gymnasium.vector.vector_env import AutoresetMode
 from shmenv import _shmenv
 from shmenv.arguments import (
     _autoreset_mode,
-    _reset_options,
     _count,
     _env_ids,
     _integer,
@@ -29,12 +28,13 @@ from shmenv.errors import (
     InvalidArgumentError,
     UsageError,
     WorkerError,
-    closed,
 )
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
 from shmenv.env_calls import EnvCalls
+from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
+from shmenv.options import PoolOptions, with_options
 from shmenv.pending import PendingCalls
 from shmenv.resolve import pass_render_mode, resolve, resolve_plugin
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
@@ -63,7 +63,7 @@ def _worker_command(resolved, worker_program) -> tuple[str, list[str], list[tupl
     return os.fspath(worker_program), [], []
 
 
-class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
+class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
     docstring describes every argument.
 
@@ -76,69 +76,48 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
     dangle: each holds the mapping alive, even after ``close()``.
     """
 
-    def __init__(
-        self,
-        env: Any,
-        num_envs: int,
-        *,
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        batch_size: int | None = None,
-        seed: int | None = None,
-        config: dict | None = None,
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        worker_program: str | os.PathLike | None = None,
-        max_episode_steps: int | None = None,
-        wait: str = "auto",
-        ring_depth: int | None = None,
-        pin_workers: bool = True,
-        episode_stats_key: str = "episode_stats",
-        step_timeout: float | None = None,
-        max_restarts: int | None = None,
-        fair_scheduling: bool = True,
-        render_mode: str | None = None,
-        plugin: str | os.PathLike | None = None,
-        observation_mode: str | tuple = "same",
-        pool_infos: bool = False,
-    ):
+    def __init__(self, env: Any, num_envs: int, **options: Any):
+        o = PoolOptions.of("make_vec", options)
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         self._calls = None
         self._infos: InfoArea | None = None
-        self._restart = max_restarts is not None
+        self._restart = o.max_restarts is not None
         self._has_reset = False
         self._restarted_by_calls: set[int] = set()
-        mode = _autoreset_mode(autoreset_mode)
-        obs_mode = modes.check_mode(observation_mode)
+        mode = _autoreset_mode(o.autoreset_mode)
+        obs_mode = modes.check_mode(o.observation_mode)
         # Every argument mistake is raised here, before workers start.
-        resolved, plugin = resolve_plugin(env, config, plugin) if plugin is not None else (resolve(env, config), None)
-        pass_render_mode(resolved, render_mode)
+        if o.plugin is not None:
+            resolved, plugin = resolve_plugin(env, o.config, o.plugin)
+        else:
+            resolved, plugin = resolve(env, o.config), None
+        pass_render_mode(resolved, o.render_mode)
         if resolved.python and obs_mode != "same":
             resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
         num_envs = _count("num_envs", num_envs)
-        num_workers = _num_workers(num_envs, num_workers, envs_per_worker)
+        num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker)
         if resolved.config.get("kind") == "factory" and resolved.python:
             which = resolved.config.get("env_factory")
             if which is not None and len(which) != num_envs:
                 raise InvalidArgumentError(f"{len(which)} env factories for num_envs={num_envs}")
             # Workers pick env i's factory by their shard (the engine's split of the envs).
             resolved.config.update(num_envs=num_envs, num_workers=num_workers)
-        batch = num_envs if batch_size is None else _count("batch_size", batch_size)
-        seed = None if seed is None else seed_value(_integer("seed", seed), "seed")
-        max_restarts = _optional_int("max_restarts", max_restarts, 0)
-        max_episode_steps = _optional_int("max_episode_steps", max_episode_steps, 1)
-        step_timeout = _optional_seconds("step_timeout", step_timeout)
-        zero_copy_async = batch < num_envs and not copy
-        if ring_depth is None:
-            ring_depth = 3 if zero_copy_async else 2
+        batch = num_envs if o.batch_size is None else _count("batch_size", o.batch_size)
+        seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
+        zero_copy_async = batch < num_envs and not o.copy
+        program, worker_args, worker_env = _worker_command(resolved, o.worker_program)
+        # The engine's arguments (the extension's `PoolArgs`), checked and resolved.
+        pool_args = dict(
+            num_workers=num_workers, batch_size=o.batch_size, seed=seed, config_json=json.dumps(resolved.config),
+            autoreset=mode.value, max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
+            worker_program=program, worker_args=worker_args, worker_env=worker_env, wait=o.wait,
+            ring_depth=(3 if zero_copy_async else 2) if o.ring_depth is None else o.ring_depth,
+            pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
+            max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
+            retain_batches=1 if zero_copy_async else 0, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
+        )
         try:
-            self._start_pool(
-                resolved, num_envs, worker_program, num_workers=num_workers, batch_size=batch_size, seed=seed,
-                config_json=json.dumps(resolved.config), autoreset=mode.value, max_episode_steps=max_episode_steps,
-                wait=wait, ring_depth=ring_depth, pin_workers=pin_workers, step_timeout=step_timeout,
-                max_restarts=max_restarts, copy=bool(copy), retain_batches=1 if zero_copy_async else 0,
-                fair_scheduling=bool(fair_scheduling), plugin=plugin,
-            )
+            self._start_pool(resolved, num_envs, pool_args)
         except BuildError as e:
             mismatch = modes.spec_mismatch(e, obs_mode, num_envs, num_workers) if resolved.python else None
             if mismatch is None:
@@ -163,14 +142,14 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
             self._check_spaces(obs_mode, env0.get("spaces"))
         self.spec = resolved.gym_spec
         gym_limit = getattr(self.spec, "max_episode_steps", None)
-        self.max_episode_steps = max_episode_steps or spec.get("max_episode_steps") or gym_limit
+        self.max_episode_steps = pool_args["max_episode_steps"] or spec.get("max_episode_steps") or gym_limit
         self.metadata = {"autoreset_mode": mode, "render_modes": []}
-        self.render_mode = self._take_render_info(env0, render_mode) if self.python_env else None
+        self.render_mode = self._take_render_info(env0, o.render_mode) if self.python_env else None
         self.autoreset_mode = mode
         self._infos = self._start_infos()
-        self.copy = bool(copy)
-        self.pool_infos = bool(pool_infos) or self.is_async
-        self.episode_stats_key = episode_stats_key
+        self.copy = bool(o.copy)
+        self.pool_infos = bool(o.pool_infos) or self.is_async
+        self.episode_stats_key = o.episode_stats_key
         self._env_seeds: list[int | None] = [None] * num_envs
         self._pool_seed = seed
 
@@ -186,11 +165,10 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
         ``reset`` (hosted Python envs). In async mode returns the first
         ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
-        if self.closed:
-            raise closed()
+        self._check_open()
         if self._pending is not None or self._abandoned is not None:
             self._refuse_if_pending("reset")
-        mask, env_options = _reset_options(options, self.num_envs, self.is_async)
+        mask, env_options = self._reset_request(options)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
         if self.is_async and len(commands) > 1:
@@ -256,21 +234,17 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
 
     # --- calls into the envs (a side channel, not the step path) ---------------------
 
-    def _start_pool(self, resolved, num_envs: int, worker_program, **options: Any) -> None:
+    def _start_pool(self, resolved, num_envs: int, pool_args: dict[str, Any]) -> None:
         """Starts the workers (and, for Python envs, the call channel they connect to)."""
-        program, args, worker_env = _worker_command(resolved, worker_program)
-        num_workers = options["num_workers"]
+        num_workers = pool_args["num_workers"]
         if resolved.python and 1 <= num_workers <= num_envs:
             from shmenv.calls import CallChannel
 
             # A replacement worker that does not connect is waited for as long as a step.
-            self._calls = CallChannel(num_workers, restart_wait=options.get("step_timeout"))
-            worker_env = worker_env + self._calls.worker_env()
+            self._calls = CallChannel(num_workers, restart_wait=pool_args["step_timeout"])
+            pool_args["worker_env"] = pool_args["worker_env"] + self._calls.worker_env()
         try:
-            self._pool = _shmenv.Pool(
-                resolved.engine_id, num_envs, worker_program=program, worker_args=args, worker_env=worker_env,
-                **options,
-            )
+            self._pool = _shmenv.Pool(resolved.engine_id, num_envs, pool_args)
         except BaseException:
             if self._calls is not None:
                 self._calls.close()
@@ -323,8 +297,7 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
         the call side channel (not the shared memory): a few milliseconds per call for
         CartPole's 600x400 frames, meant for videos and evaluation, not for every training
         step. Raises :class:`shmenv.UsageError` when ``render_mode`` is None."""
-        if self.closed:
-            raise closed()
+        self._check_open()
         if self.render_mode is None:
             if not self.python_env:
                 raise UsageError(
@@ -391,13 +364,6 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
     def mapping_range(self) -> tuple[int, int]:
         """Addresses ``(start, end)`` of the shared region in this process."""
         return self._pool.lease.address_range()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self) -> str:
         mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
@@ -476,31 +442,8 @@ class ShmVectorEnv(EnvCalls, PendingCalls, VectorEnv):
         self._infos.merge(infos, res, self._calls, self._shards, same_step)
 
 
-def make_vec(
-    env: Any,
-    num_envs: int,
-    *,
-    num_workers: int | None = None,
-    envs_per_worker: int | None = None,
-    batch_size: int | None = None,
-    seed: int | None = None,
-    config: dict | None = None,
-    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-    copy: bool = True,
-    worker_program: str | os.PathLike | None = None,
-    max_episode_steps: int | None = None,
-    wait: str = "auto",
-    ring_depth: int | None = None,
-    pin_workers: bool = True,
-    episode_stats_key: str = "episode_stats",
-    step_timeout: float | None = None,
-    max_restarts: int | None = None,
-    fair_scheduling: bool = True,
-    render_mode: str | None = None,
-    plugin: str | os.PathLike | None = None,
-    observation_mode: str | tuple = "same",
-    pool_infos: bool = False,
-) -> ShmVectorEnv:
+@with_options
+def make_vec(env: Any, num_envs: int, **options: Any) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
 
@@ -565,14 +508,7 @@ def make_vec(
       result in sync mode too (async mode always has them, EnvPool style); by default a
       sync pool's infos hold what the envs returned, as ``SyncVectorEnv``'s.
     """
-    return ShmVectorEnv(
-        env, num_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, batch_size=batch_size, seed=seed,
-        config=config, autoreset_mode=autoreset_mode, copy=copy, worker_program=worker_program,
-        max_episode_steps=max_episode_steps, wait=wait, ring_depth=ring_depth, pin_workers=pin_workers,
-        episode_stats_key=episode_stats_key, step_timeout=step_timeout, max_restarts=max_restarts,
-        fair_scheduling=fair_scheduling, render_mode=render_mode, plugin=plugin, observation_mode=observation_mode,
-        pool_infos=pool_infos,
-    )
+    return ShmVectorEnv(env, num_envs, **options)
 
 
 def from_fns(env_fns: Sequence[Any], **kwargs: Any) -> ShmVectorEnv:

@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use shmenv_engine::protocol::{Column, ColumnKind, UnknownAutoReset};
 use shmenv_engine::{
-    with_element, AutoReset, Batch, CpuAffinity, DType, Element, Pool, WaitStrategy, WorkerCommand,
+    with_element, AutoReset, Batch, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy,
+    WorkerCommand,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,74 +85,71 @@ fn install_interrupt_check(pool: &mut Pool) -> Arc<Mutex<Option<PyErr>>> {
     interrupted
 }
 
-#[pymethods]
-impl PyPool {
-    #[new]
-    #[pyo3(signature = (
-        env_id, num_envs, *, num_workers=None, batch_size=None, seed=None, config_json="{}",
-        autoreset="next_step", max_episode_steps=None, worker_program=None, worker_args=Vec::new(),
-        worker_env=Vec::new(), wait="auto", ring_depth=2, pin_workers=true, startup_timeout=60.0,
-        step_timeout=None, max_restarts=None, copy=true, retain_batches=0, fair_scheduling=true,
-        plugin=None
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        env_id: &str,
-        num_envs: usize,
-        num_workers: Option<usize>,
-        batch_size: Option<usize>,
-        seed: Option<u64>,
-        config_json: &str,
-        autoreset: &str,
-        max_episode_steps: Option<u32>,
-        worker_program: Option<String>,
-        worker_args: Vec<String>,
-        worker_env: Vec<(String, String)>,
-        wait: &str,
-        ring_depth: usize,
-        pin_workers: bool,
-        startup_timeout: f64,
-        step_timeout: Option<f64>,
-        max_restarts: Option<u32>,
-        copy: bool,
-        retain_batches: usize,
-        fair_scheduling: bool,
-        plugin: Option<String>,
-    ) -> PyResult<Self> {
-        let config = crate::checks::parse_config(py, env_id, config_json)?;
-        let wait = WaitStrategy::from_name(wait).ok_or_else(|| {
-            PyValueError::new_err(format!("unknown wait strategy {wait:?}: use auto, spin, yield or block"))
+/// What Python's `shmenv.vector` passes to start a pool: `shmenv.options.PoolOptions`
+/// checked and resolved (the env's JSON config, the worker command, the mode names), as a
+/// dict with one item per field. Defaults live in Python (`PoolOptions`) and in
+/// [`Pool::builder`]; none here.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct PoolArgs {
+    num_workers: Option<usize>,
+    batch_size: Option<usize>,
+    seed: Option<u64>,
+    config_json: String,
+    autoreset: String,
+    max_episode_steps: Option<u32>,
+    worker_program: Option<String>,
+    worker_args: Vec<String>,
+    worker_env: Vec<(String, String)>,
+    wait: String,
+    ring_depth: usize,
+    pin_workers: bool,
+    step_timeout: Option<f64>,
+    max_restarts: Option<u32>,
+    copy: bool,
+    retain_batches: usize,
+    fair_scheduling: bool,
+    plugin: Option<String>,
+}
+
+impl PoolArgs {
+    /// The engine's builder for these arguments; a bad value is a `ValueError`.
+    fn builder(self, py: Python<'_>, env_id: &str, num_envs: usize) -> PyResult<PoolBuilder> {
+        let config = crate::checks::parse_config(py, env_id, &self.config_json)?;
+        let wait = WaitStrategy::from_name(&self.wait).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown wait strategy {:?}: use auto, spin, yield or block",
+                self.wait
+            ))
         })?;
         let mut builder = Pool::builder(env_id)
             .num_envs(num_envs)
             .config(config)
-            .autoreset(parse_autoreset(autoreset)?)
+            .autoreset(parse_autoreset(&self.autoreset)?)
             .wait(wait)
-            .ring_depth(ring_depth)
-            .retain_batches(retain_batches)
-            .fair_scheduling(fair_scheduling)
-            .cpu_affinity(if pin_workers { CpuAffinity::Auto } else { CpuAffinity::None })
-            .startup_timeout(Duration::from_secs_f64(startup_timeout.max(0.0)));
-        if let Some(program) = worker_program {
-            builder = builder.worker_command(worker_command(program, worker_args, worker_env));
+            .ring_depth(self.ring_depth)
+            .retain_batches(self.retain_batches)
+            .fair_scheduling(self.fair_scheduling)
+            .cpu_affinity(if self.pin_workers { CpuAffinity::Auto } else { CpuAffinity::None });
+        if let Some(program) = self.worker_program {
+            builder = builder.worker_command(worker_command(program, self.worker_args, self.worker_env));
         }
-        if let Some(w) = num_workers {
+        if let Some(w) = self.num_workers {
             builder = builder.num_workers(w);
         }
-        if let Some(path) = plugin {
+        if let Some(path) = self.plugin {
             builder = builder.plugin(path);
         }
-        if let Some(b) = batch_size {
+        if let Some(b) = self.batch_size {
             builder = builder.batch_size(b);
         }
-        if let Some(s) = seed {
+        if let Some(s) = self.seed {
             builder = builder.seed(s);
         }
-        if let Some(max_restarts) = max_restarts {
+        if let Some(max_restarts) = self.max_restarts {
             builder = builder.failure_policy(shmenv_engine::FailurePolicy::Restart { max_restarts });
         }
-        if let Some(t) = step_timeout {
+        if let Some(t) = self.step_timeout {
             if !(t > 0.0 && t.is_finite()) {
                 return Err(PyValueError::new_err(format!(
                     "step_timeout must be a positive number of seconds, got {t}"
@@ -159,9 +157,21 @@ impl PyPool {
             }
             builder = builder.step_timeout(Duration::from_secs_f64(t));
         }
-        if let Some(k) = max_episode_steps {
+        if let Some(k) = self.max_episode_steps {
             builder = builder.max_episode_steps(k);
         }
+        Ok(builder)
+    }
+}
+
+#[pymethods]
+impl PyPool {
+    /// Starts a pool of `num_envs` envs of `env_id` with `args` (a dict of `PoolArgs`'s
+    /// fields, from Python's `shmenv.vector`).
+    #[new]
+    fn new(py: Python<'_>, env_id: &str, num_envs: usize, args: PoolArgs) -> PyResult<Self> {
+        let copy = args.copy;
+        let builder = args.builder(py, env_id, num_envs)?;
         let mut pool = py.detach(|| builder.build()).map_err(|e| build_error(py, e))?;
         let interrupted = install_interrupt_check(&mut pool);
         let lease = Py::new(py, Lease::new(pool.mapping_lease()))?;

@@ -1,5 +1,7 @@
-"""Pure unit tests, no worker processes: argument checking (``shmenv.arguments``) and the
-seeding rule (``shmenv.seeding``) on their own, so a mistake there shows here first."""
+"""Pure unit tests, no worker processes: argument checking (``shmenv.arguments``), the
+pool options' one declaration (``shmenv.options``), the checks every vector env shares
+(``shmenv.front``) and the seeding rule (``shmenv.seeding``) on their own, so a mistake
+there shows here first."""
 
 from __future__ import annotations
 
@@ -116,3 +118,59 @@ def test_reset_commands_group_seeds_by_base():
     assert reset_commands([1, 0], None, first=True) == [(None, 1), ([False, True], -1 % SEED_RANGE)]
     # A mask limits the commands to the envs it selects.
     assert reset_commands([3, 4, 5], [False, True, True], first=False) == [([False, True, True], 3)]
+
+
+def test_pool_options_are_the_signature_of_every_front():
+    """``PoolOptions`` is the one declaration: ``make_vec``'s keywords (and Ray's after its
+    own) are its fields, with their defaults, in its order."""
+    import dataclasses
+    import inspect
+
+    import shmenv
+    import shmenv.ray
+    from shmenv.options import NAMES, PoolOptions
+
+    fields = [(f.name, f.default) for f in dataclasses.fields(PoolOptions)]
+    local = inspect.signature(shmenv.make_vec).parameters
+    assert [(p.name, p.default) for p in local.values()][2:] == fields
+    ray = list(inspect.signature(shmenv.ray.make_vec).parameters)
+    assert ray[-len(NAMES):] == list(NAMES) and ray[:3] == ["env", "num_envs", "num_actors"]
+
+
+def test_an_unknown_option_is_a_type_error_naming_the_nearest():
+    from shmenv.options import PoolOptions
+
+    with pytest.raises(TypeError, match=r"make_vec\(\) got an unexpected keyword argument 'num_worker'; did you mean 'num_workers'\?"):
+        PoolOptions.of("make_vec", {"num_worker": 2})
+    with pytest.raises(TypeError, match="valid options: num_workers, envs_per_worker"):
+        PoolOptions.of("make_vec", {"zzzzzz": 1})
+    assert PoolOptions.of("make_vec", {"seed": 3}).seed == 3
+
+
+class _Front:
+    """A vector env's state as :class:`shmenv.front.VectorFront` reads it."""
+
+    def __init__(self, closed=False, is_async=False, has_reset=True):
+        from shmenv.front import VectorFront
+
+        self.front = type("F", (VectorFront,), {})()
+        self.front.closed, self.front.num_envs, self.front.is_async = closed, 3, is_async
+        self.front._has_reset = has_reset
+
+
+def test_the_front_checks_and_their_messages():
+    from shmenv.errors import ClosedError
+
+    with pytest.raises(ClosedError, match=r"the pool is closed \(close\(\) was called\); build a new one"):
+        _Front(closed=True).front._check_open()
+    with pytest.raises(UsageError, match=r"step\(\) called before reset\(\): call reset\(\) first"):
+        _Front(has_reset=False).front._check_reset()
+    with pytest.raises(UsageError, match=r"send\(\) is for async pools"):
+        _Front().front._check_async("send")
+    _Front(is_async=True).front._check_async("send")
+    mask, rest = _Front().front._reset_request({"reset_mask": np.array([True, False, True]), "x": 1})
+    assert mask == [True, False, True] and rest == {"x": 1}
+    with pytest.raises(UsageError, match="reset_mask works in sync mode"):
+        _Front(is_async=True).front._reset_request({"reset_mask": np.ones(3, bool)})
+    with pytest.raises(InvalidArgumentTypeError, match="must have `dtype=np.bool_`"):
+        _Front().front._reset_request({"reset_mask": np.ones(3, int)})

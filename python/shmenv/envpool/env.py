@@ -12,7 +12,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmenv.envpool.tasks import _ATARI_INFO
-from shmenv.errors import InvalidArgumentError, UsageError, closed
+from shmenv.errors import InvalidArgumentError, UsageError
+from shmenv.front import VectorFront
 
 
 class EnvSpec:
@@ -67,10 +68,11 @@ class EnvSpec:
 # --- the env -----------------------------------------------------------------------------
 
 
-class EnvPoolEnv(VectorEnv, gym.Env):
+class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
     """EnvPool's ``GymnasiumEnvPool`` over a :class:`shmenv.ShmVectorEnv`."""
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    _closed_what = "env"
 
     def __init__(self, task_id: str, pool, config: dict, kind: str, seeds: Any):
         self._pool = pool
@@ -190,12 +192,9 @@ class EnvPoolEnv(VectorEnv, gym.Env):
                 stacklevel=2,
             )
         if options:
-            unknown = set(options) - {"reset_mask"}
+            mask, unknown = self._reset_request(options)
             if unknown:
                 raise InvalidArgumentError(f"unsupported reset options: {sorted(unknown)} (only 'reset_mask')")
-            mask = np.asarray(options["reset_mask"], np.bool_)
-            if mask.shape != (self.num_envs,) or not mask.any():
-                raise InvalidArgumentError(f"reset_mask must have shape ({self.num_envs},) and select an env")
             if env_id is not None:
                 raise InvalidArgumentError("pass either env_id or options['reset_mask'], not both")
             env_id = np.flatnonzero(mask)
@@ -293,10 +292,6 @@ class EnvPoolEnv(VectorEnv, gym.Env):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._config.items()) + ")"
 
     __str__ = __repr__
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise closed("env")
 
     def _check_all(self, env_id) -> None:
         if env_id is not None and not np.array_equal(np.asarray(env_id).reshape(-1), self._all_env_ids):

@@ -26,7 +26,8 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from shmenv.errors import InvalidArgumentError, closed
+from shmenv.errors import InvalidArgumentError
+from shmenv.front import VectorFront
 from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
 
 __all__ = ["AgentRowsVectorEnv", "make_agent_vec"]
@@ -57,9 +58,11 @@ def _agents(value: Any, n: int, a: int) -> Any:
     return array.reshape(n, a, *array.shape[1:])
 
 
-class AgentRowsVectorEnv(VectorEnv):
+class AgentRowsVectorEnv(VectorFront, VectorEnv):
     """A :class:`MultiAgentVectorEnv` (sync, one group) with each agent a row; see the
     module docstring. Made by :func:`make_agent_vec`."""
+
+    _closed_what = "env"
 
     def __init__(self, envs: MultiAgentVectorEnv):
         if envs.is_async:
@@ -92,8 +95,7 @@ class AgentRowsVectorEnv(VectorEnv):
 
     def reset(self, *, seed: Any = None, options: dict | None = None):
         """Resets every env (``seed + i`` for env ``i``); ``(obs, infos)`` by row."""
-        if self.closed:
-            raise closed("env")
+        self._check_open()
         obs, infos = self.envs.reset(seed=seed, options=options)
         mask = (options or {}).get("reset_mask")
         self._left[slice(None) if mask is None else np.asarray(mask, bool)] = 0
@@ -101,8 +103,7 @@ class AgentRowsVectorEnv(VectorEnv):
 
     def step(self, actions: Any):
         """Steps every env with one action per row; see the module docstring."""
-        if self.closed:
-            raise closed("env")
+        self._check_open()
         n, a = self.envs.num_envs, self.num_agents
         obs, rewards, terms, truncs, infos = self.envs.step(_agents(actions, n, a))
         terms, truncs = np.array(terms), np.array(truncs)
@@ -138,13 +139,6 @@ class AgentRowsVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.envs.close()
-
-    def __enter__(self) -> "AgentRowsVectorEnv":
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        self.close()
-        return False
 
     def render(self) -> tuple:
         """Every env's frame (one per env, not per row)."""

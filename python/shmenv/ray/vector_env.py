@@ -3,7 +3,6 @@ calls, closing) and the two ways to make one, :func:`make_vec` and :func:`from_f
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from typing import Any
@@ -18,10 +17,9 @@ from shmenv.arguments import _autoreset_mode, _count, _env_ids, _integer, _optio
 from shmenv.errors import (
     BuildError,
     InvalidArgumentError,
-    InvalidArgumentTypeError,
     UsageError,
-    closed,
 )
+from shmenv.front import VectorFront
 from shmenv.ray.async_mode import AsyncBatches
 from shmenv.ray.channel import Channel
 from shmenv.ray.faults import REVIVED, ActorFaults
@@ -29,15 +27,12 @@ from shmenv.ray.host import PoolHost, concat_batches, split_evenly
 from shmenv.resolve import EnvFns, env_fns_target
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.spaces.assembly import as_action_array
-from shmenv.vector import make_vec as _local_make_vec
+from shmenv.options import PoolOptions, with_options
 
 __all__ = ["make_vec", "from_fns", "RayVectorEnv"]
 
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 """``placement`` names and the Ray placement group strategies they stand for."""
-
-_POOL_KEYWORDS = [p for p in inspect.signature(_local_make_vec).parameters if p not in ("env", "num_envs")]
-
 
 def _import_ray():
     try:
@@ -47,7 +42,7 @@ def _import_ray():
     return ray
 
 
-class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
+class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
     """A Gymnasium ``VectorEnv`` whose envs live in ``num_actors`` Ray actors, each owning
     one shmenv pool on its node. Made by :func:`make_vec`, whose docstring describes every
     argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
@@ -59,6 +54,8 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
 
     host_class = PoolHost
     """The actor class (a subclass may time or extend :class:`PoolHost`)."""
+    _closed_what = "env"
+    _closed_why = "close() was called, or an actor failed"
 
     def __init__(self, env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
                  num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
@@ -67,12 +64,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         self._actors: list = []
         self._channels: list[Channel] = []
         self._placement_group = None
-        unknown = sorted(set(options) - set(_POOL_KEYWORDS))
-        if unknown:
-            raise InvalidArgumentTypeError(
-                f"shmenv.ray.make_vec got unknown keyword(s) {unknown}: it takes num_actors, placement, "
-                f"num_cpus_per_actor, actor_options, placement_timeout, restart_timeout and shmenv.make_vec's {_POOL_KEYWORDS}"
-            )
+        PoolOptions.of("shmenv.ray.make_vec", options)  # an unknown name is refused here, before any actor
         self.num_envs = _count("num_envs", num_envs)
         num_actors = _count("num_actors", num_actors)
         if num_actors > self.num_envs:
@@ -233,7 +225,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         in sync mode. In async mode returns the first ``batch_size`` envs to finish."""
         self._check_open()
         seeds = per_env_seeds(seed, self.num_envs) if seed is not None else None
-        mask = self._reset_mask(options["reset_mask"]) if options and "reset_mask" in options else None
+        mask, _ = self._reset_request(options)
         if self.is_async:
             self._start_reset(seeds)
             obs, _, _, _, infos = self.recv()
@@ -241,8 +233,8 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         refs: dict[int, Any] = {}
         for k, (lo, hi) in enumerate(self._shards):
             part_seed = None if seeds is None else seeds[lo:hi]
-            if mask is None or mask[lo:hi].any():
-                part_options = None if mask is None else {"reset_mask": mask[lo:hi]}
+            if mask is None or any(mask[lo:hi]):
+                part_options = None if mask is None else {"reset_mask": np.array(mask[lo:hi])}
                 refs[k] = self._channels[k].request("reset", {"seed": part_seed, "options": part_options})
             elif not self._has_reset:  # a pool's first reset resets every env
                 refs[k] = self._channels[k].request("reset", {"seed": part_seed})
@@ -279,8 +271,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     def send(self, actions, env_ids=None) -> None:
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs' actors."""
         self._check_reset()
-        if not self.is_async:
-            raise UsageError("send() is for async pools (batch_size < num_envs); this pool is sync: use step()")
+        self._check_async("send")
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
         batch = self._actions(actions, len(ids))
         self._await_restart_rows(ids)
@@ -306,8 +297,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         """The next ``batch_size`` results, from the actor batches ready first, EnvPool
         style, with ``infos["env_id"]`` saying which env each row is."""
         self._check_open()
-        if not self.is_async:
-            raise UsageError("recv() is for async pools (batch_size < num_envs); this pool is sync: use step()")
+        self._check_async("recv")
         while self._buffered_rows() < self.batch_size:
             if not self._pending:
                 self._cannot_fill()
@@ -355,13 +345,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         """Restarts so far, per actor (with ``max_restarts``)."""
         return list(self._restarts)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def __repr__(self) -> str:
         mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
         return f"RayVectorEnv({getattr(self, 'env_id', '?')!r}, num_envs={self.num_envs}, actors={len(self._actors)}, {mode})"
@@ -376,15 +359,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         if not self.copy and len(parts) == 1:
             return parts[0]
         return concat_batches(parts)
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise closed("env", "close() was called, or an actor failed")
-
-    def _check_reset(self) -> None:
-        self._check_open()
-        if not self._has_reset:
-            raise UsageError("step() called before reset(): call reset() first")
 
     def _release(self) -> None:
         """Closes every actor's pool, then the actors and the placement group."""
@@ -418,18 +392,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         _shmenv.check_actions(self._action_json, a, count, "actions")
         return a
 
-    def _reset_mask(self, mask) -> np.ndarray:
-        m = np.asarray(mask)
-        if m.dtype != np.bool_:
-            raise InvalidArgumentTypeError(f"reset_mask must be a bool array of shape ({self.num_envs},); got dtype {m.dtype}")
-        if m.shape != (self.num_envs,) or not m.any():
-            raise InvalidArgumentError(
-                f"reset_mask must be a bool array of shape ({self.num_envs},) with at least one True; got shape {m.shape}"
-            )
-        if self.is_async:
-            raise UsageError("reset_mask works in sync mode; an async pool resets all envs with reset()")
-        return m
-
     def _everywhere(self, method: str, *args: Any, **kwargs: Any) -> tuple:
         parts = self._invoke_all(method, lambda lo, hi: args, **kwargs)
         return tuple(x for part in parts for x in part)
@@ -447,6 +409,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         return parts
 
 
+@with_options
 def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
              num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
              placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any) -> RayVectorEnv:
