@@ -33,6 +33,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         trace: false,
         restart: false,
         plugin: None,
+        cores: 0,
     }
 }
 

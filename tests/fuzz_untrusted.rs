@@ -210,6 +210,7 @@ proptest! {
             trace,
             restart: false,
             plugin: None,
+            cores: 0,
         };
         let layout = Layout::compute(&spec, &params);
         let mut ranges = layout.byte_ranges();

@@ -213,6 +213,7 @@ fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolPar
         trace: false,
         restart: false,
         plugin,
+        cores: 0,
     })
 }
 

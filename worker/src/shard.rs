@@ -537,6 +537,7 @@ mod tests {
             trace: false,
             restart: false,
             plugin: None,
+            cores: 0,
         }
     }
 

@@ -107,7 +107,8 @@ impl Startup {
     /// Checks the settings, creates the region with the header and the params, and spawns
     /// the workers (by `deadline`). Takes the builder's env id, config and worker command.
     fn launch(b: &mut PoolBuilder, deadline: Instant) -> Result<Startup, BuildError> {
-        let (num_workers, batch_size) = settings::check(b, crate::sync::available_cores())?;
+        let cores = crate::sync::available_cores();
+        let (num_workers, batch_size) = settings::check(b, cores)?;
         let command = match b.worker_command.take() {
             Some(c) => c,
             None => crate::launch::program::default_worker_program()
@@ -129,6 +130,7 @@ impl Startup {
             trace: b.trace,
             restart: b.failure_policy != FailurePolicy::Fail,
             plugin: b.plugin.as_deref().map(plugin_path).transpose()?,
+            cores,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -157,13 +159,8 @@ impl Startup {
             }
             _ => BuildError::Spawn { program: program.clone(), source },
         })?;
-        Ok(Startup {
-            supervisor,
-            region,
-            params,
-            program,
-            waiter: Waiter::new(b.wait.pool_policy(num_workers)),
-        })
+        let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
+        Ok(Startup { supervisor, region, params, program, waiter })
     }
 
     pub(super) fn control(&self) -> Control<'_> {

@@ -321,6 +321,7 @@ mod tests {
             trace: false,
             restart: false,
             plugin: None,
+            cores: 0,
         }
     }
 

@@ -85,6 +85,23 @@ pub struct PoolParams {
     /// loads for itself and takes the env from, instead of its registry.
     #[serde(default)]
     pub plugin: Option<String>,
+    /// The cores the trainer may use when it built the pool: what every process's wait
+    /// policy counts (a worker pinned to one core would see one). 0: unknown, each process
+    /// counts its own.
+    #[serde(default)]
+    pub cores: usize,
+}
+
+impl PoolParams {
+    /// The cores the pool's wait policies count: [`PoolParams::cores`], or this process's
+    /// when unknown.
+    pub fn policy_cores(&self) -> usize {
+        if self.cores == 0 {
+            crate::sync::available_cores()
+        } else {
+            self.cores
+        }
+    }
 }
 
 /// What a worker writes in its report area.

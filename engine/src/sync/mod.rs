@@ -221,9 +221,10 @@ impl WaitStrategy {
     }
 
     /// The policy of a pool's processes (`num_workers` workers and the trainer) on the
-    /// cores this process may use.
-    pub fn pool_policy(self, num_workers: usize) -> WaitPolicy {
-        self.policy(num_workers + 1, available_cores())
+    /// `cores` the trainer may use ([`PoolParams::cores`](crate::protocol::PoolParams):
+    /// every process of the pool counts the same cores; a pinned worker sees only its own).
+    pub fn pool_policy(self, num_workers: usize, cores: usize) -> WaitPolicy {
+        self.policy(num_workers + 1, cores)
     }
 
     /// The concrete phase budgets for `processes` runnable processes on `cores` cores.

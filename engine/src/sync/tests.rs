@@ -105,3 +105,30 @@ fn sleep_mode_skips_spinning_and_yielding_only_for_the_adaptive_policy() {
     assert_eq!(WaitMode::from_word(WaitMode::Sleep as u32), WaitMode::Sleep);
     assert_eq!(WaitMode::from_word(7), WaitMode::Active);
 }
+
+#[test]
+fn a_pool_waits_by_the_trainers_core_count() {
+    // A worker pinned to one core counts the pool's cores, not its own: with 1 worker on
+    // 2 cores every process spins first.
+    let shared = WaitStrategy::Auto.pool_policy(1, 2);
+    assert!(!shared.spin.is_zero());
+    assert!(WaitStrategy::Auto.pool_policy(1, 1).spin.is_zero());
+    let params = |cores| crate::protocol::PoolParams {
+        env_id: "CartPole-v1".into(),
+        config: serde_json::json!({}),
+        num_envs: 2,
+        num_workers: 1,
+        autoreset: crate::protocol::AutoReset::NextStep,
+        max_episode_steps: None,
+        wait: WaitStrategy::Auto,
+        batch_size: 2,
+        ring_depth: 2,
+        stats: false,
+        trace: false,
+        restart: false,
+        plugin: None,
+        cores,
+    };
+    assert_eq!(params(2).policy_cores(), 2);
+    assert_eq!(params(0).policy_cores(), available_cores());
+}

@@ -290,7 +290,7 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
     if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {
         return Err(AttachError::BadParams("params disagree with the header".into()));
     }
-    let waiter = Waiter::new(params.wait.pool_policy(num_workers));
+    let waiter = Waiter::new(params.wait.pool_policy(num_workers, params.policy_cores()));
     Ok(Worker { region, index, parent, params, waiter })
 }
 
