@@ -19,8 +19,9 @@
 //! runs as many batches as the last window in the other mode, and switches when they cost
 //! [`MARGIN`] less (to wait actively again, in two probes in a row: see [`wins_needed`]).
 //! A probe stops as soon as it has cost more than the window it is compared with, or its
-//! batches cost 1.5x the window's mean over 3 batches or 4x over any: trying the wrong mode
-//! costs at most one window, and a batch or two when it is far worse. Probes come 100 ms
+//! batches cost more than the window's mean (by [`MARGIN`]) over 8 batches, 1.5x over 3 or
+//! 4x over any: trying the wrong mode costs at most one window, 8 batches when it is worse
+//! (as sleeping is on an idle machine), and a batch or two when it is far worse. Probes come 100 ms
 //! after a switch and twice as far apart after each probe that confirms the mode, up to
 //! 2 s; while active, 3 or more batches that cost twice what the last probe measured
 //! (contention came) start one at once, and while asleep a window at a third (it went).
@@ -203,6 +204,14 @@ impl WaitTuner {
         }
     }
 
+    /// Whether the tuner, waiting actively, came back from sleeping within [`REVERT_NS`]:
+    /// sleeping looked cheaper only for a window or two (on an idle machine, by chance).
+    pub fn slept_briefly(&self) -> bool {
+        self.mode == WaitMode::Active
+            && self.switches > 0
+            && self.active_since_ns.saturating_sub(self.sleep_since_ns) < REVERT_NS
+    }
+
     /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
     /// returned a batch of steps. Returns the mode the pool's processes must follow from
     /// now on when it changes.
@@ -257,7 +266,8 @@ impl WaitTuner {
                 window.add(cost_ns);
                 let (window, against) = (*window, *against);
                 let hopeless = window.mean() > FAR_WORSE * against.mean()
-                    || (window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean());
+                    || (window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean())
+                    || (window.batches >= MIN_BATCHES && window.mean() > (1.0 + MARGIN) * against.mean());
                 if hopeless || window.cost_ns > against.cost_ns * (1.0 - MARGIN) {
                     // The other mode has already cost more: stay.
                     self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
@@ -346,6 +356,7 @@ impl Core {
         let follow = tuner.on_call(now_ns, call_ns, steps);
         let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
         let (following, active_for) = (tuner.following(), tuner.active_for_ns(now_ns));
+        let slept_briefly = tuner.slept_briefly();
         if let Some(mode) = follow {
             self.follow_wait_mode(mode);
             self.pool_stats().set_wait(chosen, probes, switches);
@@ -353,9 +364,10 @@ impl Core {
         // Unpinned at once when the pool sleeps, a probe of sleeping included (it measures
         // what a switch would bring: under contention a pinned worker waits for the core a
         // busy process holds, however it waits), pinned again once it has waited actively
-        // for a while (see `REPIN_AFTER_NS`).
+        // for a while (see `REPIN_AFTER_NS`), or at once after a brief spell of sleeping
+        // (sleeping did not hold up: the machine is idle, where pinned workers are faster).
         let placement = match following {
-            WaitMode::Active if active_for < REPIN_AFTER_NS => self.placed_for,
+            WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_briefly => self.placed_for,
             mode => mode,
         };
         self.place_workers(placement);
