@@ -17,6 +17,7 @@ echo "| case | shmenv steps/s (median) | serial steps/s (median) | ratio (median
 echo "|---|---|---|---|---|"
 run "CartPole-v1, 1024 envs, 2 workers" --env CartPole-v1 --num-envs 1024 --workers 2
 run "CartPole-v1, 32 envs, 2 workers" --env CartPole-v1 --num-envs 32 --workers 2
+run "CartPole-v1, 32 envs, 1 worker" --env CartPole-v1 --num-envs 32 --workers 1
 run "Burn-v0 step_us 50, 8 envs, 2 workers" --env Burn-v0 --config '{"step_us":50}' --num-envs 8 --workers 2
 run "Burn-v0 trivial, 8 envs, 8 workers" --env Burn-v0 --num-envs 8 --workers 8
 run "CartPole-v1, 64 envs, 2 workers, sync" --env CartPole-v1 --num-envs 64 --workers 2

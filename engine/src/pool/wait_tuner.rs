@@ -24,7 +24,7 @@
 //! (as sleeping is on an idle machine), and a batch or two when it is far worse. Probes come 100 ms
 //! after a switch and twice as far apart after each probe that confirms the mode, up to
 //! 2 s; while active, 3 or more batches that cost twice what the last probe measured
-//! (contention came) start one at once, and while asleep a window at half (it went).
+//! (contention came) start one at once, and while asleep a window at a third (it went).
 
 use super::Core;
 use crate::protocol;
@@ -49,10 +49,6 @@ pub const REPIN_AFTER_NS: u64 = 2_000_000_000;
 /// A probe whose batches (even its first, of transition) cost this many times the
 /// compared window's mean ends at once.
 const FAR_WORSE: f64 = 4.0;
-/// A spell of sleeping shorter than this ends in pinning the workers again at once (see
-/// [`WaitTuner::slept_by_chance`]): the first probe after a switch comes after
-/// [`FIRST_INTERVAL_NS`], so a spell that looked cheaper by chance ends about then.
-const BRIEF_SLEEP_NS: u64 = 300_000_000;
 /// A return to a mode this soon after leaving it doubles the interval before the next
 /// probe of the mode left (see [`WaitTuner::switch`]).
 const REVERT_NS: u64 = 1_000_000_000;
@@ -63,8 +59,8 @@ const LOSING: f64 = 1.5;
 const FIRST_INTERVAL_NS: u64 = 100_000_000;
 /// Probes that confirm the mode double the interval up to this.
 const MAX_INTERVAL_NS: u64 = 2_000_000_000;
-/// Batches this many times costlier than the last probe measured while active, or a
-/// window this many times cheaper while asleep, start a probe.
+/// Batches this many times costlier than the last probe measured, while active, start a
+/// probe.
 const DRIFT: f64 = 2.0;
 /// Time outside pool calls counts up to this many times its running average (plus
 /// [`OUTSIDE_SLACK_NS`]).
@@ -156,8 +152,6 @@ pub(super) struct WaitTuner {
     sleep_since_ns: u64,
     /// Probes in a row that the other mode won.
     wins: u32,
-    /// The last switch to sleeping came from a probe that found it [`CLEARLY_CHEAPER`].
-    slept_clearly: bool,
     /// Probes so far.
     pub probes: u64,
     /// Switches so far.
@@ -182,7 +176,6 @@ impl WaitTuner {
             active_since_ns: 0,
             sleep_since_ns: 0,
             wins: 0,
-            slept_clearly: false,
             probes: 0,
             switches: 0,
         }
@@ -211,15 +204,12 @@ impl WaitTuner {
         }
     }
 
-    /// Whether the tuner, waiting actively, last slept by chance rather than for
-    /// contention: after probes that found sleeping only a little cheaper (not
-    /// [`CLEARLY_CHEAPER`]), or for less than [`BRIEF_SLEEP_NS`] (the next probe found
-    /// waiting actively cheaper again; contention lasts longer).
-    pub fn slept_by_chance(&self) -> bool {
+    /// Whether the tuner, waiting actively, came back from sleeping within [`REVERT_NS`]:
+    /// sleeping looked cheaper only for a window or two (on an idle machine, by chance).
+    pub fn slept_briefly(&self) -> bool {
         self.mode == WaitMode::Active
             && self.switches > 0
-            && (!self.slept_clearly
-                || self.active_since_ns.saturating_sub(self.sleep_since_ns) < BRIEF_SLEEP_NS)
+            && self.active_since_ns.saturating_sub(self.sleep_since_ns) < REVERT_NS
     }
 
     /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
@@ -289,15 +279,11 @@ impl WaitTuner {
                     return None;
                 }
                 self.wins += 1;
-                let ratio = window.mean() / against.mean().max(1.0);
-                if self.wins < wins_needed(self.mode.other(), ratio) {
+                if self.wins < wins_needed(self.mode.other(), window.mean() / against.mean().max(1.0)) {
                     // Won once: measure the chosen mode again and probe again at once.
                     self.phase = Phase::Settled(Window::starting(now_ns));
                     self.next_probe_ns = now_ns;
                     return Some(self.mode);
-                }
-                if self.mode == WaitMode::Active {
-                    self.slept_clearly = ratio < CLEARLY_CHEAPER;
                 }
                 self.switch(now_ns, window.mean());
                 None
@@ -307,16 +293,15 @@ impl WaitTuner {
 
     /// Whether the batches of `window` cost what makes the other mode worth a try before
     /// the next probe is due: while active, 3 or more at twice what the last probe measured
-    /// (contention came); while asleep, a whole window at half (it went: under contention
-    /// the cost of sleeping swings, so only a large drop counts; a wrong probe of waiting
-    /// actively ends after a few batches).
+    /// (contention came); while asleep, a whole window at a third (it went: under
+    /// contention the cost of sleeping swings widely, so only a large drop counts).
     fn drifted(&self, window: &Window, complete: bool) -> bool {
         self.settled_cost_ns > 0.0
             && match self.mode {
                 WaitMode::Active => {
                     window.batches >= FEW_BATCHES && window.mean() > DRIFT * self.settled_cost_ns
                 }
-                WaitMode::Sleep => complete && window.mean() * DRIFT < self.settled_cost_ns,
+                WaitMode::Sleep => complete && window.mean() * 3.0 < self.settled_cost_ns,
             }
     }
 
@@ -371,7 +356,7 @@ impl Core {
         let follow = tuner.on_call(now_ns, call_ns, steps);
         let (probes, switches, chosen) = (tuner.probes, tuner.switches, tuner.chosen());
         let (following, active_for) = (tuner.following(), tuner.active_for_ns(now_ns));
-        let slept_by_chance = tuner.slept_by_chance();
+        let slept_briefly = tuner.slept_briefly();
         if let Some(mode) = follow {
             self.follow_wait_mode(mode);
             self.pool_stats().set_wait(chosen, probes, switches);
@@ -379,10 +364,10 @@ impl Core {
         // Unpinned at once when the pool sleeps, a probe of sleeping included (it measures
         // what a switch would bring: under contention a pinned worker waits for the core a
         // busy process holds, however it waits), pinned again once it has waited actively
-        // for a while (see `REPIN_AFTER_NS`), or at once when the pool slept by chance (an
-        // idle machine, where pinned workers are faster).
+        // for a while (see `REPIN_AFTER_NS`), or at once after a brief spell of sleeping
+        // (sleeping did not hold up: the machine is idle, where pinned workers are faster).
         let placement = match following {
-            WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_by_chance => self.placed_for,
+            WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_briefly => self.placed_for,
             mode => mode,
         };
         self.place_workers(placement);
@@ -497,25 +482,17 @@ mod tests {
     }
 
     #[test]
-    fn only_sleeping_by_chance_pins_the_workers_again_at_once() {
-        let idle = |m| if m == WaitMode::Active { 45_000 } else { 55_000 };
-        // Sleeping 10% cheaper for a while (an idle machine's chance), then not.
+    fn only_a_brief_spell_of_sleeping_pins_the_workers_again_at_once() {
+        let s = 1_000_000_000;
         let mut t = WaitTuner::new();
-        let mut now = 1;
-        run(&mut t, &mut now, 1.0, |m| if m == WaitMode::Active { 50_000 } else { 45_000 });
-        assert_eq!(t.mode, WaitMode::Sleep);
-        run(&mut t, &mut now, 2.0, idle);
-        assert_eq!(t.mode, WaitMode::Active);
-        assert!(t.slept_by_chance());
-        // Contention (sleeping far cheaper), then idle: the workers wait for REPIN_AFTER_NS.
-        let mut t = WaitTuner::new();
-        let mut now = 1;
-        run(&mut t, &mut now, 0.5, idle);
-        run(&mut t, &mut now, 1.0, |m| if m == WaitMode::Active { 3_000_000 } else { 130_000 });
-        assert_eq!(t.mode, WaitMode::Sleep);
-        run(&mut t, &mut now, 1.0, idle);
-        assert_eq!(t.mode, WaitMode::Active);
-        assert!(!t.slept_by_chance());
+        assert!(!t.slept_briefly());
+        t.switch(s, 50_000.0);
+        assert!(!t.slept_briefly(), "asleep");
+        t.switch(s + 200_000_000, 50_000.0);
+        assert!(t.slept_briefly(), "back after 200 ms: sleeping won by chance");
+        t.switch(2 * s, 50_000.0);
+        t.switch(7 * s, 50_000.0);
+        assert!(!t.slept_briefly(), "back after 5 s: contention that lasted");
     }
 
     #[test]
