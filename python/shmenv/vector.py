@@ -76,6 +76,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     dangle: each holds the mapping alive, even after ``close()``.
     """
 
+    @with_options
     def __init__(self, env: Any, num_envs: int, **options: Any):
         o = PoolOptions.of("make_vec", options)
         self.closed = True  # until the pool exists, so __del__ has nothing to close
