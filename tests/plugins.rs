@@ -10,7 +10,7 @@ mod common;
 use common::plugin_library::plugin_library;
 use common::{batch_rows, builder, Failed, Watchdog};
 use serde_json::json;
-use shmenv::{BuildError, FailurePolicy, PoolFailure, WorkerExit};
+use shmenv::{AutoReset, BuildError, FailurePolicy, PoolFailure, WorkerExit};
 use std::time::Duration;
 
 fn actions(t: usize, n: usize) -> Vec<i64> {
@@ -22,18 +22,62 @@ fn c_cartpole_is_cartpole_v1_step_for_step() {
     let _w = Watchdog::new("C cartpole vs CartPole-v1", Duration::from_secs(120));
     let lib = plugin_library("examples/c/cartpole.c");
     let n = 6;
-    let mut c = builder("CartPoleC-v1").plugin(&lib).num_envs(n).num_workers(2).seed(11).build().unwrap();
-    let mut rust = builder("CartPole-v1").num_envs(n).num_workers(2).seed(11).build().unwrap();
-    assert_eq!(c.spec(), rust.spec(), "same spaces and time limit");
-    assert_eq!(batch_rows(&c.reset().unwrap()), batch_rows(&rust.reset().unwrap()));
-    let mut episodes = 0;
-    for t in 0..700 {
-        let a = actions(t, n);
-        let (got, want) = (c.step(&a).unwrap(), rust.step(&a).unwrap());
-        episodes += want.terminated().iter().filter(|&d| d).count();
-        assert_eq!(batch_rows(&got), batch_rows(&want), "step {t}");
+    // Sync batches go through the library's batched call (`step_batch`), async ones through
+    // `step` and `observe` per env; both autoreset modes.
+    for (mode, batch_size) in [(AutoReset::NextStep, n), (AutoReset::SameStep, n), (AutoReset::NextStep, 2)] {
+        let make =
+            |id: &str| builder(id).num_envs(n).num_workers(2).batch_size(batch_size).autoreset(mode).seed(11);
+        let mut c = make("CartPoleC-v1").plugin(&lib).build().unwrap();
+        let mut rust = make("CartPole-v1").build().unwrap();
+        assert_eq!(c.spec(), rust.spec(), "same spaces and time limit");
+        let mut episodes = 0;
+        if batch_size == n {
+            assert_eq!(batch_rows(&c.reset().unwrap()), batch_rows(&rust.reset().unwrap()));
+            for t in 0..700 {
+                let a = actions(t, n);
+                let (got, want) = (c.step(&a).unwrap(), rust.step(&a).unwrap());
+                episodes += want.terminated().iter().filter(|&d| d).count();
+                assert_eq!(batch_rows(&got), batch_rows(&want), "{mode:?} step {t}");
+            }
+        } else {
+            episodes = async_episodes_alike(&mut c, &mut rust, n);
+        }
+        assert!(
+            episodes > 10,
+            "{mode:?}: the comparison covers episode ends and resets ({episodes} episodes)"
+        );
     }
-    assert!(episodes > 10, "the comparison covers episode ends and resets ({episodes} episodes)");
+}
+
+/// Steps two async pools of `n` envs with the same actions per env until 700 results of
+/// each have come back, and checks each env's results are the same in both (batches may
+/// group envs differently); returns the episodes that ended.
+fn async_episodes_alike(c: &mut shmenv::Pool, rust: &mut shmenv::Pool, n: usize) -> usize {
+    use std::collections::HashMap;
+    let mut rows: [HashMap<usize, Vec<common::Row>>; 2] = Default::default();
+    for (k, pool) in [c, rust].into_iter().enumerate() {
+        pool.async_reset().unwrap();
+        let mut steps = vec![0usize; n];
+        while steps.iter().sum::<usize>() < 700 {
+            let batch = pool.recv().unwrap();
+            let ids: Vec<usize> = batch.env_ids().iter().map(|&e| e as usize).collect();
+            for (&id, row) in ids.iter().zip(batch_rows(&batch)) {
+                rows[k].entry(id).or_default().push(row);
+            }
+            let actions: Vec<i64> = ids.iter().map(|&e| actions(steps[e], n)[e]).collect();
+            ids.iter().for_each(|&e| steps[e] += 1);
+            pool.send(&actions, &ids).unwrap();
+        }
+    }
+    let [got, want] = rows;
+    let mut episodes = 0;
+    for (id, want) in &want {
+        let got = &got[id];
+        let common = got.len().min(want.len());
+        assert_eq!(got[..common], want[..common], "env {id}");
+        episodes += want.iter().filter(|r| r.terminated).count();
+    }
+    episodes
 }
 
 #[test]
@@ -125,7 +169,12 @@ fn loading_errors_are_reported_before_any_step() {
 
 /// Steps a pool of 4 envs of the faults library (env 1 fails at its 3rd step) until it fails.
 fn run_until_failure(id: &str, step_timeout: Option<Duration>) -> PoolFailure {
-    let faults = plugin_library("tests/plugins/faults.c");
+    run_until_failure_of("tests/plugins/faults.c", id, step_timeout)
+}
+
+/// [`run_until_failure`] with the library built from `source`.
+fn run_until_failure_of(source: &str, id: &str, step_timeout: Option<Duration>) -> PoolFailure {
+    let faults = plugin_library(source);
     let mut b = builder(id).plugin(&faults).num_envs(4).num_workers(2).seed(0);
     if let Some(t) = step_timeout {
         b = b.step_timeout(t);
@@ -168,6 +217,26 @@ fn each_fault_gives_the_typed_error_of_a_rust_env() {
             assert!(message.ends_with("step failed: the simulator diverged at step 3"), "{message}");
         }
         other => panic!("expected EnvPanicked, got {other:?}"),
+    }
+}
+
+#[test]
+fn faults_inside_the_batched_call_name_their_env() {
+    let _w = Watchdog::new("plugin faults, batched", Duration::from_secs(120));
+    let lib = "tests/plugins/faults_batched.c";
+    match run_until_failure_of(lib, "StepError-v0", None) {
+        PoolFailure::EnvPanicked { env_id, message } => {
+            assert_eq!(env_id, 1);
+            assert!(message.starts_with("StepError-v0 ("), "{message}");
+            assert!(message.ends_with("step_batch failed: the simulator diverged at step 3"), "{message}");
+        }
+        other => panic!("expected EnvPanicked, got {other:?}"),
+    }
+    match run_until_failure_of(lib, "Segfault-v0", None) {
+        PoolFailure::WorkerDied { worker: 0, exit, .. } => {
+            assert_eq!(exit, WorkerExit::Signal(libc::SIGSEGV))
+        }
+        other => panic!("expected WorkerDied, got {other:?}"),
     }
 }
 

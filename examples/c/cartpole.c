@@ -8,6 +8,9 @@
  *   shmenv list --plugin ./libcartpole.so
  *   shmenv bench --plugin ./libcartpole.so --env CartPoleC-v1 --num-envs 1024 --workers 2 --baseline
  *
+ * It provides the optional batched call (`step_batch`): the host then steps a worker's envs
+ * in one call a batch.
+ *
  * Compile without -ffast-math (and, if you add -march=native, with -ffp-contract=off) to
  * keep the floating-point results identical to the Rust env's.
  */
@@ -158,13 +161,29 @@ static const char *observe(shmenv_env *env, void *const *rows) {
 
 static void destroy(shmenv_env *env) { free(env); }
 
+/* The optional batched call: `step` and `observe` for every active env, in one call. */
+static const char *step_batch(shmenv_env *const *envs, uint32_t count, const uint8_t *active,
+                              const void *actions, uint32_t action_bytes, shmenv_transition *out,
+                              void *const *rows, uint32_t *failed) {
+    (void)failed; /* CartPole's steps cannot fail */
+    const char *action = actions;
+    float *obs = rows[0];
+    for (uint32_t i = 0; i < count; i++) {
+        if (!active[i]) continue;
+        step(envs[i], action + (size_t)i * action_bytes, &out[i]);
+        void *row[1] = {obs + 4 * (size_t)i};
+        observe(envs[i], row);
+    }
+    return NULL;
+}
+
 static const shmenv_env_info ENVS[] = {
     {"CartPoleC-v1", "CartPole-v1's dynamics in C (500-step limit)", 500, 0},
 };
 
 static const shmenv_plugin PLUGIN = {
     SHMENV_ABI_VERSION, sizeof(shmenv_plugin), 1, 0, ENVS,
-    create, spec_json, reset, step, observe, destroy,
+    create, spec_json, reset, step, observe, destroy, step_batch,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

@@ -339,7 +339,7 @@ static const char *observe(shmenv_env *env, void *const *rows) {
 
 static const shmenv_plugin PLUGIN = {
     SHMENV_ABI_VERSION, sizeof(shmenv_plugin), NUM_ENVS, 0, ENVS,
-    create, spec_json, reset, step, observe, destroy,
+    create, spec_json, reset, step, observe, destroy, NULL,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

@@ -94,9 +94,32 @@ static const char *observe(shmenv_env *env, void *const *rows) {
 
 static void destroy(shmenv_env *env) { free(env); }
 
+#ifdef FAULTS_BATCHED
+/* faults_batched.c: `step` and `observe` of every active env in one call; an error names
+ * the env it happened in. */
+static const char *step_batch(shmenv_env *const *envs, uint32_t count, const uint8_t *active,
+                              const void *actions, uint32_t action_bytes, shmenv_transition *out,
+                              void *const *rows, uint32_t *failed) {
+    for (uint32_t i = 0; i < count; i++) {
+        if (!active[i]) continue;
+        const char *error = step(envs[i], (const char *)actions + (size_t)i * action_bytes, &out[i]);
+        void *row[1] = {(int32_t *)rows[0] + i};
+        if (!error) error = observe(envs[i], row);
+        if (error) {
+            *failed = i;
+            return error;
+        }
+    }
+    return NULL;
+}
+#define STEP_BATCH step_batch
+#else
+#define STEP_BATCH NULL
+#endif
+
 static const shmenv_plugin PLUGIN = {
     SHMENV_ABI_VERSION, sizeof(shmenv_plugin), sizeof ENVS / sizeof ENVS[0], 0, ENVS,
-    create, spec_json, reset, step, observe, destroy,
+    create, spec_json, reset, step, observe, destroy, STEP_BATCH,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

@@ -4,6 +4,7 @@
  */
 #include "shmenv_env.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -55,8 +56,11 @@ static void destroy(shmenv_env *env) {
 
 static const shmenv_env_info ENVS[] = {{"Single-v0", "one env per process", 0, 0}};
 
+/* Its size is that of the table before the optional fields (as a library built against an
+ * older header of version 1 declares it): the host must read no further. */
 static const shmenv_plugin PLUGIN = {
-    SHMENV_ABI_VERSION, sizeof(shmenv_plugin), 1, 0, ENVS, create, spec_json, reset, step, observe, destroy,
+    SHMENV_ABI_VERSION, offsetof(shmenv_plugin, step_batch), 1, 0, ENVS,
+    create, spec_json, reset, step, observe, destroy, NULL,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

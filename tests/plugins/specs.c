@@ -116,7 +116,7 @@ static void destroy(shmenv_env *env) {
 
 static const shmenv_plugin PLUGIN = {
     SHMENV_ABI_VERSION, sizeof(shmenv_plugin), sizeof ENVS / sizeof ENVS[0], 0, ENVS,
-    create, spec_json, reset, step, observe, destroy,
+    create, spec_json, reset, step, observe, destroy, NULL,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

@@ -12,7 +12,10 @@
  * and appended fields are optional (NULL when absent): the host reads only the first
  * `size` bytes, so a library built against an older header of the same version keeps
  * working. Anything else (a field removed, reordered or retyped, a changed meaning) bumps
- * SHMENV_ABI_VERSION, and the host refuses libraries of another version by name.
+ * SHMENV_ABI_VERSION, and the host refuses libraries of another version by name. A table
+ * initialized by position must list every field, with NULL for an optional one it does not
+ * provide (compilers warn about a positional initializer that stops short, and a new
+ * header may append a field): designated initializers (C99) need not.
  *
  * Ownership and lifetime:
  * - The table, `envs`, and every string in them belong to the library and must stay valid
@@ -83,7 +86,8 @@ typedef struct shmenv_transition {
     uint8_t truncated;
 } shmenv_transition;
 
-/* The function table. Every field of version 1 is required (non-NULL). */
+/* The function table. Every field of version 1 up to `destroy` is required (non-NULL); the
+ * fields after it are optional. */
 typedef struct shmenv_plugin {
     /* SHMENV_ABI_VERSION. */
     uint32_t abi_version;
@@ -133,6 +137,25 @@ typedef struct shmenv_plugin {
 
     /* Frees the env. */
     void (*destroy)(shmenv_env *env);
+
+    /* ---- Optional fields (appended within version 1: NULL, or absent from a smaller
+     * `size`, when the library does not provide them). ---- */
+
+    /* Steps and observes a batch of envs in one call, as `step` then `observe` on each env
+     * whose `active[i]` is 1 would (envs whose flag is 0 are left alone: their `out[i]` and
+     * rows are not touched). The host uses it, when present, for a synchronous batch of a
+     * worker's envs: one call a batch instead of two per env.
+     * - envs[i], i < count: env handles of this library, all of the same id (a worker's
+     *   envs, in order); each is used by this call alone.
+     * - env i's action is at (const char *)actions + i * action_bytes (aligned for its
+     *   type, laid out as for `step`).
+     * - env i's row of observation array k is at (char *)rows[k] + i * (the bytes of one
+     *   row of array k: product(shape) * the dtype's size), aligned as for `observe`.
+     * Returns NULL, or an error message after storing in *failed the index i of the env it
+     * concerns (the host reports that env's failure, as for `step`). */
+    const char *(*step_batch)(shmenv_env *const *envs, uint32_t count, const uint8_t *active,
+                              const void *actions, uint32_t action_bytes,
+                              shmenv_transition *out, void *const *rows, uint32_t *failed);
 } shmenv_plugin;
 
 /* The entry point every plugin defines: returns its table (static, valid while loaded). */

@@ -80,6 +80,7 @@ const shmenv_plugin *plugin(const shmenv_env_info (&envs)[N]) {
         SHMENV_ABI_VERSION, sizeof(shmenv_plugin), static_cast<uint32_t>(N), 0, envs,
         Adapter<Env>::create, Adapter<Env>::spec_json, Adapter<Env>::reset,
         Adapter<Env>::step, Adapter<Env>::observe, Adapter<Env>::destroy,
+        nullptr,  // step_batch: envs are stepped one call at a time
     };
     return &table;
 }

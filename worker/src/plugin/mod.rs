@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+mod batch;
+pub(crate) use batch::BatchStep;
+
 /// The ABI version this host implements (`SHMENV_ABI_VERSION` of the header).
 pub const ABI_VERSION: u32 = 1;
 
@@ -58,8 +61,19 @@ type ResetFn = unsafe extern "C" fn(Handle, c_int, u64) -> *const c_char;
 type StepFn = unsafe extern "C" fn(Handle, *const c_void, *mut RawTransition) -> *const c_char;
 type ObserveFn = unsafe extern "C" fn(Handle, *const *mut c_void) -> *const c_char;
 type DestroyFn = unsafe extern "C" fn(Handle);
+type StepBatchFn = unsafe extern "C" fn(
+    *const Handle,
+    u32,
+    *const u8,
+    *const c_void,
+    u32,
+    *mut RawTransition,
+    *const *mut c_void,
+    *mut u32,
+) -> *const c_char;
 
-/// `shmenv_plugin`, version 1 (fields are only ever appended within a version).
+/// `shmenv_plugin`, version 1 (fields are only ever appended within a version; those after
+/// `destroy` are optional, and absent from a table whose `size` ends before them).
 #[repr(C)]
 struct RawPlugin {
     abi_version: u32,
@@ -73,7 +87,11 @@ struct RawPlugin {
     step: Option<StepFn>,
     observe: Option<ObserveFn>,
     destroy: Option<DestroyFn>,
+    step_batch: Option<StepBatchFn>,
 }
+
+/// The bytes of the table every version-1 library has: up to `destroy`, the required fields.
+const REQUIRED_BYTES: usize = std::mem::offset_of!(RawPlugin, step_batch);
 
 const _: () = {
     assert!(std::mem::size_of::<RawEnvInfo>() == 24);
@@ -81,7 +99,8 @@ const _: () = {
     assert!(std::mem::offset_of!(RawPlugin, envs) == 16);
     assert!(std::mem::offset_of!(RawPlugin, create) == 24);
     assert!(std::mem::offset_of!(RawPlugin, destroy) == 64);
-    assert!(std::mem::size_of::<RawPlugin>() == 72);
+    assert!(REQUIRED_BYTES == 72);
+    assert!(std::mem::size_of::<RawPlugin>() == 80);
 };
 
 /// The library's functions, checked non-NULL at load.
@@ -93,6 +112,7 @@ struct Functions {
     step: StepFn,
     observe: ObserveFn,
     destroy: DestroyFn,
+    step_batch: Option<StepBatchFn>,
 }
 
 /// Why a plugin library could not be used.
@@ -208,6 +228,15 @@ impl Plugin {
 
     /// Creates env `id` from `config`.
     pub fn make(self: &Arc<Self>, id: &str, config: &serde_json::Value) -> Result<Box<dyn Env>, MakeError> {
+        Ok(Box::new(self.make_env(id, config)?))
+    }
+
+    /// [`Plugin::make`], unboxed: a shard keeps its handle for the batched call.
+    pub(crate) fn make_env(
+        self: &Arc<Self>,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<PluginEnv, MakeError> {
         if self.env(id).is_none() {
             let registered = self.envs.iter().map(|e| e.id.clone()).collect();
             return Err(MakeError::UnknownEnv { id: id.into(), registered });
@@ -247,8 +276,7 @@ impl Plugin {
                 table.map_or("none".into(), |k| k.to_string())
             )));
         }
-        let env = PluginEnv { handle, functions: self.functions, plugin: self.clone(), id: id.into(), spec };
-        Ok(Box::new(env))
+        Ok(PluginEnv { handle, functions: self.functions, plugin: self.clone(), id: id.into(), spec })
     }
 }
 
@@ -265,13 +293,22 @@ fn read_table(table: *const RawPlugin, path: &Path) -> Result<RawPlugin, PluginE
     if version != ABI_VERSION {
         return Err(PluginError::WrongVersion { path: path.to_path_buf(), found: version });
     }
-    let ours = std::mem::size_of::<RawPlugin>();
-    if (size as usize) < ours {
-        return Err(bad(format!("size is {size} bytes, version {ABI_VERSION} needs at least {ours}")));
+    if (size as usize) < REQUIRED_BYTES {
+        return Err(bad(format!(
+            "size is {size} bytes, version {ABI_VERSION} needs at least {REQUIRED_BYTES}"
+        )));
     }
-    // SAFETY: the library's table is at least `ours` bytes long (just checked); fields
-    // appended after ours are not read. Every field is an integer or a pointer.
-    Ok(unsafe { table.read() })
+    let known = (size as usize).min(std::mem::size_of::<RawPlugin>());
+    let mut raw = std::mem::MaybeUninit::<RawPlugin>::zeroed();
+    // SAFETY: the library's table is at least `known` bytes long (its `size`, checked above
+    // to cover the required fields); fields appended after ours are not read, and ours
+    // beyond its `size` stay zero. Every field is an integer, a pointer or an optional
+    // function pointer, for which all-zero bytes are valid (0, NULL, None), so the copy
+    // leaves a valid `RawPlugin`.
+    Ok(unsafe {
+        std::ptr::copy_nonoverlapping(table.cast::<u8>(), raw.as_mut_ptr().cast::<u8>(), known);
+        raw.assume_init()
+    })
 }
 
 fn functions_of(raw: &RawPlugin, path: &Path) -> Result<Functions, PluginError> {
@@ -288,6 +325,7 @@ fn functions_of(raw: &RawPlugin, path: &Path) -> Result<Functions, PluginError> 
         step: raw.step.ok_or_else(|| missing("step"))?,
         observe: raw.observe.ok_or_else(|| missing("observe"))?,
         destroy: raw.destroy.ok_or_else(|| missing("destroy"))?,
+        step_batch: raw.step_batch,
     })
 }
 
@@ -365,6 +403,15 @@ unsafe fn spec_text_of(p: *const c_char) -> Result<String, String> {
 /// Observation arrays whose row pointers fit on the stack in `observe`.
 const STACK_ROWS: usize = 8;
 
+/// An env's handle, borrowed: what [`BatchStep`] passes to the library (`shmenv_env *`).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct EnvHandle(NonNull<c_void>);
+
+// SAFETY: a plain address; whoever calls the library with it must own the env's
+// `PluginEnv` (a shard owns both, and uses them on one thread at a time).
+unsafe impl Send for EnvHandle {}
+
 /// An env handle, destroyed when dropped.
 struct OwnedHandle {
     handle: NonNull<c_void>,
@@ -401,6 +448,11 @@ pub struct PluginEnv {
 }
 
 impl PluginEnv {
+    /// The library's handle of this env, for [`BatchStep`] (valid while this env lives).
+    pub(crate) fn handle(&self) -> EnvHandle {
+        EnvHandle(self.handle.handle)
+    }
+
     /// Panics with the library's error text; the host reports it as the env's failure.
     #[cold]
     fn fail(&self, call: &str, message: String) -> ! {

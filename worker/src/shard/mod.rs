@@ -3,7 +3,7 @@
 //! region, and by in-process loops (the serial baseline), which point them at local memory.
 
 use crate::env::{ActionIn, Env, ObsOut, Transition};
-use crate::plugin::{Plugin, PluginError};
+use crate::plugin::{BatchStep, Plugin, PluginEnv, PluginError};
 use crate::registry::{MakeError, Registry};
 use shmenv_engine::protocol::{reset_flag, stats, AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
@@ -11,6 +11,9 @@ use shmenv_engine::stats::{bucket, now_ns};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+
+mod local_rows;
+pub use local_rows::LocalRows;
 
 /// The result rows of a shard, `[shard_len, ...]` each.
 pub struct ShardRows<'a> {
@@ -36,7 +39,10 @@ pub struct ShardRows<'a> {
 
 /// Envs `range` of a pool, with their episode state.
 pub struct EnvShard {
-    envs: Vec<Box<dyn Env>>,
+    /// The plugin's batched call over `envs`, when it has one (first: it borrows their
+    /// handles, so it is dropped before them; `envs` is never changed after `new`).
+    batch: Option<BatchStep>,
+    envs: Envs,
     spec: EnvSpec,
     range: Range<usize>,
     autoreset: AutoReset,
@@ -66,10 +72,7 @@ impl EnvShard {
             Some(path) => Source::Plugin(Plugin::load(Path::new(path))?),
             None => Source::Registry(registry),
         };
-        let mut envs = Vec::with_capacity(range.len());
-        for i in 0..range.len() {
-            envs.push(source.make(&params.env_id, &params.config, i)?);
-        }
+        let (envs, batch) = source.make_all(&params.env_id, &params.config, range.len())?;
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
         let spec = EnvSpec { max_episode_steps: source.max_episode_steps(&params.env_id), ..spec };
         for (i, e) in envs.iter().enumerate().skip(1) {
@@ -85,6 +88,7 @@ impl EnvShard {
             action_row_bytes: spec.action.value_bytes(),
             time_limit: params.max_episode_steps.or(spec.max_episode_steps),
             spec,
+            batch,
             envs,
             range,
             autoreset: params.autoreset,
@@ -159,18 +163,50 @@ impl EnvShard {
         self.guarded_loop(|shard, i| {
             let seed = base_seed.map(|b| b.wrapping_add((start + i) as u64));
             let advanced = shard.advance_timed(i, Work::Reset { seed }, i == sampled);
-            shard.emit_in(i, advanced, rows, i);
+            shard.emit_in(i, advanced, rows, i, false);
         })
     }
 
     /// Steps every env with its action row from `actions` (`[shard_len, action bytes]`),
     /// writing each env's results into its row.
     pub fn step_all(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+        if self.batch.is_some() {
+            return self.step_batched(actions, rows);
+        }
         let ab = self.action_row_bytes;
         let sampled = self.batch_sample();
         self.guarded_loop(|shard, i| {
             let advanced = shard.advance_timed(i, Work::Step(&actions[i * ab..(i + 1) * ab]), i == sampled);
-            shard.emit_in(i, advanced, rows, i);
+            shard.emit_in(i, advanced, rows, i, false);
+        })
+    }
+
+    /// [`EnvShard::step_all`] through the plugin's batched call: one call into the library
+    /// steps every env and writes its observation, but for the envs whose episode ended on
+    /// the previous step under `AutoReset::NextStep`, reset here one by one. With stats on,
+    /// the call's time per env stepped is the batch's sample of the histogram.
+    fn step_batched(&mut self, actions: &[u8], rows: &mut ShardRows<'_>) -> Result<(), (usize, String)> {
+        let Some(batch) = self.batch.as_mut() else { unreachable!("step_all checked the batched call") };
+        let mut stepping = 0u64;
+        for (active, &reset) in batch.active_mut().iter_mut().zip(&self.needs_reset) {
+            *active = u8::from(!reset);
+            stepping += u64::from(!reset);
+        }
+        let t0 = self.sampling.then(now_ns);
+        batch
+            .call(actions, self.action_row_bytes, &mut rows.obs, &self.obs_row_bytes)
+            .map_err(|(i, message)| (self.range.start + i, message))?;
+        if let Some(t0) = t0.filter(|_| stepping > 0) {
+            self.hist[bucket(now_ns().saturating_sub(t0) / stepping)] += 1;
+        }
+        self.guarded_loop(|shard, i| {
+            if shard.needs_reset[i] {
+                let advanced = shard.advance_in(i, Work::Step(&[]));
+                shard.emit_in(i, advanced, rows, i, false);
+            } else if let Some(batch) = &shard.batch {
+                let advanced = shard.stepped(i, batch.transition(i));
+                shard.emit_in(i, advanced, rows, i, true);
+            }
         })
     }
 
@@ -197,7 +233,7 @@ impl EnvShard {
                 _ => shard
                     .advance_in(i, Work::Reset { seed: Some(base_seed.wrapping_add((start + i) as u64)) }),
             };
-            shard.emit_in(i, advanced, rows, i);
+            shard.emit_in(i, advanced, rows, i, false);
         })
     }
 
@@ -232,10 +268,7 @@ impl EnvShard {
         match work {
             Work::Step(action) if !self.needs_reset[i] => {
                 let t = env.step(ActionIn::new(action, &self.spec.action));
-                self.running_return[i] += t.reward as f64;
-                self.running_length[i] += 1;
-                let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
-                Advanced::Stepped { transition: t, truncated }
+                self.stepped(i, t)
             }
             Work::Step(_) => {
                 env.reset(None);
@@ -250,6 +283,15 @@ impl EnvShard {
         }
     }
 
+    /// Counts env `i`'s step that returned `t` into its episode (and its time limit).
+    #[inline(always)]
+    fn stepped(&mut self, i: usize, t: Transition) -> Advanced {
+        self.running_return[i] += t.reward as f64;
+        self.running_length[i] += 1;
+        let truncated = t.truncated || self.time_limit.is_some_and(|k| self.running_length[i] >= k);
+        Advanced::Stepped { transition: t, truncated }
+    }
+
     /// Writes what [`EnvShard::advance`] did to env `i` into row `r` of `rows`: the
     /// observation (written by the env itself), reward, flags and episode statistics.
     /// Under `AutoReset::SameStep` an ended episode's last observation goes to the
@@ -261,11 +303,13 @@ impl EnvShard {
         rows: &mut ShardRows<'_>,
         r: usize,
     ) -> Result<(), (usize, String)> {
-        guard(self.range.start + i, || self.emit_in(i, advanced, rows, r))
+        guard(self.range.start + i, || self.emit_in(i, advanced, rows, r, false))
     }
 
+    /// [`EnvShard::emit`]; `observed` when a step's observation is already in row `r` (the
+    /// batched call wrote it).
     #[inline(always)]
-    fn emit_in(&mut self, i: usize, advanced: Advanced, rows: &mut ShardRows<'_>, r: usize) {
+    fn emit_in(&mut self, i: usize, advanced: Advanced, rows: &mut ShardRows<'_>, r: usize, observed: bool) {
         rows.env_ids[r] = (self.range.start + i) as u32;
         let (transition, truncated) = match advanced {
             // No step happened: the current observation, reward 0, no flags. A new episode
@@ -291,7 +335,15 @@ impl EnvShard {
         rows.elapsed_steps[r] = self.running_length[i];
         match (done, self.autoreset) {
             (true, AutoReset::SameStep) => {
-                self.observe(i, &mut rows.final_obs, r);
+                if observed {
+                    for ((obs, last), &b) in
+                        rows.obs.iter().zip(rows.final_obs.iter_mut()).zip(&self.obs_row_bytes)
+                    {
+                        last[r * b..(r + 1) * b].copy_from_slice(&obs[r * b..(r + 1) * b]);
+                    }
+                } else {
+                    self.observe(i, &mut rows.final_obs, r);
+                }
                 self.envs[i].reset(None);
                 self.begin_episode(i);
                 rows.elapsed_steps[r] = 0;
@@ -299,8 +351,11 @@ impl EnvShard {
             }
             (true, AutoReset::NextStep) => {
                 self.needs_reset[i] = true;
-                self.observe(i, &mut rows.obs, r);
+                if !observed {
+                    self.observe(i, &mut rows.obs, r);
+                }
             }
+            _ if observed => {}
             _ => self.observe(i, &mut rows.obs, r),
         }
     }
@@ -358,6 +413,9 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
+/// A shard's envs.
+type Envs = Vec<Box<dyn Env>>;
+
 /// Where a shard's envs come from: the worker program's registry, or the plugin library
 /// the pool names (loaded by this process for itself).
 enum Source<'a> {
@@ -366,22 +424,42 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
-    /// Makes the shard's env number `index`.
-    fn make(&self, id: &str, config: &serde_json::Value, index: usize) -> Result<Box<dyn Env>, MakeError> {
+    /// Makes the shard's `n` envs, and the plugin's batched call over them if it has one.
+    fn make_all(
+        &self,
+        id: &str,
+        config: &serde_json::Value,
+        n: usize,
+    ) -> Result<(Envs, Option<BatchStep>), MakeError> {
         match self {
-            Source::Registry(r) => r.make(id, config),
-            Source::Plugin(p) => p.make(id, config).map_err(|e| match e {
-                MakeError::Failed { id, message } if index > 0 => MakeError::Failed {
-                    message: format!(
-                        "{message}; this worker had already created {index} env(s) of it: if the library allows \
+            Source::Registry(r) => Ok(((0..n).map(|_| r.make(id, config)).collect::<Result<_, _>>()?, None)),
+            Source::Plugin(p) => {
+                let envs =
+                    (0..n).map(|i| Self::plugin_env(p, id, config, i)).collect::<Result<Vec<_>, _>>()?;
+                let batch = BatchStep::new(&envs);
+                Ok((envs.into_iter().map(|e| Box::new(e) as Box<dyn Env>).collect(), batch))
+            }
+        }
+    }
+
+    /// Makes a plugin's env number `index` of a shard.
+    fn plugin_env(
+        p: &Arc<Plugin>,
+        id: &str,
+        config: &serde_json::Value,
+        index: usize,
+    ) -> Result<PluginEnv, MakeError> {
+        p.make_env(id, config).map_err(|e| match e {
+            MakeError::Failed { id, message } if index > 0 => MakeError::Failed {
+                message: format!(
+                    "{message}; this worker had already created {index} env(s) of it: if the library allows \
                          one env per process, give each env its own worker (num_workers = num_envs; \
                          envs_per_worker=1 in Python)"
-                    ),
-                    id,
-                },
-                other => other,
-            }),
-        }
+                ),
+                id,
+            },
+            other => other,
+        })
     }
 
     /// The env's time limit.
@@ -414,87 +492,6 @@ pub enum ShardError {
     /// The spec is malformed.
     #[error("the env's spec is invalid: {0}")]
     BadSpec(String),
-}
-
-/// Result rows in ordinary memory, for in-process stepping (the serial baseline, tests).
-pub struct LocalRows {
-    obs: Vec<Vec<u64>>,
-    final_obs: Vec<Vec<u64>>,
-    rewards: Vec<f32>,
-    terminated: Vec<u8>,
-    truncated: Vec<u8>,
-    episode_return: Vec<f64>,
-    episode_length: Vec<u32>,
-    elapsed_steps: Vec<u32>,
-    env_ids: Vec<u32>,
-    obs_bytes: Vec<usize>,
-}
-
-impl LocalRows {
-    /// Rows for `n` envs of `spec`.
-    pub fn new(spec: &EnvSpec, n: usize, same_step: bool) -> LocalRows {
-        // u64 backing keeps every array 8-byte aligned for any dtype.
-        let obs_bytes: Vec<usize> = spec.observations.iter().map(|o| o.space.value_bytes() * n).collect();
-        let alloc = |b: &usize| vec![0u64; b.div_ceil(8)];
-        LocalRows {
-            obs: obs_bytes.iter().map(alloc).collect(),
-            final_obs: if same_step { obs_bytes.iter().map(alloc).collect() } else { Vec::new() },
-            rewards: vec![0.0; n],
-            terminated: vec![0; n],
-            truncated: vec![0; n],
-            episode_return: vec![0.0; n],
-            episode_length: vec![0; n],
-            elapsed_steps: vec![0; n],
-            env_ids: vec![0; n],
-            obs_bytes,
-        }
-    }
-
-    /// Borrowed rows for [`EnvShard`].
-    pub fn rows(&mut self) -> ShardRows<'_> {
-        let bytes = &self.obs_bytes;
-        ShardRows {
-            obs: self
-                .obs
-                .iter_mut()
-                .zip(bytes)
-                .map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b])
-                .collect(),
-            final_obs: self
-                .final_obs
-                .iter_mut()
-                .zip(bytes)
-                .map(|(v, &b)| &mut bytemuck::cast_slice_mut(v)[..b])
-                .collect(),
-            rewards: &mut self.rewards,
-            terminated: &mut self.terminated,
-            truncated: &mut self.truncated,
-            episode_return: &mut self.episode_return,
-            episode_length: &mut self.episode_length,
-            elapsed_steps: &mut self.elapsed_steps,
-            env_ids: &mut self.env_ids,
-        }
-    }
-
-    /// Observation array `k` as bytes.
-    pub fn obs_bytes(&self, k: usize) -> &[u8] {
-        &bytemuck::cast_slice(&self.obs[k])[..self.obs_bytes[k]]
-    }
-
-    /// Rewards.
-    pub fn rewards(&self) -> &[f32] {
-        &self.rewards
-    }
-
-    /// Terminated flags.
-    pub fn terminated(&self) -> &[u8] {
-        &self.terminated
-    }
-
-    /// Truncated flags.
-    pub fn truncated(&self) -> &[u8] {
-        &self.truncated
-    }
 }
 
 #[cfg(test)]
