@@ -11,8 +11,9 @@ other value (and a number of another type than its key's) is kept in the worker,
 on request. Either way the env's flag byte is set.
 
 Trainer side (:class:`InfoArea`): after each batch, one ``mmap.find`` tells whether any
-flag is set; only then are the batch's flagged rows read: column values by numpy indexing
-(no pickling, no round trip), and only the rows whose env kept other values are fetched
+flag is set; only then are the batch's flagged rows read: column values in one call of the
+extension (``InfoReader``: no pickling, no round trip, a few numpy calls per key whatever
+the number of rows), and only the rows whose env kept other values are fetched
 over the call side channel (pickled, one round trip per worker that has some). The result
 is ``info[key]`` arrays with ``info["_key"]`` masks, as ``SyncVectorEnv`` gives them.
 
@@ -33,6 +34,8 @@ import socket
 from typing import Any, Sequence
 
 import numpy as np
+
+from shmenv._shmenv import InfoReader
 
 SLOTS = 16
 """Keys each worker can keep in columns; more keys go pickled."""
@@ -62,6 +65,9 @@ class _Area:
             [np.frombuffer(mm, np.uint8, self.n, self._cell(k, 0) + 16 * self.n + j * n8) for j in range(2)]
             for k in range(SLOTS)
         ]
+        # The whole area and where its parts are, for the trainer's reader (``InfoReader``).
+        self.bytes = np.frombuffer(mm, np.uint8)
+        self.layout = (self.n, n8, columns, self._slot_bytes, n8)
 
     @staticmethod
     def size(workers: int, stride: int) -> int:
@@ -217,9 +223,12 @@ class InfoArea:
         self._n = self.workers * self.stride
         # The flag position of each env, and its worker.
         self._pos = np.array([w * self.stride + e - a for w, (a, b) in enumerate(shards) for e in range(a, b)])
-        self._tables: list[tuple] = []  # each worker's (key, dtype) per slot
-        self._shared_table: tuple | None = None
+        # The output columns (one per (key, dtype) a worker named) and each worker's slots'.
+        self._keys: list[str] = []
+        self._dtypes: list[np.dtype] = []
+        self._slot_columns: list[list[int]] = []
         self._counts = b""  # the tables' sizes when last read
+        self._reader = InfoReader(self._area.layout, self._pos.tolist(), self.stride)
 
     def data(self) -> bytes:
         """What a worker needs besides the fd (:func:`map_flags`)."""
@@ -243,93 +252,68 @@ class InfoArea:
         """A worker was restarted: its replacement names its keys anew."""
         self._counts = b""
 
-    def flagged(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """The rows of a batch (of envs ``env_ids``) whose envs noted infos and their
-        positions in the area, flags cleared; None (one ``find``) when no env of any
-        worker did."""
-        if self._mm.find(b"\x01", 0, self._n) < 0:
-            return None
-        pos = self._pos[env_ids]
-        rows = np.flatnonzero(self._area.flags[pos])
-        self._area.flags[pos[rows]] = 0
-        return rows, pos[rows]
-
     def merge(self, infos: dict[str, Any], res, calls, shards, same_step: bool) -> None:
         """Adds the infos hosted envs noted for this batch's rows (only when a worker
         flagged some) to ``infos``: column values first, then the pickled rest (fetched
-        for the rows that have some); keys ``infos`` has already (shmenv's) win."""
-        found = self.flagged(res.env_id)
-        if found is None or found[0].size == 0:
+        for the rows that have some); keys ``infos`` has already (shmenv's) win.
+
+        One ``find`` when no env of any worker noted infos; otherwise one call of the
+        extension reads (and clears) the flags and cells of the batch's rows and returns
+        each key's array and mask, whatever the number of rows."""
+        if self._mm.find(b"\x01", 0, self._n) < 0:
             return
-        rows, pos = found
-        done = np.logical_or(res.terminated, res.truncated)
-        use_reset = (res.elapsed_step[rows] == 0) | (same_step & done[rows])
+        self._read_tables()
+        taken = self._reader.take(
+            self._area.bytes, res.env_id, res.elapsed_step, res.terminated, res.truncated, same_step,
+            self._slot_columns, self._dtypes,
+        )
+        if taken is None:
+            return
+        pickled, columns, finals = taken
         extra: dict[str, Any] = {}
-        self._merge_columns(extra, rows, pos, use_reset, done[rows] if same_step else None, len(done))
-        pickled = self._area.pickled[pos] != 0
-        if pickled.any():
-            self._area.pickled[pos[pickled]] = 0
-            fetch = rows[pickled]
-            slots = calls.request(shards, res.env_id[fetch].tolist(), "infos", "")
-            merge_slots(extra, fetch, slots, done, res.elapsed_step, same_step)
+        _put_columns(extra, self._keys, columns)
+        if finals is not None and any(c is not None for c in finals):
+            _put_columns(extra.setdefault("final_info", {}), self._keys, finals)
+        if pickled:
+            slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
+            done = np.logical_or(res.terminated, res.truncated)
+            merge_slots(extra, np.array(pickled), slots, done, res.elapsed_step, same_step)
         if "final_info" in extra:
             infos["final_info"] = {**infos.get("final_info", {}), **extra.pop("final_info")}
         for key, value in extra.items():
             infos.setdefault(key, value)
 
-    def _merge_columns(self, infos, rows, pos, use_reset, final, size) -> None:
-        """The column values of ``rows`` (at area positions ``pos``): a reset row's (or,
-        under same-step autoreset, an ended row's) reset infos, else its step infos; an
-        ended row's step infos under ``final_info`` (``final`` is the ended rows then)."""
-        area = self._area
-        counts = area.counts.tobytes()
-        if counts != self._counts:
-            self._counts = counts
-            self._tables = [area.table(w) for w in range(self.workers)]
-            # Workers that named the same keys in the same order share one pass.
-            self._shared_table = self._tables[0] if len(set(self._tables)) == 1 else None
-        if self._shared_table is not None:
-            groups = [(self._shared_table, True)]
-        else:
-            groups = [(table, pos // self.stride == w) for w, table in enumerate(self._tables)]
-        found: dict[str, list] = {}  # key -> [(rows, values, dtype)] into infos, then into final_info
-        for table, which in groups:
-            for slot, (key, dtype) in enumerate(table):
-                step, reset = area.present[slot][0][pos] != 0, area.present[slot][1][pos] != 0
-                if which is not True:
-                    step &= which
-                    reset &= which
-                if not (step.any() or reset.any()):
-                    continue
-                area.present[slot][0][pos[step]] = area.present[slot][1][pos[reset]] = 0
-                values = [area.values(slot, k, dtype)[pos] for k in range(2)]
-                here = np.where(use_reset, reset, step)
-                chosen = np.where(use_reset, values[1], values[0])
-                found.setdefault(key, [[], []])[0].append((rows[here], chosen[here], dtype))
-                if final is not None and (step & final).any():
-                    found[key][1].append((rows[step & final], values[0][step & final], dtype))
-        for key, (into_infos, into_final) in found.items():
-            _put(infos, key, into_infos, size)
-            if into_final:
-                _put(infos.setdefault("final_info", {}), key, into_final, size)
+    def _read_tables(self) -> None:
+        """Reads the workers' key tables again when one of them named a key: each
+        ``(key, dtype)`` any worker named is an output column, and each worker's slots map
+        to theirs."""
+        counts = self._area.counts.tobytes()
+        if counts == self._counts:
+            return
+        self._counts = counts
+        tables = [self._area.table(w) for w in range(self.workers)]
+        pairs = list(dict.fromkeys(pair for table in tables for pair in table))
+        self._keys, self._dtypes = [k for k, _ in pairs], [d for _, d in pairs]
+        self._slot_columns = [[pairs.index(pair) for pair in table] for table in tables]
 
 
-def _put(infos: dict[str, Any], key: str, parts: list, size: int) -> None:
-    """Sets ``infos[key]`` (and its mask) at the rows of each part ``(rows, values, dtype)``:
-    the array has the dtype of the part holding the lowest row, as ``SyncVectorEnv``
-    types it by the first env that returns the key (the others are cast into it)."""
-    parts = [p for p in parts if p[0].size]
-    if not parts:
-        return
-    array = infos.get(key)
-    if array is None:
-        array = np.zeros(size, dtype=min(parts, key=lambda p: p[0].min())[2])
-    mask = infos.get(f"_{key}")
-    if mask is None:
-        mask = np.zeros(size, dtype=np.bool_)
-    for rows, values, _ in parts:
-        array[rows], mask[rows] = values, True
-    infos[key], infos[f"_{key}"] = array, mask
+def _put_columns(infos: dict[str, Any], keys: list[str], columns: list) -> None:
+    """Sets ``infos[key]`` and its mask from each output column ``(values, mask)`` (None:
+    no row has it). A key that came in several types (a slot per type) gets the dtype of
+    the column holding its lowest row, as ``SyncVectorEnv`` types a key by the first env
+    that returns it; the others' values are cast into it."""
+    for key, column in zip(keys, columns):
+        if column is None:
+            continue
+        values, mask = column
+        if key not in infos:
+            infos[key], infos[f"_{key}"] = values, mask
+            continue
+        array, have = infos[key], infos[f"_{key}"]
+        if np.argmax(mask) < np.argmax(have):
+            array, values, have, mask = values, array, mask, have
+        array[mask] = values[mask]
+        infos[key], infos[f"_{key}"] = array, have | mask
 
 
 def merge_slots(

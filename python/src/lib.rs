@@ -5,6 +5,7 @@
 
 mod checks;
 mod errors;
+mod info_columns;
 mod pool;
 mod pyenv;
 mod views;
@@ -67,6 +68,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
     m.add_class::<pool::Results>()?;
     m.add_class::<views::Lease>()?;
+    m.add_class::<info_columns::InfoReader>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(pool::autoreset_name, m)?)?;
