@@ -4,7 +4,7 @@
 mod common;
 
 use common::{builder, Watchdog};
-use shmenv::CpuAffinity;
+use shmenv::{CpuAffinity, WaitStrategy};
 use std::time::Duration;
 
 fn allowed(pid: u32) -> String {
@@ -30,7 +30,14 @@ fn workers_are_pinned_as_configured() {
         .unwrap();
     assert_eq!(allowed(pool.worker_pids()[0]), "0");
 
-    let pool = builder("CartPole-v1").num_envs(4).num_workers(cores.min(4)).build().unwrap();
+    // A fixed wait strategy: with `Auto` the pool pins only onto free cores, and a test
+    // machine may be busy (see tests/contention.rs for that rule).
+    let pool = builder("CartPole-v1")
+        .num_envs(4)
+        .num_workers(cores.min(4))
+        .wait(WaitStrategy::Block)
+        .build()
+        .unwrap();
     let masks: Vec<String> = pool.worker_pids().iter().map(|&p| allowed(p)).collect();
     assert!(masks.iter().all(|m| m.parse::<usize>().is_ok()), "Auto pins each worker to one core: {masks:?}");
     let distinct: std::collections::BTreeSet<&String> = masks.iter().collect();

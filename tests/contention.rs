@@ -1,6 +1,7 @@
 //! Waiting under contention: a default (`WaitStrategy::Auto`) pool keeps waiting actively
 //! on an idle machine and ends up sleeping, its workers unpinned, when busy processes take
-//! the cores; the stats block says which, and the busy processes are gone afterwards.
+//! the cores, and does not pin its workers when it starts beside busy processes; the stats
+//! block says which, and the busy processes are gone afterwards.
 //! Not a timing test: it checks what the wait tuner chose, within bounds of batches.
 
 mod common;
@@ -123,6 +124,25 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
     }
     drop(busy);
     assert!(busy_pids.iter().all(|&p| !common::watchdog::alive(p)), "no busy process is left");
+}
+
+#[test]
+fn a_pool_started_beside_busy_processes_does_not_pin_its_workers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _w = Watchdog::new("busy start", Duration::from_secs(60));
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let busy = Busy::start(cores);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut pool = builder("CartPole-v1").num_envs(8).num_workers(cores.min(2)).build().unwrap();
+    // Checked before any step: the tuner has not run, so this is the placement at spawn.
+    let mine = allowed(std::process::id());
+    for &pid in pool.worker_pids() {
+        assert_eq!(allowed(pid), mine, "workers spawned while other tasks hold the cores are not pinned");
+    }
+    pool.reset().unwrap();
+    let (loaded, batches) = step_for(&mut pool, 0.5, 5_000);
+    assert!(batches > 0, "{loaded:?}");
+    drop(busy);
 }
 
 #[test]

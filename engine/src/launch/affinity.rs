@@ -7,7 +7,11 @@ pub enum CpuAffinity {
     /// process may use), pin worker `w` to the `w`-th of them; otherwise do not pin.
     /// Measured here (2 cores, 2 workers + trainer): Burn-v0 50 us x 8 envs 1.78x -> 1.90x
     /// of the serial loop, because two workers can no longer end up sharing a core while the
-    /// trainer holds the other. Use `None` when several pools share a machine.
+    /// trainer holds the other. With `WaitStrategy::Auto` it pins only onto free cores: a
+    /// pool that starts while other tasks are runnable starts unpinned, and its wait tuner
+    /// pins the workers once it waits actively and the cores are free (under contention a
+    /// pinned worker waits for the core a busy process holds). Use `None` when several
+    /// pools share a machine.
     #[default]
     Auto,
     /// Let the scheduler place workers.
@@ -50,6 +54,14 @@ pub(crate) fn place(pid: u32, cpu: Option<usize>) {
     // SAFETY: `set` is a valid cpu_set_t of the size passed; a pid that is not ours (or
     // gone) makes the call fail, which changes nothing.
     unsafe { libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
+/// The tasks (threads) runnable on the machine right now, as the kernel counts them
+/// (`/proc/loadavg`'s fourth field, `running/total`), or `None` when unreadable. How the
+/// wait tuner tells whether the cores it would pin workers to are free.
+pub(crate) fn runnable_tasks() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
 }
 
 /// The cores this process may run on.

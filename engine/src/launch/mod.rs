@@ -36,8 +36,8 @@ pub(crate) mod process_group;
 pub mod program;
 mod watch;
 
-pub(crate) use affinity::place;
 pub use affinity::CpuAffinity;
+pub(crate) use affinity::{place, runnable_tasks};
 use watch::supervise;
 
 /// The first argument that tells a worker program it was started by a pool.

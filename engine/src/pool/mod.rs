@@ -99,6 +99,9 @@ struct Core {
     pinned: Vec<Option<usize>>,
     /// The mode the workers' placement is for.
     placed_for: WaitMode,
+    /// Workers kept unpinned because other tasks held the cores are not pinned again
+    /// before this time (see `Core::cores_look_free`).
+    busy_until_ns: u64,
     first_reset_done: bool,
     has_reset: bool,
     closed: Option<String>,

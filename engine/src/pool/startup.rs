@@ -8,7 +8,7 @@ use crate::region::Region;
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
 use crate::stats::PoolStats;
-use crate::sync::{WaitOutcome, Waiter};
+use crate::sync::{WaitMode, WaitOutcome, Waiter};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -30,6 +30,9 @@ pub(super) struct Startup {
     pub(super) params: PoolParams,
     pub(super) program: PathBuf,
     pub(super) waiter: Waiter,
+    /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
+    /// (`Sleep`) because other tasks held the cores.
+    pub(super) placed_for: WaitMode,
 }
 
 impl Pool {
@@ -46,7 +49,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, region, params, program, waiter } = startup;
+        let Startup { supervisor, region, params, program, waiter, placed_for } = startup;
         // A replacement may take as long as the step timeout, and at least twice what this
         // start took (a restart builds envs too).
         let restart_timeout = match b.step_timeout {
@@ -83,7 +86,8 @@ impl Pool {
             waiter,
             tuner,
             pinned,
-            placed_for: crate::sync::WaitMode::Active,
+            placed_for,
+            busy_until_ns: 0,
             first_reset_done: false,
             has_reset: false,
             closed: None,
@@ -146,21 +150,26 @@ impl Startup {
         region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
         region.write_bytes(protocol::params_offset(num_workers), &params_json);
 
-        let supervisor = Supervisor::start(
-            &command,
-            &params.env_id,
-            region.fd(),
-            b.affinity.assign(num_workers),
-            deadline,
-        )
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::TimedOut => {
-                BuildError::StartupTimeout { workers: (0..num_workers).collect(), waited: b.startup_timeout }
-            }
-            _ => BuildError::Spawn { program: program.clone(), source },
-        })?;
+        // `CpuAffinity::Auto` with the wait tuner pins only onto free cores: on a machine
+        // already running other tasks the workers start unpinned, and the tuner pins them
+        // once the pool waits actively and the cores are free (see `Core::tune`).
+        let busy = b.affinity == CpuAffinity::Auto
+            && b.wait == WaitStrategy::Auto
+            && crate::launch::runnable_tasks().is_some_and(|running| running > 1);
+        let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
+        let cores = if busy { vec![None; num_workers] } else { b.affinity.assign(num_workers) };
+        let supervisor =
+            Supervisor::start(&command, &params.env_id, region.fd(), cores, deadline).map_err(|source| {
+                match source.kind() {
+                    std::io::ErrorKind::TimedOut => BuildError::StartupTimeout {
+                        workers: (0..num_workers).collect(),
+                        waited: b.startup_timeout,
+                    },
+                    _ => BuildError::Spawn { program: program.clone(), source },
+                }
+            })?;
         let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
-        Ok(Startup { supervisor, region, params, program, waiter })
+        Ok(Startup { supervisor, region, params, program, waiter, placed_for })
     }
 
     pub(super) fn control(&self) -> Control<'_> {

@@ -46,6 +46,9 @@ pub const MARGIN: f64 = 0.05;
 /// this long: under contention that comes and goes, a pinned worker waits for the core a
 /// busy process holds while an unpinned one moves to the other.
 pub const REPIN_AFTER_NS: u64 = 2_000_000_000;
+/// After the cores were found busy, the workers stay unpinned at least this long before
+/// the next look (see [`Core::cores_look_free`]).
+pub const BUSY_RECHECK_NS: u64 = 100_000_000;
 /// A probe whose batches (even its first, of transition) cost this many times the
 /// compared window's mean ends at once.
 const FAR_WORSE: f64 = 4.0;
@@ -366,11 +369,32 @@ impl Core {
         // busy process holds, however it waits), pinned again once it has waited actively
         // for a while (see `REPIN_AFTER_NS`), or at once after a brief spell of sleeping
         // (sleeping did not hold up: the machine is idle, where pinned workers are faster).
+        // Never pinned again while other tasks hold the cores, however waiting actively
+        // came to win (under contention it wins stretches by chance).
         let placement = match following {
             WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_briefly => self.placed_for,
+            WaitMode::Active if self.placed_for == WaitMode::Sleep && !self.cores_look_free(now_ns) => {
+                WaitMode::Sleep
+            }
             mode => mode,
         };
         self.place_workers(placement);
+    }
+
+    /// Whether unpinned workers may be pinned again: the machine runs no more runnable
+    /// tasks than this pool's processes (the trainer and its workers, waiting actively). A
+    /// busy answer holds for [`BUSY_RECHECK_NS`] (one read of `/proc/loadavg` per interval,
+    /// not per batch).
+    fn cores_look_free(&mut self, now_ns: u64) -> bool {
+        if now_ns < self.busy_until_ns {
+            return false;
+        }
+        let own = self.pinned.len() + 1;
+        let free = crate::launch::runnable_tasks().is_none_or(|running| running <= own);
+        if !free {
+            self.busy_until_ns = now_ns.saturating_add(BUSY_RECHECK_NS);
+        }
+        free
     }
 
     /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
@@ -395,11 +419,15 @@ impl Core {
         }
     }
 
-    /// A replacement of worker `w`, spawned on its core, is unpinned like the others while
-    /// the pool sleeps.
+    /// A replacement of worker `w` is placed like the others: unpinned while the pool
+    /// sleeps, on its core while it waits actively (it was spawned where the pool's first
+    /// workers were: on its core, or anywhere when the cores were busy at the start).
     pub(super) fn place_replacement(&self, w: usize) {
-        if self.placed_for == WaitMode::Sleep && self.pinned.get(w).is_some_and(Option::is_some) {
-            crate::launch::place(self.supervisor.pids()[w], None);
+        if let Some(&Some(cpu)) = self.pinned.get(w) {
+            crate::launch::place(
+                self.supervisor.pids()[w],
+                Some(cpu).filter(|_| self.placed_for == WaitMode::Active),
+            );
         }
     }
 }
