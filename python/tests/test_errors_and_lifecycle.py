@@ -177,12 +177,34 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_promptly():
     time.sleep(0.5)  # inside the step's wait
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=50)
+    try:
+        out, err = proc.communicate(timeout=50)
+    except subprocess.TimeoutExpired:
+        # Seen once in CI (2026-11-26), never here: say where every thread of the trainer
+        # and its workers was before failing, to find out why.
+        where = {pid: _threads_state(pid) for pid in [proc.pid, *pids]}
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"Ctrl-C not honoured in 50 s; threads (state, wchan): {where}; stdout {out!r}; stderr {err!r}")
     took = time.monotonic() - sent
     assert "KeyboardInterrupt" in out, (out, err)
     # Far less than the 60 s the step would take: the wait gave up.
     assert took < 30, f"Ctrl-C took {took:.1f} s to be honoured"
     assert not wait_gone(pids), f"workers left behind after Ctrl-C: {pids}"
+
+
+def _threads_state(pid: int) -> dict[int, tuple[str, str]]:
+    """Each thread of ``pid``: its scheduler state and the kernel function it waits in."""
+    out = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                out[int(tid)] = (state, f.read())
+    except OSError as e:
+        out[-1] = ("gone", str(e))
+    return out
 
 
 def test_a_hung_env_times_out_with_the_envs_named(no_leaks):
