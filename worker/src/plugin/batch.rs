@@ -2,13 +2,9 @@
 //! observed in one call into the library per batch, instead of a `step` and an `observe`
 //! per env.
 
-use super::{message_of, EnvHandle, Plugin, PluginEnv, RawTransition, StepBatchFn};
+use super::{message_of, with_row_pointers, EnvHandle, Plugin, PluginEnv, RawTransition, StepBatchFn};
 use crate::env::Transition;
-use std::ffi::c_void;
 use std::sync::Arc;
-
-/// Observation arrays whose row pointers fit on the stack in [`BatchStep::call`].
-const STACK_ARRAYS: usize = 8;
 
 /// A shard's envs of one plugin, stepped by its `step_batch`.
 ///
@@ -73,25 +69,15 @@ impl BatchStep {
         for (array, &bytes) in obs.iter().zip(obs_row_bytes) {
             assert!(array.len() >= n * bytes, "{} observation bytes for {n} envs", array.len());
         }
-        let mut stack = [std::ptr::null_mut::<c_void>(); STACK_ARRAYS];
-        let mut heap = Vec::new();
-        let rows: &mut [*mut c_void] = if obs.len() <= STACK_ARRAYS {
-            &mut stack[..obs.len()]
-        } else {
-            heap.resize(obs.len(), std::ptr::null_mut());
-            &mut heap
-        };
-        for (slot, array) in rows.iter_mut().zip(obs.iter_mut()) {
-            *slot = array.as_mut_ptr().cast();
-        }
         let mut failed = 0u32;
+        let arrays = obs.len();
         // SAFETY: every handle is live and used by this call alone (the owner keeps the
         // envs, and holds `&mut self`); `EnvHandle` is `repr(transparent)` over the handle,
         // so `handles` is the array of `shmenv_env *` the ABI expects. `active` and `out`
         // have an entry per env; `actions` holds `n` rows of `action_bytes` and each array
         // of `obs` `n` rows of its row size (asserted above), exclusively borrowed for the
         // call, which is all the ABI lets the library touch; `failed` is a valid place.
-        let error = unsafe {
+        let error = with_row_pointers(arrays, obs.iter_mut().map(|a| &mut **a), |rows| unsafe {
             (self.step_batch)(
                 self.handles.as_ptr().cast(),
                 n as u32,
@@ -99,10 +85,10 @@ impl BatchStep {
                 actions.as_ptr().cast(),
                 action_bytes as u32,
                 self.out.as_mut_ptr(),
-                rows.as_ptr(),
+                rows,
                 &mut failed,
             )
-        };
+        });
         if error.is_null() {
             return Ok(());
         }

@@ -400,8 +400,30 @@ unsafe fn spec_text_of(p: *const c_char) -> Result<String, String> {
     String::from_utf8(bytes.to_vec()).map_err(|e| format!("spec_json returned text that is not UTF-8 ({e})"))
 }
 
-/// Observation arrays whose row pointers fit on the stack in `observe`.
+/// Observation arrays whose row pointers fit on the stack in [`with_row_pointers`].
 const STACK_ROWS: usize = 8;
+
+/// Runs `f` with the start of each of the `n` byte slices of `rows`, as the `void *const *`
+/// array the ABI takes (`observe`'s and `step_batch`'s `rows`), on the stack for up to
+/// [`STACK_ROWS`] arrays.
+fn with_row_pointers<'r, R>(
+    n: usize,
+    rows: impl Iterator<Item = &'r mut [u8]>,
+    f: impl FnOnce(*const *mut c_void) -> R,
+) -> R {
+    let mut stack = [std::ptr::null_mut::<c_void>(); STACK_ROWS];
+    let mut heap = Vec::new();
+    let slots: &mut [*mut c_void] = if n <= STACK_ROWS {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, std::ptr::null_mut());
+        &mut heap
+    };
+    for (slot, row) in slots.iter_mut().zip(rows) {
+        *slot = row.as_mut_ptr().cast();
+    }
+    f(slots.as_ptr())
+}
 
 /// An env's handle, borrowed: what [`BatchStep`] passes to the library (`shmenv_env *`).
 #[derive(Clone, Copy)]
@@ -494,21 +516,13 @@ impl Env for PluginEnv {
 
     #[inline]
     fn observe(&self, obs: &mut ObsOut<'_, '_>) {
-        let mut stack = [std::ptr::null_mut::<c_void>(); STACK_ROWS];
-        let mut heap = Vec::new();
-        let rows: &mut [*mut c_void] = if obs.len() <= STACK_ROWS {
-            &mut stack[..obs.len()]
-        } else {
-            heap.resize(obs.len(), std::ptr::null_mut());
-            &mut heap
-        };
-        for (slot, row) in rows.iter_mut().zip(obs.rows_mut()) {
-            *slot = row.as_mut_ptr().cast();
-        }
-        // SAFETY: the handle is live (`observe` takes `&self`, but the host calls it on one
-        // thread, between its own calls); each pointer is this env's row of one observation
-        // array, exclusively borrowed through `obs` for this call, as long as the spec says.
-        let error = unsafe { (self.functions.observe)(self.handle.as_ptr(), rows.as_ptr()) };
+        let error = with_row_pointers(obs.len(), obs.rows_mut(), |rows| {
+            // SAFETY: the handle is live (`observe` takes `&self`, but the host calls it on
+            // one thread, between its own calls); each pointer is this env's row of one
+            // observation array, exclusively borrowed through `obs` for this call, as long
+            // as the spec says.
+            unsafe { (self.functions.observe)(self.handle.as_ptr(), rows) }
+        });
         if !error.is_null() {
             // SAFETY: as in `reset`.
             let message = unsafe { message_of(error) }.unwrap_or_default();
