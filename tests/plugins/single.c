@@ -56,11 +56,18 @@ static void destroy(shmenv_env *env) {
 
 static const shmenv_env_info ENVS[] = {{"Single-v0", "one env per process", 0, 0}};
 
+/* Past the size the table declares: the host must never call it. */
+static const char *not_read(shmenv_env *const *envs, uint32_t count, const uint8_t *active, const void *actions,
+                            uint32_t action_bytes, shmenv_transition *out, void *const *rows, uint32_t *failed) {
+    (void)envs, (void)count, (void)active, (void)actions, (void)action_bytes, (void)out, (void)rows, (void)failed;
+    abort();
+}
+
 /* Its size is that of the table before the optional fields (as a library built against an
  * older header of version 1 declares it): the host must read no further. */
 static const shmenv_plugin PLUGIN = {
     SHMENV_ABI_VERSION, offsetof(shmenv_plugin, step_batch), 1, 0, ENVS,
-    create, spec_json, reset, step, observe, destroy, NULL,
+    create, spec_json, reset, step, observe, destroy, not_read,
 };
 
 SHMENV_EXPORT const shmenv_plugin *shmenv_plugin_entry(void) { return &PLUGIN; }

@@ -13,7 +13,7 @@
  * `size` bytes, so a library built against an older header of the same version keeps
  * working. Anything else (a field removed, reordered or retyped, a changed meaning) bumps
  * SHMENV_ABI_VERSION, and the host refuses libraries of another version by name. A table
- * initialized by position must list every field, with NULL for an optional one it does not
+ * initialized by position should list every field, with NULL for an optional one it does not
  * provide (compilers warn about a positional initializer that stops short, and a new
  * header may append a field): designated initializers (C99) need not.
  *

@@ -153,9 +153,12 @@ impl Startup {
         // `CpuAffinity::Auto` with the wait tuner pins only onto free cores: on a machine
         // already running other tasks the workers start unpinned, and the tuner pins them
         // once the pool waits actively and the cores are free (see `Core::tune`).
+        // Busy: more tasks runnable than the trainer (this one) and the cores the workers
+        // would not need.
+        let spare = crate::sync::available_cores().saturating_sub(num_workers).max(1);
         let busy = b.affinity == CpuAffinity::Auto
             && b.wait == WaitStrategy::Auto
-            && crate::launch::runnable_tasks().is_some_and(|running| running > 1);
+            && crate::launch::runnable_tasks().is_some_and(|running| running > spare);
         let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
         let cores = if busy { vec![None; num_workers] } else { b.affinity.assign(num_workers) };
         let supervisor =

@@ -225,6 +225,8 @@ impl WaitTuner {
         }
         let inside = std::mem::take(&mut self.call_ns) as f64;
         let Some(last) = self.last_batch_ns.replace(now_ns) else {
+            // Waiting actively since the pool's first batch (for the re-pinning delay).
+            self.active_since_ns = now_ns;
             self.settle(now_ns, 0.0);
             return None;
         };
@@ -382,14 +384,17 @@ impl Core {
     }
 
     /// Whether unpinned workers may be pinned again: the machine runs no more runnable
-    /// tasks than this pool's processes (the trainer and its workers, waiting actively). A
+    /// tasks than this pool's processes (the trainer and its workers, waiting actively) or,
+    /// if it has more, than its cores. A
     /// busy answer holds for [`BUSY_RECHECK_NS`] (one read of `/proc/loadavg` per interval,
     /// not per batch).
     fn cores_look_free(&mut self, now_ns: u64) -> bool {
         if now_ns < self.busy_until_ns {
             return false;
         }
-        let own = self.pinned.len() + 1;
+        // The pool's own processes, or as many as the cores when it has fewer: other tasks
+        // on cores it does not need are not its business.
+        let own = (self.pinned.len() + 1).max(crate::sync::available_cores());
         let free = crate::launch::runnable_tasks().is_none_or(|running| running <= own);
         if !free {
             self.busy_until_ns = now_ns.saturating_add(BUSY_RECHECK_NS);

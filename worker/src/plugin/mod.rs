@@ -298,11 +298,16 @@ fn read_table(table: *const RawPlugin, path: &Path) -> Result<RawPlugin, PluginE
             "size is {size} bytes, version {ABI_VERSION} needs at least {REQUIRED_BYTES}"
         )));
     }
-    let known = (size as usize).min(std::mem::size_of::<RawPlugin>());
+    // Whole fields only: a `size` ending inside an optional field leaves it out.
+    let known = if size as usize >= std::mem::size_of::<RawPlugin>() {
+        std::mem::size_of::<RawPlugin>()
+    } else {
+        REQUIRED_BYTES
+    };
     let mut raw = std::mem::MaybeUninit::<RawPlugin>::zeroed();
-    // SAFETY: the library's table is at least `known` bytes long (its `size`, checked above
-    // to cover the required fields); fields appended after ours are not read, and ours
-    // beyond its `size` stay zero. Every field is an integer, a pointer or an optional
+    // SAFETY: the library's table is at least `known` bytes long (at most its `size`,
+    // checked above to cover the required fields); fields appended after ours are not read,
+    // and ours beyond `known` stay zero. Every field is an integer, a pointer or an optional
     // function pointer, for which all-zero bytes are valid (0, NULL, None), so the copy
     // leaves a valid `RawPlugin`.
     Ok(unsafe {
@@ -315,7 +320,7 @@ fn functions_of(raw: &RawPlugin, path: &Path) -> Result<Functions, PluginError> 
     let missing = |name: &str| PluginError::BadTable {
         path: path.to_path_buf(),
         problem: format!(
-            "the function `{name}` is NULL (every function of version {ABI_VERSION} is required)"
+            "the function `{name}` is NULL (version {ABI_VERSION} requires every function up to `destroy`)"
         ),
     };
     Ok(Functions {
