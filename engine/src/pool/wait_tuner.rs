@@ -385,9 +385,8 @@ impl Core {
 
     /// Whether unpinned workers may be pinned again: the machine runs no more runnable
     /// tasks than this pool's processes (the trainer and its workers, waiting actively) or,
-    /// if it has more, than its cores. A
-    /// busy answer holds for [`BUSY_RECHECK_NS`] (one read of `/proc/loadavg` per interval,
-    /// not per batch).
+    /// if it has more, than its cores. A busy answer holds for [`BUSY_RECHECK_NS`] (one read
+    /// of `/proc/loadavg` per interval, not per batch).
     fn cores_look_free(&mut self, now_ns: u64) -> bool {
         if now_ns < self.busy_until_ns {
             return false;
