@@ -24,7 +24,8 @@
 //! (as sleeping is on an idle machine), and a batch or two when it is far worse. Probes come 100 ms
 //! after a switch and twice as far apart after each probe that confirms the mode, up to
 //! 2 s; while active, 3 or more batches that cost twice what the last probe measured
-//! (contention came) start one at once, and while asleep a window at a third (it went).
+//! (contention came) start one at once, but for the first window after a probe (the
+//! processes' return costs a few wake-ups), and while asleep a window at a third (it went).
 
 use super::Core;
 use crate::protocol;
@@ -76,11 +77,14 @@ const OUTSIDE_SLACK_NS: f64 = 20_000.0;
 /// that does so under contention loses most of its speed until the next probe; a lucky
 /// window must not be enough); to start sleeping, one when it is far cheaper (contention:
 /// every batch counts) and two otherwise (on an idle machine a window can be a few percent
-/// off by chance, and sleeping there costs a wake-up a batch).
-fn wins_needed(mode: WaitMode, ratio: f64) -> u32 {
+/// off by chance, and sleeping there costs a wake-up a batch). A probe compared with the
+/// few batches of a drift (`against_batches` below [`MIN_BATCHES`]) needs two as well: one
+/// stall of a few tens of microseconds (an interrupt, a kernel thread) makes such a window
+/// look like contention; contention that stays shows in the next window at once.
+fn wins_needed(mode: WaitMode, ratio: f64, against_batches: u32) -> u32 {
     match mode {
         WaitMode::Active => 2,
-        WaitMode::Sleep if ratio < CLEARLY_CHEAPER => 1,
+        WaitMode::Sleep if ratio < CLEARLY_CHEAPER && against_batches >= MIN_BATCHES => 1,
         WaitMode::Sleep => 2,
     }
 }
@@ -155,6 +159,9 @@ pub(super) struct WaitTuner {
     sleep_since_ns: u64,
     /// Probes in a row that the other mode won.
     wins: u32,
+    /// The processes are returning to the chosen mode after a probe: the window running
+    /// is not checked for a drift.
+    returning: bool,
     /// Probes so far.
     pub probes: u64,
     /// Switches so far.
@@ -179,6 +186,7 @@ impl WaitTuner {
             active_since_ns: 0,
             sleep_since_ns: 0,
             wins: 0,
+            returning: false,
             probes: 0,
             switches: 0,
         }
@@ -246,7 +254,13 @@ impl WaitTuner {
                 window.add(cost_ns);
                 let window = *window;
                 let complete = window.is_complete(now_ns);
-                let drifted = self.drifted(&window, complete);
+                // The first window back from a probe begins with the processes' return
+                // (workers asleep wake up, from a deep idle state: a few batches of
+                // 100 us): no drift there, or a wake-up would look like contention.
+                let drifted = !self.returning && self.drifted(&window, complete);
+                if complete {
+                    self.returning = false;
+                }
                 if !complete && !drifted {
                     return None;
                 }
@@ -278,16 +292,19 @@ impl WaitTuner {
                     self.interval_ns = (self.interval_ns * 2).min(MAX_INTERVAL_NS);
                     self.keep_interval();
                     self.settle(now_ns, against.mean());
+                    self.returning = true;
                     return Some(self.mode);
                 }
                 if window.batches < against.batches {
                     return None;
                 }
                 self.wins += 1;
-                if self.wins < wins_needed(self.mode.other(), window.mean() / against.mean().max(1.0)) {
+                let ratio = window.mean() / against.mean().max(1.0);
+                if self.wins < wins_needed(self.mode.other(), ratio, against.batches) {
                     // Won once: measure the chosen mode again and probe again at once.
                     self.phase = Phase::Settled(Window::starting(now_ns));
                     self.next_probe_ns = now_ns;
+                    self.returning = true;
                     return Some(self.mode);
                 }
                 self.switch(now_ns, window.mean());
@@ -525,6 +542,32 @@ mod tests {
         t.switch(2 * s, 50_000.0);
         t.switch(7 * s, 50_000.0);
         assert!(!t.slept_briefly(), "back after 5 s: contention that lasted");
+    }
+
+    #[test]
+    fn small_batches_stay_active_through_wake_ups_and_single_stalls() {
+        // 2 us a batch active, 20 us asleep (a trainer that steps a shard itself); the
+        // first 3 batches back from sleeping pay a worker's wake-up from a deep idle state
+        // (110 us each), and one batch in 200 stalls 150 us (an interrupt, a kernel thread).
+        let mut t = WaitTuner::new();
+        let (mut now, mut following, mut waking, mut k) = (1u64, WaitMode::Active, 0, 0u64);
+        while now < 5_000_000_000 {
+            k += 1;
+            let mut c = if following == WaitMode::Active { 2_000 } else { 20_000 };
+            if waking > 0 {
+                (c, waking) = (110_000, waking - 1);
+            } else if k % 200 == 0 {
+                c += 150_000;
+            }
+            now += c;
+            if let Some(m) = t.on_call(now, c, true) {
+                if (following, m) == (WaitMode::Sleep, WaitMode::Active) {
+                    waking = 3;
+                }
+                following = m;
+            }
+        }
+        assert_eq!((t.mode, t.switches), (WaitMode::Active, 0), "{} probes", t.probes);
     }
 
     #[test]
