@@ -34,6 +34,7 @@ fn params(env: &str, config: &serde_json::Value, num_envs: usize) -> PoolParams 
         restart: false,
         plugin: None,
         cores: 0,
+        trainer_shard: false,
     }
 }
 

@@ -211,6 +211,7 @@ proptest! {
             restart: false,
             plugin: None,
             cores: 0,
+            trainer_shard: false,
         };
         let layout = Layout::compute(&spec, &params);
         let mut ranges = layout.byte_ranges();

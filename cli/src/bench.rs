@@ -21,6 +21,11 @@ pub struct BenchArgs {
     /// Number of worker processes (default: available cores).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
     workers: Option<usize>,
+    /// The trainer steps a shard of the envs itself (sync mode): the envs are split into
+    /// --workers + 1 shards, the trainer's first. Trades the trainer's safety from its
+    /// envs' crashes for one process fewer per core.
+    #[arg(long)]
+    trainer_shard: bool,
     /// Results per batch: fewer than --num-envs runs the pool in async mode (send/recv,
     /// each batch holds the envs that finished first). Default: all envs (sync).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
@@ -83,7 +88,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         return run_contended(registry, &args, &config);
     }
     warn_if_loaded("at the start");
-    let pool = pool_builder(&args, args.wait, args.affinity)?.build()?;
+    let pool = pool_builder(registry, &args, args.wait, args.affinity)?.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
     let baseline = if args.baseline {
         Some(Baseline { registry, params: serial_params(&args, &config)? })
@@ -100,6 +105,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait, "affinity": args.affinity.name(), "seconds": ours.seconds,
             "steps": ours.steps, "steps_per_sec": ours.rate(), "stats": stats,
+            "trainer_shard": args.trainer_shard,
         });
         if let Some(p) = &profile {
             out["profile"] = json!(p);
@@ -115,7 +121,11 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let n = args.envs.num_envs;
     let mode = if batch_size < n { format!("async, batches of {batch_size}") } else { "sync".into() };
-    println!("{} x {n} on {workers} workers ({mode}, wait {wait}), {:.1} s", args.envs.env, ours.seconds);
+    let shards = if args.trainer_shard { " and the trainer" } else { "" };
+    println!(
+        "{} x {n} on {workers} workers{shards} ({mode}, wait {wait}), {:.1} s",
+        args.envs.env, ours.seconds
+    );
     println!("  shmenv pool:   {:>10} steps/s", fmt_rate(ours.rate()));
     if let (Some(b), Some(r)) = (&baseline, ratio) {
         println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
@@ -129,7 +139,12 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
 }
 
 /// The pool of `args`, waiting by `wait` with workers placed by `affinity`.
-fn pool_builder(args: &BenchArgs, wait: Wait, affinity: Affinity) -> Result<shmenv::PoolBuilder, Error> {
+fn pool_builder(
+    registry: &Registry,
+    args: &BenchArgs,
+    wait: Wait,
+    affinity: Affinity,
+) -> Result<shmenv::PoolBuilder, Error> {
     let mut builder = args
         .envs
         .builder()?
@@ -144,6 +159,9 @@ fn pool_builder(args: &BenchArgs, wait: Wait, affinity: Affinity) -> Result<shme
     }
     if let Some(b) = args.batch_size {
         builder = builder.batch_size(b);
+    }
+    if args.trainer_shard {
+        builder = builder.trainer_shard(shmenv::worker::trainer_shard(registry.clone()));
     }
     if let Some(max_restarts) = args.max_restarts {
         builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
@@ -167,7 +185,7 @@ fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Val
         };
         println!("{} x {} ({mode}), every wait strategy and affinity", args.envs.env, args.envs.num_envs);
     }
-    let build = |wait, affinity| Ok(pool_builder(args, wait, affinity)?.build()?);
+    let build = |wait, affinity| Ok(pool_builder(registry, args, wait, affinity)?.build()?);
     contend::run(build, args.seed, baseline, &load, args.seconds, args.json)
 }
 
@@ -214,6 +232,7 @@ fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolPar
         restart: false,
         plugin,
         cores: 0,
+        trainer_shard: false,
     })
 }
 

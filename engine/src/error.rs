@@ -142,6 +142,10 @@ pub enum BuildError {
         /// The other spec.
         other: String,
     },
+    /// The envs of the trainer's own shard ([`crate::PoolBuilder::trainer_shard`]) could
+    /// not be built, or differ from the workers'.
+    #[error("the trainer's shard of envs: {0}")]
+    TrainerShard(String),
     /// Workers did not report within the start-up timeout.
     #[error("workers {workers:?} did not start within {waited:?}; is an env constructor stuck?")]
     StartupTimeout {

@@ -71,6 +71,7 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         | BuildError::NotEnoughMemory { .. }
         | BuildError::WorkerFailed { .. }
         | BuildError::SpecMismatch { .. }
+        | BuildError::TrainerShard(_)
         | BuildError::StartupTimeout { .. } => raise(py, "BuildError", message, vec![]),
     }
 }

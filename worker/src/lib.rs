@@ -17,6 +17,7 @@ pub mod plugin;
 pub mod registry;
 pub mod rng;
 pub mod shard;
+pub mod trainer_shard;
 
 pub use config::{Config, ConfigError};
 pub use entry::serve_if_worker;
@@ -24,3 +25,4 @@ pub use env::{ActionIn, Env, ObsOut, Transition};
 pub use plugin::{Plugin, PluginEnv, PluginError};
 pub use registry::{EnvEntry, EnvFactory, MakeError, Registry};
 pub use shard::{EnvShard, LocalRows, ShardRows};
+pub use trainer_shard::trainer_shard;

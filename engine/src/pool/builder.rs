@@ -7,7 +7,10 @@ use crate::sync::WaitStrategy;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::trainer_shard::{ShardMaker, TrainerShard};
 use super::Pool;
+use crate::protocol::{PoolParams, WorkerReport};
+use std::sync::Arc;
 
 /// Configures and starts a [`Pool`]. Made by [`Pool::builder`].
 #[derive(Clone, Debug)]
@@ -32,6 +35,7 @@ pub struct PoolBuilder {
     pub(super) step_timeout: Option<Duration>,
     pub(super) failure_policy: FailurePolicy,
     pub(super) plugin: Option<PathBuf>,
+    pub(super) trainer_shard: Option<ShardMaker>,
 }
 
 impl PoolBuilder {
@@ -57,6 +61,7 @@ impl PoolBuilder {
             trace: false,
             step_timeout: None,
             failure_policy: FailurePolicy::Fail,
+            trainer_shard: None,
             startup_timeout: Duration::from_secs(60),
             plugin: None,
         }
@@ -234,6 +239,27 @@ impl PoolBuilder {
     /// `docs/plugins.md`.
     pub fn plugin(mut self, path: impl Into<PathBuf>) -> Self {
         self.plugin = Some(path.into());
+        self
+    }
+
+    /// Lets the trainer step a shard of the envs itself (sync mode only; default off): the
+    /// envs are split into `num_workers + 1` shards, and between posting the workers and
+    /// waiting for them the trainer steps the first one on its own thread, into the same
+    /// result rows. `make` builds those envs in the trainer; for the envs a worker program
+    /// knows, pass `shmenv::worker::trainer_shard(registry)` with the same registry.
+    ///
+    /// With as many workers as cores minus one, the pool is then one runnable process per
+    /// core instead of a trainer that shares a core with a worker on every batch: where
+    /// envs are cheap, most of a small batch's cost (`docs/benchmarks.md`). What it trades
+    /// away: those envs run inside the trainer, so a crash there (a plugin's segfault) ends
+    /// the trainer, a hang there is the trainer's (the step timeout covers only the wait
+    /// for the workers) and a panic closes the pool as a worker's does. Not for Python
+    /// envs hosted by the package (they run in worker processes only).
+    pub fn trainer_shard(
+        mut self,
+        make: impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static,
+    ) -> Self {
+        self.trainer_shard = Some(ShardMaker(Arc::new(make)));
         self
     }
 

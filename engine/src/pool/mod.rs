@@ -22,6 +22,7 @@ mod settings;
 mod startup;
 mod sync_mode;
 mod trace;
+mod trainer_shard;
 mod wait_tuner;
 
 use crate::batch::BatchData;
@@ -31,6 +32,7 @@ pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 pub use settings::{default_num_workers, MAX_WORKERS};
 pub use startup::closest_match;
+pub use trainer_shard::{MakeTrainerShard, TrainerShard};
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///
@@ -128,6 +130,8 @@ struct Core {
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// The process that built the pool; in a forked child the pool is inert.
     owner: crate::launch::fork::Owner,
+    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard`]).
+    own_shard: Option<trainer_shard::OwnShard>,
 }
 
 /// Why a wait for workers was given up.
@@ -183,6 +187,11 @@ impl Pool {
     /// The envs worker `w` hosts.
     pub fn shard(&self, w: usize) -> Range<usize> {
         self.core.shard(w)
+    }
+
+    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard`]; empty without).
+    pub fn trainer_envs(&self) -> Range<usize> {
+        self.core.params.trainer_envs()
     }
 
     /// Process ids of the workers.
@@ -394,7 +403,7 @@ impl Pool {
 impl Core {
     /// The envs worker `w` hosts.
     fn shard(&self, w: usize) -> Range<usize> {
-        protocol::shard(w, self.params.num_envs, self.params.num_workers)
+        self.params.shard(w)
     }
     fn pool_stats(&self) -> PoolStats<'_> {
         PoolStats::new(&self.region, self.params.num_workers)

@@ -63,6 +63,21 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
             b.num_envs
         ));
     }
+    if b.trainer_shard.is_some() && batch_size < b.num_envs {
+        return invalid(format!(
+            "trainer_shard runs in sync mode only, but batch_size ({batch_size}) is less than num_envs ({}): \
+             leave batch_size unset, or drop trainer_shard",
+            b.num_envs
+        ));
+    }
+    if b.trainer_shard.is_some() && b.num_envs <= num_workers {
+        return invalid(format!(
+            "with trainer_shard the envs are split into num_workers + 1 shards, so num_envs ({}) must be at \
+             least num_workers + 1 ({}); use fewer workers",
+            b.num_envs,
+            num_workers + 1
+        ));
+    }
     if b.ring_depth < 2 || b.ring_depth > 64 {
         return invalid(format!("ring_depth must be between 2 and 64, got {}", b.ring_depth));
     }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::trainer_shard::OwnShard;
 use super::{
     mark_unwritten, settings, trainer_semaphore, wait_tuner, AsyncState, Control, Core, FailurePolicy,
     MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
@@ -33,6 +34,8 @@ pub(super) struct Startup {
     /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
     /// (`Sleep`) because other tasks held the cores.
     pub(super) placed_for: WaitMode,
+    /// The envs the trainer steps itself, built before the workers start.
+    pub(super) own_shard: Option<OwnShard>,
 }
 
 impl Pool {
@@ -49,7 +52,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, region, params, program, waiter, placed_for } = startup;
+        let Startup { supervisor, region, params, program, waiter, placed_for, own_shard } = startup;
         // A replacement may take as long as the step timeout, and at least twice what this
         // start took (a restart builds envs too).
         let restart_timeout = match b.step_timeout {
@@ -102,6 +105,7 @@ impl Pool {
             restart_timeout,
             trace,
             owner: crate::launch::fork::Owner::current(),
+            own_shard,
         };
         Ok(Pool { core, mode })
     }
@@ -135,6 +139,15 @@ impl Startup {
             restart: b.failure_policy != FailurePolicy::Fail,
             plugin: b.plugin.as_deref().map(plugin_path).transpose()?,
             cores,
+            trainer_shard: b.trainer_shard.is_some(),
+        };
+        let own_shard = match &b.trainer_shard {
+            Some(make) => Some(OwnShard::new((make.0)(&params).map_err(|report| match report {
+                WorkerReport::UnknownEnv { .. } | WorkerReport::BadConfig { .. } => build_error(0, report),
+                WorkerReport::Failed { message } => BuildError::TrainerShard(message),
+                other => BuildError::TrainerShard(format!("{other:?}")),
+            })?)),
+            None => None,
         };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
@@ -172,7 +185,7 @@ impl Startup {
                 }
             })?;
         let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
-        Ok(Startup { supervisor, region, params, program, waiter, placed_for })
+        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard })
     }
 
     pub(super) fn control(&self) -> Control<'_> {
@@ -203,6 +216,14 @@ impl Startup {
                 first: specs[0].to_string(),
                 other: specs[other].to_string(),
             });
+        }
+        if let Some(own) = self.own_shard.as_mut().map(|s| s.get().spec_json()).filter(|own| *own != specs[0])
+        {
+            return Err(BuildError::TrainerShard(format!(
+                "its envs report {own}, the workers' {}; build them from the registry the worker \
+                 program uses",
+                specs[0]
+            )));
         }
         let spec = EnvSpec::from_json(&specs[0]).map_err(|message| BuildError::WorkerFailed {
             worker: 0,

@@ -105,6 +105,12 @@ impl Core {
         for v in (0..self.params.num_workers).filter(|v| !skip.contains(v)) {
             self.control().worker_semaphore(v).post();
         }
+        // The trainer's own shard, while the workers step theirs.
+        if let Some(own) = &mut self.own_shard {
+            if let Err((env_id, message)) = own.get().run(command, &self.region, &self.layout, j) {
+                return Err(self.fail(PoolFailure::EnvPanicked { env_id, message }));
+            }
+        }
         let w = (self.params.num_workers - skip.len()) as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;

@@ -322,6 +322,7 @@ mod tests {
             restart: false,
             plugin: None,
             cores: 0,
+            trainer_shard: false,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use crate::sync::WaitStrategy;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// What the envs do when an episode ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -90,6 +91,10 @@ pub struct PoolParams {
     /// counts its own.
     #[serde(default)]
     pub cores: usize,
+    /// Whether the trainer steps a shard itself ([`crate::PoolBuilder::trainer_shard`]):
+    /// the envs are then split into `num_workers + 1` shards, the trainer's first.
+    #[serde(default)]
+    pub trainer_shard: bool,
 }
 
 impl PoolParams {
@@ -100,6 +105,21 @@ impl PoolParams {
             crate::sync::available_cores()
         } else {
             self.cores
+        }
+    }
+
+    /// The envs worker `w` hosts: a contiguous shard, sizes differing by at most one
+    /// (counting the trainer's shard, when it has one).
+    pub fn shard(&self, w: usize) -> Range<usize> {
+        let own = usize::from(self.trainer_shard);
+        super::shard(w + own, self.num_envs, self.num_workers + own)
+    }
+
+    /// The envs the trainer steps itself: the first shard, or none.
+    pub fn trainer_envs(&self) -> Range<usize> {
+        match self.trainer_shard {
+            true => super::shard(0, self.num_envs, self.num_workers + 1),
+            false => 0..0,
         }
     }
 }

@@ -128,6 +128,7 @@ fn a_pool_waits_by_the_trainers_core_count() {
         restart: false,
         plugin: None,
         cores,
+        trainer_shard: false,
     };
     assert_eq!(params(2).policy_cores(), 2);
     assert_eq!(params(0).policy_cores(), available_cores());

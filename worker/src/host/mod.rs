@@ -30,6 +30,7 @@ use std::sync::atomic::Ordering;
 
 mod async_loop;
 mod sync_loop;
+pub(crate) use sync_loop::run_command;
 
 /// Whether this process was started by a pool as a worker (its first argument is
 /// [`WORKER_FLAG`]). Programs that are also something else (like the `shmenv` CLI) check
@@ -202,21 +203,10 @@ impl Worker {
     fn serve(mut self, registry: &Registry, scope: &dyn BatchScope) -> u8 {
         self.stats().set_pid(std::process::id());
         set_thread_name(&format!("shmenv-w[{}]", self.index));
-        let range = protocol::shard(self.index, self.params.num_envs, self.params.num_workers);
+        let range = self.params.shard(self.index);
         let mut shard = match EnvShard::new(registry, &self.params, range) {
             Ok(s) => s,
-            Err(e) => {
-                let report = match e {
-                    ShardError::Make(MakeError::UnknownEnv { id, registered }) => {
-                        WorkerReport::UnknownEnv { id, registered }
-                    }
-                    ShardError::Make(MakeError::BadConfig { id, source }) => {
-                        WorkerReport::BadConfig { id, message: source.to_string() }
-                    }
-                    other => WorkerReport::Failed { message: other.to_string() },
-                };
-                return self.fail(report);
-            }
+            Err(e) => return self.fail(shard_report(e)),
         };
         self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
@@ -263,6 +253,19 @@ impl Worker {
     /// This worker's stats writer.
     fn stats(&self) -> WorkerStats<'_> {
         WorkerStats::new(&self.region, self.params.num_workers, self.index, self.params.stats)
+    }
+}
+
+/// What a worker reports when its shard cannot be built.
+pub(crate) fn shard_report(e: ShardError) -> WorkerReport {
+    match e {
+        ShardError::Make(MakeError::UnknownEnv { id, registered }) => {
+            WorkerReport::UnknownEnv { id, registered }
+        }
+        ShardError::Make(MakeError::BadConfig { id, source }) => {
+            WorkerReport::BadConfig { id, message: source.to_string() }
+        }
+        other => WorkerReport::Failed { message: other.to_string() },
     }
 }
 

@@ -5,6 +5,7 @@
 use super::{block_rows, BatchScope, Stop, Worker};
 use crate::shard::EnvShard;
 use shmenv_engine::protocol::{self, trace, Command, Layout, ResultBlock, WorkerReport, WorkerStatus};
+use shmenv_engine::region::Region;
 use shmenv_engine::stats::{now_ns, TraceRing};
 use std::sync::atomic::Ordering;
 
@@ -46,7 +47,7 @@ impl Worker {
                     return Stop::Failed;
                 }
             };
-            match self.run_command(command, shard, layout, block, scope) {
+            match run_command(&self.region, command, shard, layout, block, scope) {
                 Ok(()) => {
                     let times = CommandTimes { waited_from, started };
                     self.finish_command(command, shard, &mut resets_seen, layout, times);
@@ -58,42 +59,6 @@ impl Worker {
                 }
             }
         }
-    }
-
-    /// Runs `command` (not `Close`) on every env of the shard, writing block `block`.
-    #[inline]
-    fn run_command(
-        &self,
-        command: Command,
-        shard: &mut EnvShard,
-        layout: &Layout,
-        block: &ResultBlock,
-        scope: &dyn BatchScope,
-    ) -> Result<(), (usize, String)> {
-        let range = shard.range();
-        let actions = layout.actions.rows(range.clone());
-        // SAFETY: by the protocol, between the trainer's post and this worker's completion
-        // post the trainer does not write the action rows; the borrow ends before
-        // `finish_command` posts.
-        let actions = unsafe { self.region.slice::<u8>(actions.start, actions.len()) };
-        // SAFETY: in the same window nobody else reads or writes this shard's result rows
-        // (the trainer waits; shards are disjoint).
-        let mut rows = unsafe { block_rows(&self.region, block, range) };
-        let seed = || self.region.read_pod::<u64>(protocol::RESET_SEED);
-        let mut result = Ok(());
-        match command {
-            Command::Step => scope.run(&mut || result = shard.step_all(actions, &mut rows)),
-            Command::ResetSome => {
-                let seed = seed();
-                scope.run(&mut || result = shard.reset_some(actions, seed, &mut rows))
-            }
-            Command::Reset | Command::ResetSeeded => {
-                let seed = (command == Command::ResetSeeded).then(seed);
-                scope.run(&mut || result = shard.reset_all(seed, &mut rows))
-            }
-            Command::Close => unreachable!("Close is served by the loop"),
-        }
-        result
     }
 
     /// After a command ran: books the stats and the spans so far, posts the trainer, stores
@@ -134,4 +99,41 @@ impl Worker {
             ring.record(trace::kind::PUBLISH, worked, posted);
         }
     }
+}
+
+/// Runs `command` (not `Close`) on every env of the shard, writing block `block`: a
+/// worker's part of a sync command, and the trainer's for its own shard.
+#[inline]
+pub(crate) fn run_command(
+    region: &Region,
+    command: Command,
+    shard: &mut EnvShard,
+    layout: &Layout,
+    block: &ResultBlock,
+    scope: &dyn BatchScope,
+) -> Result<(), (usize, String)> {
+    let range = shard.range();
+    let actions = layout.actions.rows(range.clone());
+    // SAFETY: by the protocol, between the trainer's post and this shard's completion
+    // (the worker's post, the trainer's return from its own shard) the trainer does not
+    // write the action rows; the borrow ends with this call.
+    let actions = unsafe { region.slice::<u8>(actions.start, actions.len()) };
+    // SAFETY: in the same window nobody else reads or writes this shard's result rows
+    // (the trainer waits or steps its own shard; shards are disjoint).
+    let mut rows = unsafe { block_rows(region, block, range) };
+    let seed = || region.read_pod::<u64>(protocol::RESET_SEED);
+    let mut result = Ok(());
+    match command {
+        Command::Step => scope.run(&mut || result = shard.step_all(actions, &mut rows)),
+        Command::ResetSome => {
+            let seed = seed();
+            scope.run(&mut || result = shard.reset_some(actions, seed, &mut rows))
+        }
+        Command::Reset | Command::ResetSeeded => {
+            let seed = (command == Command::ResetSeeded).then(seed);
+            scope.run(&mut || result = shard.reset_all(seed, &mut rows))
+        }
+        Command::Close => unreachable!("Close is served by the loop"),
+    }
+    result
 }

@@ -1,0 +1,61 @@
+//! The envs a trainer steps itself (`PoolBuilder::trainer_shard`), built from a registry
+//! or the pool's plugin as a worker builds its shard, and run by the same code as a
+//! worker's sync commands.
+
+use crate::host::{run_command, shard_report, NoScope};
+use crate::registry::Registry;
+use crate::shard::EnvShard;
+use shmenv_engine::pool::TrainerShard;
+use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
+use shmenv_engine::region::Region;
+
+/// What [`PoolBuilder::trainer_shard`](shmenv_engine::PoolBuilder::trainer_shard) takes to
+/// step the first shard of a pool in the trainer: its envs, built from `registry` (or from
+/// the pool's plugin), which should be the registry of the worker program.
+///
+/// ```no_run
+/// use shmenv_worker::{trainer_shard, Registry};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// shmenv_worker::serve_if_worker(Registry::with_builtins);
+/// // Two cores: the trainer steps envs 0..16, one worker process envs 16..32.
+/// let mut pool = shmenv_engine::Pool::builder("CartPole-v1")
+///     .num_envs(32)
+///     .num_workers(1)
+///     .trainer_shard(trainer_shard(Registry::with_builtins()))
+///     .build()?;
+/// assert_eq!(pool.trainer_envs(), 0..16);
+/// pool.reset()?;
+/// # Ok(()) }
+/// ```
+pub fn trainer_shard(
+    registry: Registry,
+) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
+    move |params: &PoolParams| {
+        let shard = EnvShard::new(&registry, params, params.trainer_envs()).map_err(shard_report)?;
+        Ok(Box::new(InTrainer { shard }) as Box<dyn TrainerShard>)
+    }
+}
+
+/// A shard stepped on the trainer's thread.
+struct InTrainer {
+    shard: EnvShard,
+}
+
+impl TrainerShard for InTrainer {
+    fn spec_json(&self) -> serde_json::Value {
+        self.shard.spec().to_json()
+    }
+
+    fn run(
+        &mut self,
+        command: Command,
+        region: &Region,
+        layout: &Layout,
+        block: usize,
+    ) -> Result<(), (usize, String)> {
+        let Some(block) = layout.blocks.get(block).filter(|_| command != Command::Close) else {
+            return Err((self.shard.range().start, format!("the pool sent {command:?} to block {block}")));
+        };
+        run_command(region, command, &mut self.shard, layout, block, &NoScope)
+    }
+}
