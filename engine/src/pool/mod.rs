@@ -433,6 +433,9 @@ impl Core {
     /// The envs of `envs` whose episodes ended under `AutoReset::Disabled` (they need a
     /// reset before they step again).
     fn ended_envs(&self, envs: impl Iterator<Item = usize>) -> Vec<usize> {
+        if self.ended.is_empty() {
+            return Vec::new(); // Auto-reset on: nothing to look at (no pass over the envs).
+        }
         envs.filter(|&e| self.ended.get(e).copied().unwrap_or(false)).collect()
     }
 
