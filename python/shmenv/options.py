@@ -45,6 +45,7 @@ class PoolOptions:
     plugin: str | os.PathLike | None = None
     observation_mode: str | tuple = "same"
     pool_infos: bool = False
+    trainer_shard: bool = False
 
     @classmethod
     def of(cls, caller: str, options: dict[str, Any]) -> PoolOptions:

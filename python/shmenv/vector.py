@@ -96,7 +96,16 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if resolved.python and obs_mode != "same":
             resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
         num_envs = _count("num_envs", num_envs)
-        num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker)
+        if o.trainer_shard and resolved.python:
+            raise InvalidArgumentError(
+                f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
+                "Python env, which runs in worker processes only: drop trainer_shard"
+            )
+        if o.trainer_shard and o.num_workers is None and o.envs_per_worker is None:
+            # One process per core counting the trainer: one worker fewer than the default.
+            num_workers = max(1, min(_shmenv.default_num_workers(num_envs), num_envs - 1) - 1)
+        else:
+            num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker)
         if resolved.config.get("kind") == "factory" and resolved.python:
             which = resolved.config.get("env_factory")
             if which is not None and len(which) != num_envs:
@@ -116,6 +125,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
             max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
             retain_batches=1 if zero_copy_async else 0, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
+            trainer_shard=bool(o.trainer_shard),
         )
         try:
             self._start_pool(resolved, num_envs, pool_args)
@@ -505,6 +515,11 @@ def make_vec(env: Any, num_envs: int, **options: Any) -> ShmVectorEnv:
       observation spaces may differ in their bounds, with one shape and dtype; the batched
       space is ``batch_differing_spaces`` of them) or ``(observation_space,
       single_observation_space)``.
+    - ``trainer_shard`` (sync mode, native envs): the trainer steps the first of
+      ``num_workers + 1`` shards of the envs itself while the workers step theirs (default
+      ``num_workers``: one fewer than the cores). Where envs are cheap this is one process
+      per core instead of a trainer sharing a core with a worker; but those envs run in the
+      trainer's process, so a plugin's crash there ends the trainer (docs/python.md).
     - ``pool_infos``: add ``infos["env_id"]`` and ``infos["elapsed_step"]`` to every
       result in sync mode too (async mode always has them, EnvPool style); by default a
       sync pool's infos hold what the envs returned, as ``SyncVectorEnv``'s.

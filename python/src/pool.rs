@@ -110,6 +110,7 @@ struct PoolArgs {
     retain_batches: usize,
     fair_scheduling: bool,
     plugin: Option<String>,
+    trainer_shard: bool,
 }
 
 impl PoolArgs {
@@ -142,6 +143,10 @@ impl PoolArgs {
         }
         if let Some(b) = self.batch_size {
             builder = builder.batch_size(b);
+        }
+        if self.trainer_shard {
+            builder =
+                builder.trainer_shard(shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins()));
         }
         if let Some(s) = self.seed {
             builder = builder.seed(s);

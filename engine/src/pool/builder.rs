@@ -245,8 +245,9 @@ impl PoolBuilder {
     /// Lets the trainer step a shard of the envs itself (sync mode only; default off): the
     /// envs are split into `num_workers + 1` shards, and between posting the workers and
     /// waiting for them the trainer steps the first one on its own thread, into the same
-    /// result rows. `make` builds those envs in the trainer; for the envs a worker program
-    /// knows, pass `shmenv::worker::trainer_shard(registry)` with the same registry.
+    /// result rows (default `num_workers`: one fewer than the cores). `make` builds those
+    /// envs in the trainer; for the envs a worker program knows, pass
+    /// `shmenv::worker::trainer_shard(registry)` with the same registry.
     ///
     /// With as many workers as cores minus one, the pool is then one runnable process per
     /// core instead of a trainer that shares a core with a worker on every batch: where

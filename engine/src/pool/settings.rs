@@ -44,7 +44,10 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
     if b.num_envs == 0 || b.num_envs > MAX_ENVS {
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
-    let num_workers = b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores));
+    // With a trainer shard the trainer takes a core's share: one worker fewer by default.
+    let own = usize::from(b.trainer_shard.is_some());
+    let num_workers =
+        b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores).saturating_sub(own).max(1));
     let most = if b.num_envs <= MAX_WORKERS {
         format!("num_envs ({})", b.num_envs)
     } else {

@@ -1,0 +1,73 @@
+"""``make_vec(..., trainer_shard=True)``: the trainer steps the first shard of native envs
+itself. It steps as Gymnasium's ``SyncVectorEnv`` does (built-in and C plugin CartPole, both
+auto-reset modes, partial resets), takes one worker fewer by default, and refuses what it
+cannot run (Python envs, async mode) before any process starts."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import shmenv
+from shmenv.errors import InvalidArgumentError
+from conftest import step_alike
+from test_plugins import compile_plugin
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cartpole_c(tmp_path_factory):
+    return compile_plugin("examples/c/cartpole.c", tmp_path_factory.mktemp("plugins"))
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("plugin", [False, True], ids=["builtin", "c-plugin"])
+def test_a_trainer_shard_steps_as_sync_vector_env(mode, plugin, cartpole_c, no_leaks):
+    n = 5
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=mode)
+    env_id, extra = ("CartPoleC-v1", {"plugin": cartpole_c}) if plugin else ("CartPole-v1", {})
+    with shmenv.make_vec(env_id, n, num_workers=2, trainer_shard=True, autoreset_mode=mode, **extra) as envs:
+        assert envs.num_workers == 2 and len(envs.worker_pids) == 2
+        obs, _ = envs.reset(seed=7)
+        want, _ = ref.reset(seed=7)
+        np.testing.assert_array_equal(obs, want)
+        rng = np.random.default_rng(1)
+        ends = 0
+        for t in range(400):
+            actions = rng.integers(0, 2, size=n)
+            obs, infos, ref_infos, done = step_alike(envs, ref, actions, f"step {t}")
+            if mode == AutoresetMode.SAME_STEP and done.any():
+                for e in np.flatnonzero(done):
+                    np.testing.assert_array_equal(infos["final_obs"][e], ref_infos["final_obs"][e])
+            ends += int(done.sum())
+            if t % 50 == 49:
+                # A partial reset of every other env, the trainer's and the workers' alike.
+                mask = np.arange(n) % 2 == (t // 50) % 2
+                obs, _ = envs.reset(seed=t, options={"reset_mask": mask})
+                want, _ = ref.reset(seed=t, options={"reset_mask": mask})
+                np.testing.assert_array_equal(obs, want, err_msg=f"partial reset at {t}")
+        assert ends > 0, "the comparison covers episode ends"
+    ref.close()
+
+
+def test_the_default_worker_count_leaves_a_core_to_the_trainer(no_leaks):
+    cores = shmenv._shmenv.default_num_workers(1000)
+    with shmenv.make_vec("CartPole-v1", 16, trainer_shard=True) as envs:
+        assert envs.num_workers == max(1, cores - 1)
+        envs.reset(seed=0)
+        obs, *_ = envs.step(np.ones(16, dtype=np.int64))
+        assert obs.shape == (16, 4)
+    with shmenv.make_vec("CartPole-v1", 2, trainer_shard=True) as envs:
+        assert envs.num_workers == 1
+
+
+def test_what_a_trainer_shard_cannot_run_is_refused_before_any_worker_starts(no_leaks):
+    with pytest.raises(InvalidArgumentError, match="Python env, which runs in worker processes only"):
+        shmenv.make_vec(lambda: gym.make("CartPole-v1"), 4, trainer_shard=True)
+    with pytest.raises(InvalidArgumentError, match="sync mode only"):
+        shmenv.make_vec("CartPole-v1", 8, batch_size=4, trainer_shard=True)
+    with pytest.raises(InvalidArgumentError, match=r"num_envs \(2\) must be at least num_workers \+ 1 \(3\)"):
+        shmenv.make_vec("CartPole-v1", 2, num_workers=2, trainer_shard=True)
