@@ -45,19 +45,21 @@ fn tape(num_envs: usize) -> Vec<Vec<i64>> {
     (0..16).map(|_| (0..num_envs).map(|_| (rng.next_u64() >> 63) as i64).collect()).collect()
 }
 
+/// A sync pool of `workers` processes, and with `trainer_shard` the trainer stepping one
+/// more shard itself.
 fn bench_pool(
     env: &str,
     config: &serde_json::Value,
     num_envs: usize,
     workers: usize,
+    trainer_shard: bool,
 ) -> impl FnMut(u64) -> Duration {
-    let mut pool = Pool::builder(env)
-        .config(config.clone())
-        .num_envs(num_envs)
-        .num_workers(workers)
-        .seed(0)
-        .build()
-        .expect("pool builds");
+    let builder = Pool::builder(env).config(config.clone()).num_envs(num_envs).num_workers(workers).seed(0);
+    let builder = match trainer_shard {
+        true => builder.trainer_shard(shmenv::worker::trainer_shard(Registry::with_builtins())),
+        false => builder,
+    };
+    let mut pool = builder.build().expect("pool builds");
     pool.reset().unwrap();
     let tape = tape(num_envs);
     let mut k = 0;
@@ -247,7 +249,7 @@ fn compare_async(
 ) {
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(num_envs as u64));
-    let mut f = bench_pool(env, &config, num_envs, workers);
+    let mut f = bench_pool(env, &config, num_envs, workers, false);
     g.bench_function(BenchmarkId::new("sync", format!("{num_envs}envs_{workers}w")), |b| {
         b.iter_custom(&mut f)
     });
@@ -273,9 +275,16 @@ fn compare(
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(num_envs as u64));
     let id = |name: &str| BenchmarkId::new(name, format!("{num_envs}envs_{workers}w"));
-    let mut f = bench_pool(env, &config, num_envs, workers);
+    let mut f = bench_pool(env, &config, num_envs, workers, false);
     g.bench_function(id("shmenv"), |b| b.iter_custom(&mut f));
     drop(f);
+    if serial && workers > 1 {
+        // The same parallelism with the trainer as one of the shards' steppers.
+        let mut f = bench_pool(env, &config, num_envs, workers - 1, true);
+        let name = format!("{num_envs}envs_{}w_and_trainer", workers - 1);
+        g.bench_function(BenchmarkId::new("shmenv", name), |b| b.iter_custom(&mut f));
+        drop(f);
+    }
     if serial {
         let mut f = bench_serial(env, &config, num_envs);
         g.bench_function(BenchmarkId::new("serial", format!("{num_envs}envs")), |b| b.iter_custom(&mut f));
