@@ -80,6 +80,22 @@ fn a_trainer_shard_gives_the_batches_of_worker_processes() {
 }
 
 #[test]
+fn the_stats_count_the_trainers_shard() {
+    let _w = Watchdog::new("trainer shard stats", Duration::from_secs(60));
+    let mut pool = pool("CartPole-v1", json!({}), 9, 2, true, AutoReset::NextStep);
+    pool.reset().unwrap();
+    for _ in 0..40 {
+        pool.step(&[1i64; 9]).unwrap();
+    }
+    let report = pool.stats();
+    assert_eq!(pool.trainer_envs(), 0..3);
+    assert_eq!(report.shard_steps, 3 * 40);
+    assert_eq!(report.steps, 9 * 40, "the workers' steps and the trainer's");
+    assert_eq!(report.workers.iter().map(|w| w.steps).sum::<u64>(), 6 * 40);
+    assert!(report.shard_share > 0.0 && report.shard_share <= report.trainer_call_share, "{report:?}");
+}
+
+#[test]
 fn a_panic_in_the_trainers_envs_closes_the_pool_and_names_the_env() {
     let _w = Watchdog::new("trainer shard panic", Duration::from_secs(60));
     // Env 1 (seeded 5 + 1) panics at its third step; envs 0..2 are the trainer's.

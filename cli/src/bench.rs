@@ -310,6 +310,9 @@ fn print_profile(p: &StatsReport) {
         pct(p.trainer_wait_share),
         pct(p.trainer_call_share)
     );
+    if p.shard_steps > 0 {
+        println!("    trainer in its own shard {}   (of the trainer's time)", pct(p.shard_share));
+    }
     if let Some(fill) = p.ring_full_blocks {
         println!("    ring blocks full at recv {fill:>6.2}");
     }

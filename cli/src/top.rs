@@ -97,6 +97,10 @@ fn print_pool(pid: u32, p: &AttachedPool, r: &StatsReport) {
         r.wait_switches,
         100.0 * r.trainer_runqueue_share
     );
+    if r.shard_steps > 0 {
+        let rate = fmt_rate(r.shard_steps as f64 / r.seconds);
+        println!("  the trainer's own shard: {rate} steps/s, {:.1}% of its time", 100.0 * r.shard_share);
+    }
     println!("  worker     pid   steps/s   util   wait  publish   runq   step p50    step p99");
     for w in &r.workers {
         let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2} us"));

@@ -107,8 +107,13 @@ impl Core {
         }
         // The trainer's own shard, while the workers step theirs.
         if let Some(own) = &mut self.own_shard {
+            let started = now_ns();
             if let Err((env_id, message)) = own.get().run(command, &self.region, &self.layout, j) {
                 return Err(self.fail(PoolFailure::EnvPanicked { env_id, message }));
+            }
+            if self.params.stats {
+                let steps = if command == Command::Step { self.params.trainer_envs().len() } else { 0 };
+                self.pool_stats().add_shard(steps as u64, now_ns() - started);
             }
         }
         let w = (self.params.num_workers - skip.len()) as u32;

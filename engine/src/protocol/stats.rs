@@ -47,8 +47,12 @@ pub struct PoolBlock {
     pub wait_switches: u64,
     /// The trainer's run-queue delay (`/proc/PID/schedstat`) when the pool started.
     pub trainer_runqueue_at_start: u64,
+    /// Env steps of the trainer's own shard (`PoolBuilder::trainer_shard`).
+    pub shard_steps: u64,
+    /// Time the trainer spent stepping its own shard.
+    pub shard_env_ns: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 20],
+    pub reserved: [u64; 18],
 }
 
 /// A worker's block (written by that worker).
@@ -124,6 +128,10 @@ pub mod pool {
     pub const WAIT_SWITCHES: usize = offset_of!(PoolBlock, wait_switches);
     /// u64: [`PoolBlock::trainer_runqueue_at_start`].
     pub const TRAINER_RUNQUEUE_AT_START: usize = offset_of!(PoolBlock, trainer_runqueue_at_start);
+    /// u64: [`PoolBlock::shard_steps`].
+    pub const SHARD_STEPS: usize = offset_of!(PoolBlock, shard_steps);
+    /// u64: [`PoolBlock::shard_env_ns`].
+    pub const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
 }
 
 /// Offsets of a worker block's words ([`WorkerBlock`]).

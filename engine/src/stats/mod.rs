@@ -157,6 +157,13 @@ impl<'a> PoolStats<'a> {
         }
     }
 
+    /// Records a command of the trainer's own shard: its env steps and the time it took.
+    #[inline]
+    pub fn add_shard(&self, steps: u64, env_ns: u64) {
+        add(self.word(stats::pool::SHARD_STEPS), steps);
+        add(self.word(stats::pool::SHARD_ENV_NS), env_ns);
+    }
+
     /// Counts a batch returned while the pool's processes slept at once.
     #[inline]
     pub fn add_sleep_batch(&self) {
@@ -238,6 +245,10 @@ pub struct StatsSnapshot {
     /// The trainer's time runnable but waiting for a CPU since the pool started
     /// ([`sched_times`]).
     pub trainer_runqueue_ns: u64,
+    /// Env steps of the trainer's own shard.
+    pub shard_steps: u64,
+    /// Trainer time stepping its own shard.
+    pub shard_env_ns: u64,
     /// Per worker.
     pub workers: Vec<WorkerCounters>,
 }
@@ -289,6 +300,8 @@ impl StatsSnapshot {
             trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
             ring_full_sum: load(base + stats::pool::RING_FULL_SUM),
             ring_samples: load(base + stats::pool::RING_SAMPLES),
+            shard_steps: load(base + stats::pool::SHARD_STEPS),
+            shard_env_ns: load(base + stats::pool::SHARD_ENV_NS),
             workers,
         }
     }
@@ -313,6 +326,8 @@ impl StatsSnapshot {
             wait_probes: d(self.wait_probes, earlier.wait_probes),
             wait_switches: d(self.wait_switches, earlier.wait_switches),
             trainer_runqueue_ns: d(self.trainer_runqueue_ns, earlier.trainer_runqueue_ns),
+            shard_steps: d(self.shard_steps, earlier.shard_steps),
+            shard_env_ns: d(self.shard_env_ns, earlier.shard_env_ns),
             workers: self
                 .workers
                 .iter()
@@ -351,6 +366,8 @@ impl StatsSnapshot {
         self.wait_probes += other.wait_probes;
         self.wait_switches += other.wait_switches;
         self.trainer_runqueue_ns += other.trainer_runqueue_ns;
+        self.shard_steps += other.shard_steps;
+        self.shard_env_ns += other.shard_env_ns;
         for (a, b) in self.workers.iter_mut().zip(&other.workers) {
             a.steps += b.steps;
             a.resets += b.resets;
@@ -401,7 +418,8 @@ impl StatsSnapshot {
                 }
             })
             .collect();
-        let steps: u64 = workers.iter().map(|w| w.steps).sum();
+        let shard_steps = d(self.shard_steps, e.shard_steps);
+        let steps: u64 = workers.iter().map(|w| w.steps).sum::<u64>() + shard_steps;
         let samples = d(self.ring_samples, e.ring_samples);
         let batches = d(self.batches, e.batches);
         StatsReport {
@@ -419,6 +437,8 @@ impl StatsSnapshot {
             sleep_share: d(self.sleep_batches, e.sleep_batches) as f64 / batches.max(1) as f64,
             wait_probes: d(self.wait_probes, e.wait_probes),
             wait_switches: d(self.wait_switches, e.wait_switches),
+            shard_steps,
+            shard_share: d(self.shard_env_ns, e.shard_env_ns) as f64 / 1e9 / secs,
             workers,
         }
     }
@@ -494,9 +514,9 @@ pub struct StatsReport {
     pub enabled: bool,
     /// Batches returned to the trainer.
     pub batches: u64,
-    /// Env steps of all workers.
+    /// Env steps of all workers and of the trainer's own shard.
     pub steps: u64,
-    /// Env steps per second of all workers.
+    /// Env steps per second of all workers and of the trainer's own shard.
     pub steps_per_sec: f64,
     /// Share of the interval the trainer spent waiting for workers.
     pub trainer_wait_share: f64,
@@ -515,6 +535,11 @@ pub struct StatsReport {
     pub wait_probes: u64,
     /// The wait tuner's switches in the interval.
     pub wait_switches: u64,
+    /// Env steps of the trainer's own shard (`PoolBuilder::trainer_shard`; 0 without).
+    pub shard_steps: u64,
+    /// Share of the interval the trainer spent stepping its own shard (part of its time
+    /// inside pool calls).
+    pub shard_share: f64,
     /// Per worker.
     pub workers: Vec<WorkerActivity>,
 }
