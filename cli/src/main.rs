@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         },
         Cmd::Bench(args) => bench::run(&registry, args),
         Cmd::Top(args) => top::run(args),
-        Cmd::Tune(args) => tune::run(args),
+        Cmd::Tune(args) => tune::run(&registry, args),
         Cmd::Soak(args) => soak::run(args),
         Cmd::Busy { parent } => {
             contend::busy(parent);

@@ -125,4 +125,9 @@ fn tune_ranks_configurations_and_recommends_one() {
         )),
         "{python}"
     );
+    // Burn-v0 trivial x 4: a trainer shard is tried; shown only when clearly faster.
+    assert!(v["trainer_shard_trial"]["trainer_shard"].as_bool().unwrap(), "{v}");
+    if let Some(own) = v["with_trainer_shard"]["cli"].as_str() {
+        assert!(own.ends_with("--trainer-shard"), "{own}");
+    }
 }
