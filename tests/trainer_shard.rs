@@ -7,6 +7,9 @@ mod common;
 
 use common::{batch_rows, builder, signal, Watchdog};
 use serde_json::json;
+use shmenv::engine::pool::TrainerShard;
+use shmenv::engine::protocol::{Command, Layout};
+use shmenv::engine::region::Region;
 use shmenv::worker::rng::Pcg64;
 use shmenv::worker::{trainer_shard, Registry};
 use shmenv::{AutoReset, BuildError, Pool, PoolFailure, StepError};
@@ -84,12 +87,19 @@ fn the_stats_count_the_trainers_shard() {
     let _w = Watchdog::new("trainer shard stats", Duration::from_secs(60));
     let mut pool = pool("CartPole-v1", json!({}), 9, 2, true, AutoReset::NextStep);
     pool.reset().unwrap();
-    for _ in 0..40 {
-        pool.step(&[1i64; 9]).unwrap();
+    // NextStep: an episode that ends at step t is reset at step t + 1 (if there is one).
+    let mut own_episodes = 3;
+    for step in 0..40 {
+        let batch = pool.step(&[1i64; 9]).unwrap();
+        if step < 39 {
+            own_episodes += batch.episodes().filter(|e| e.env_id < 3).count() as u64;
+        }
     }
     let report = pool.stats();
     assert_eq!(pool.trainer_envs(), 0..3);
     assert_eq!(report.shard_steps, 3 * 40);
+    assert_eq!(report.shard_resets, own_episodes, "{report:?}");
+    assert!(own_episodes > 3, "episodes ended within 40 steps of action 1: {report:?}");
     assert_eq!(report.steps, 9 * 40, "the workers' steps and the trainer's");
     assert_eq!(report.workers.iter().map(|w| w.steps).sum::<u64>(), 6 * 40);
     assert!(report.shard_share > 0.0 && report.shard_share <= report.trainer_call_share, "{report:?}");
@@ -119,6 +129,53 @@ fn a_panic_in_the_trainers_envs_closes_the_pool_and_names_the_env() {
     assert!(!common::child_pids().contains(&worker), "the worker was reaped");
 }
 
+/// A shard whose own code panics at its first step (a bug in a custom `TrainerShard`).
+struct PanicsAtStep(Box<dyn TrainerShard>);
+
+impl TrainerShard for PanicsAtStep {
+    fn spec_json(&self) -> serde_json::Value {
+        self.0.spec_json()
+    }
+
+    fn resets(&self) -> u64 {
+        0
+    }
+
+    unsafe fn run(
+        &mut self,
+        command: Command,
+        actions: &[u8],
+        region: &Region,
+        layout: &Layout,
+        block: usize,
+    ) -> Result<(), (usize, String)> {
+        assert!(command != Command::Step, "a bug in the shard");
+        // SAFETY: forwarded under the same contract.
+        unsafe { self.0.run(command, actions, region, layout, block) }
+    }
+}
+
+#[test]
+fn a_panic_of_the_shard_itself_closes_the_pool() {
+    let _w = Watchdog::new("trainer shard bug", Duration::from_secs(60));
+    let inner = trainer_shard(Registry::with_builtins());
+    let mut pool = builder("CartPole-v1")
+        .num_envs(4)
+        .num_workers(1)
+        .trainer_shard(move |p| Ok(Box::new(PanicsAtStep(inner(p)?)) as Box<dyn TrainerShard>))
+        .build()
+        .unwrap();
+    pool.reset().unwrap();
+    match pool.step(&[0i64; 4]).map(|_| ()) {
+        Err(StepError::Failed(PoolFailure::EnvPanicked { env_id: 0, message })) => {
+            assert!(message.contains("the trainer's shard panicked: a bug in the shard"), "{message}")
+        }
+        other => panic!("expected the shard's panic, got {other:?}"),
+    }
+    let err = pool.step(&[0i64; 4]).map(|_| ()).unwrap_err();
+    assert!(matches!(err, StepError::Failed(PoolFailure::Closed { .. })), "{err}");
+}
+
 #[test]
 fn a_worker_killed_beside_the_trainer_shard_is_reported() {
     let _w = Watchdog::new("trainer shard kill", Duration::from_secs(60));
@@ -136,6 +193,43 @@ fn a_worker_killed_beside_the_trainer_shard_is_reported() {
         StepError::Failed(PoolFailure::WorkerDied { worker: 1, env_ids, .. }) => assert_eq!(env_ids, 4..6),
         other => panic!("expected worker 1's death, got {other}"),
     }
+}
+
+#[test]
+fn a_killed_worker_is_restarted_beside_the_trainer_shard() {
+    let _w = Watchdog::new("trainer shard restart", Duration::from_secs(60));
+    let policy = shmenv::FailurePolicy::Restart { max_restarts: 1 };
+    let own = trainer_shard(Registry::with_builtins());
+    let b = builder("CartPole-v1").num_envs(6).num_workers(2).seed(7).failure_policy(policy);
+    let mut pool = b.trainer_shard(own).build().unwrap();
+    let mut reference = builder("CartPole-v1").num_envs(6).num_workers(3).seed(7).build().unwrap();
+    pool.reset().unwrap();
+    reference.reset().unwrap();
+    let mut seen_restart = false;
+    for t in 0..20usize {
+        let a: Vec<i64> = (0..6).map(|e| ((t * 7 + e * 3) % 2) as i64).collect();
+        if t == 8 {
+            // Worker 1 hosts envs 4..6 (the trainer 0..2, worker 0 2..4).
+            assert!(signal(pool.worker_pids()[1], libc::SIGKILL));
+        }
+        let batch = match pool.step(&a) {
+            Ok(batch) => batch,
+            Err(e) => panic!("step {t}: {e}"),
+        };
+        let got = batch_rows(&batch);
+        let restarted = batch.restarted_envs().to_vec();
+        if !restarted.is_empty() {
+            assert_eq!(restarted, [4, 5], "step {t}");
+            seen_restart = true;
+            assert!(batch.truncated().get(4) && batch.truncated().get(5));
+        }
+        let want = batch_rows(&reference.step(&a).unwrap());
+        for e in 0..4 {
+            assert_eq!(got[e], want[e], "step {t}: env {e} (the trainer's or worker 0's) diverged");
+        }
+    }
+    assert!(seen_restart, "a batch named the restarted envs");
+    assert_eq!(pool.restarts(), &[0, 1], "worker 1 was restarted once");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub struct BenchArgs {
     #[command(flatten)]
     envs: Envs,
-    /// Number of worker processes (default: available cores).
+    /// Number of worker processes (default: available cores; one fewer with --trainer-shard).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
     workers: Option<usize>,
     /// The trainer steps a shard of the envs itself (sync mode): the envs are split into

@@ -20,11 +20,15 @@ def _count(name: str, value: Any) -> int:
     return int(value)
 
 
-def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | None) -> int:
-    """The worker count: given, implied by ``envs_per_worker``, or one per core."""
+def _num_workers(
+    num_envs: int, num_workers: int | None, envs_per_worker: int | None, trainer_shard: bool = False
+) -> int:
+    """The worker count: given, implied by ``envs_per_worker``, or one per core. With a
+    trainer shard the trainer counts as one of them (one shard, one core)."""
+    own = 1 if trainer_shard else 0
     if envs_per_worker is not None:
         per = _count("envs_per_worker", envs_per_worker)
-        implied = -(-num_envs // per)
+        implied = max(1, -(-num_envs // per) - own)
         if num_workers is not None and _count("num_workers", num_workers) != implied:
             raise InvalidArgumentError(
                 f"num_workers={num_workers} and envs_per_worker={per} disagree: {num_envs} envs at {per} per "
@@ -32,7 +36,7 @@ def _num_workers(num_envs: int, num_workers: int | None, envs_per_worker: int | 
             )
         return implied
     if num_workers is None:
-        return _shmenv.default_num_workers(num_envs)
+        return max(1, _shmenv.default_num_workers(num_envs) - own)
     return _count("num_workers", num_workers)
 
 

@@ -101,11 +101,12 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
                 f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
                 "Python env, which runs in worker processes only: drop trainer_shard"
             )
-        if o.trainer_shard and o.num_workers is None and o.envs_per_worker is None:
-            # One process per core counting the trainer: one worker fewer than the default.
-            num_workers = max(1, min(_shmenv.default_num_workers(num_envs), num_envs - 1) - 1)
-        else:
-            num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker)
+        if o.trainer_shard and o.worker_program is not None:
+            raise InvalidArgumentError(
+                "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
+                f"envs of worker_program={o.worker_program!r}: drop one of the two"
+            )
+        num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker, bool(o.trainer_shard))
         if resolved.config.get("kind") == "factory" and resolved.python:
             which = resolved.config.get("env_factory")
             if which is not None and len(which) != num_envs:

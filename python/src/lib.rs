@@ -37,7 +37,8 @@ fn builtin_env_ids() -> Vec<String> {
 }
 
 /// The envs worker `w` of a pool of `num_envs` envs and `num_workers` workers hosts, as
-/// `(start, end)`: the engine's shard rule, which Python code must not restate.
+/// `(start, end)`: the engine's shard rule, which Python code must not restate. Used for
+/// hosted Python envs only, which never have a trainer shard.
 #[pyfunction]
 fn shard(w: usize, num_envs: usize, num_workers: usize) -> PyResult<(usize, usize)> {
     if num_workers == 0 || w >= num_workers {

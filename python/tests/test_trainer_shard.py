@@ -56,12 +56,15 @@ def test_a_trainer_shard_steps_as_sync_vector_env(mode, plugin, cartpole_c, no_l
 def test_the_default_worker_count_leaves_a_core_to_the_trainer(no_leaks):
     cores = shmenv._shmenv.default_num_workers(1000)
     with shmenv.make_vec("CartPole-v1", 16, trainer_shard=True) as envs:
-        assert envs.num_workers == max(1, cores - 1)
+        assert envs.num_workers == max(1, min(cores, 16) - 1)
         envs.reset(seed=0)
         obs, *_ = envs.step(np.ones(16, dtype=np.int64))
         assert obs.shape == (16, 4)
     with shmenv.make_vec("CartPole-v1", 2, trainer_shard=True) as envs:
         assert envs.num_workers == 1
+    # envs_per_worker counts the trainer's shard too: 12 envs at 4 a shard are 3 shards.
+    with shmenv.make_vec("CartPole-v1", 12, envs_per_worker=4, trainer_shard=True) as envs:
+        assert envs.num_workers == 2
 
 
 def test_what_a_trainer_shard_cannot_run_is_refused_before_any_worker_starts(no_leaks):
@@ -71,3 +74,5 @@ def test_what_a_trainer_shard_cannot_run_is_refused_before_any_worker_starts(no_
         shmenv.make_vec("CartPole-v1", 8, batch_size=4, trainer_shard=True)
     with pytest.raises(InvalidArgumentError, match=r"num_envs \(2\) must be at least num_workers \+ 1 \(3\)"):
         shmenv.make_vec("CartPole-v1", 2, num_workers=2, trainer_shard=True)
+    with pytest.raises(InvalidArgumentError, match="cannot know the envs of worker_program"):
+        shmenv.make_vec("CartPole-v1", 4, worker_program="/bin/true", trainer_shard=True)

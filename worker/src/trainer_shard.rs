@@ -46,16 +46,30 @@ impl TrainerShard for InTrainer {
         self.shard.spec().to_json()
     }
 
-    fn run(
+    fn resets(&self) -> u64 {
+        self.shard.resets()
+    }
+
+    unsafe fn run(
         &mut self,
         command: Command,
+        actions: &[u8],
         region: &Region,
         layout: &Layout,
         block: usize,
     ) -> Result<(), (usize, String)> {
+        let first = self.shard.range().start;
         let Some(block) = layout.blocks.get(block).filter(|_| command != Command::Close) else {
-            return Err((self.shard.range().start, format!("the pool sent {command:?} to block {block}")));
+            return Err((first, format!("the pool sent {command:?} to block {block}")));
         };
-        run_command(region, command, &mut self.shard, layout, block, &NoScope)
+        let want = self.shard.range().len() * layout.actions.row_bytes;
+        if matches!(command, Command::Step | Command::ResetSome) && actions.len() != want {
+            return Err((
+                first,
+                format!("{} bytes of actions for {want} bytes of action rows", actions.len()),
+            ));
+        }
+        // SAFETY: the caller's exclusive access to the shard's rows (this method's contract).
+        unsafe { run_command(region, command, actions, &mut self.shard, block, &NoScope) }
     }
 }

@@ -556,6 +556,11 @@ impl Core {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        if !self.core.owner.is_current() {
+            // A forked child's copy of the trainer's envs: their resources (a plugin's
+            // files, threads) are the parent's; the child leaves them alone.
+            std::mem::forget(self.core.own_shard.take());
+        }
         self.core.shutdown();
     }
 }

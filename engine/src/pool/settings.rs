@@ -76,7 +76,8 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
     if b.trainer_shard.is_some() && b.num_envs <= num_workers {
         return invalid(format!(
             "with trainer_shard the envs are split into num_workers + 1 shards, so num_envs ({}) must be at \
-             least num_workers + 1 ({}); use fewer workers",
+             least num_workers + 1 ({}): the trainer and each worker step one env or more; use fewer workers or \
+             more envs",
             b.num_envs,
             num_workers + 1
         ));

@@ -45,6 +45,16 @@ impl Pool {
         let started = Instant::now();
         let deadline = started + b.startup_timeout;
         let mut startup = Startup::launch(&mut b, deadline)?;
+        // The trainer's own envs are built while the workers build theirs.
+        if let Some(make) = &b.trainer_shard {
+            match make.build(&startup.params) {
+                Ok(own) => startup.own_shard = Some(own),
+                Err(e) => {
+                    startup.abandon();
+                    return Err(e);
+                }
+            }
+        }
         let (spec, layout) = match startup.handshake(deadline, b.startup_timeout) {
             Ok(agreed) => agreed,
             Err(e) => {
@@ -141,14 +151,6 @@ impl Startup {
             cores,
             trainer_shard: b.trainer_shard.is_some(),
         };
-        let own_shard = match &b.trainer_shard {
-            Some(make) => Some(OwnShard::new((make.0)(&params).map_err(|report| match report {
-                WorkerReport::UnknownEnv { .. } | WorkerReport::BadConfig { .. } => build_error(0, report),
-                WorkerReport::Failed { message } => BuildError::TrainerShard(message),
-                other => BuildError::TrainerShard(format!("{other:?}")),
-            })?)),
-            None => None,
-        };
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
             return Err(BuildError::InvalidArgument(format!(
@@ -185,7 +187,7 @@ impl Startup {
                 }
             })?;
         let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
-        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard })
+        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard: None })
     }
 
     pub(super) fn control(&self) -> Control<'_> {
@@ -217,8 +219,7 @@ impl Startup {
                 other: specs[other].to_string(),
             });
         }
-        if let Some(own) = self.own_shard.as_mut().map(|s| s.get().spec_json()).filter(|own| *own != specs[0])
-        {
+        if let Some(own) = self.own_shard.as_mut().map(|s| s.spec_json()).filter(|own| *own != specs[0]) {
             return Err(BuildError::TrainerShard(format!(
                 "its envs report {own}, the workers' {}; build them from the registry the worker \
                  program uses",
@@ -310,7 +311,7 @@ fn plugin_path(path: &std::path::Path) -> Result<String, BuildError> {
     absolute.into_os_string().into_string().map_err(|_| refused("the path is not valid UTF-8".into()))
 }
 
-fn build_error(worker: usize, report: WorkerReport) -> BuildError {
+pub(super) fn build_error(worker: usize, report: WorkerReport) -> BuildError {
     match report {
         WorkerReport::UnknownEnv { id, registered, .. } => {
             let closest = closest_match(&id, &registered);

@@ -41,8 +41,12 @@ impl Core {
         // SAFETY: as in `step`: the action rows are written only by the trainer and read by
         // workers only after the next post; no view borrows them (`&mut self`).
         let actions = unsafe { self.region.slice_mut::<u8>(rows.start, n * row_bytes) };
+        let flag_of = |m: bool| if m { flag } else { protocol::reset_flag::KEEP };
         for (i, &m) in mask.iter().enumerate() {
-            actions[i * row_bytes] = if m { flag } else { protocol::reset_flag::KEEP };
+            actions[i * row_bytes] = flag_of(m);
+        }
+        if let Some(own) = &mut self.own_shard {
+            own.set_flags(mask[self.params.trainer_envs()].iter().map(|&m| flag_of(m)), row_bytes);
         }
         for (i, &m) in mask.iter().enumerate() {
             if m && !self.ended.is_empty() {
@@ -76,6 +80,10 @@ impl Core {
         // (`&mut self`).
         let dst = unsafe { self.region.slice_mut::<T>(rows.start, actions.len()) };
         dst.copy_from_slice(actions);
+        if let Some(own) = &mut self.own_shard {
+            let envs = self.params.trainer_envs();
+            own.set_actions(crate::spec::as_bytes(actions), envs, self.layout.actions.row_bytes);
+        }
         Ok(self.run(s, Command::Step)?)
     }
 
@@ -106,16 +114,7 @@ impl Core {
             self.control().worker_semaphore(v).post();
         }
         // The trainer's own shard, while the workers step theirs.
-        if let Some(own) = &mut self.own_shard {
-            let started = now_ns();
-            if let Err((env_id, message)) = own.get().run(command, &self.region, &self.layout, j) {
-                return Err(self.fail(PoolFailure::EnvPanicked { env_id, message }));
-            }
-            if self.params.stats {
-                let steps = if command == Command::Step { self.params.trainer_envs().len() } else { 0 };
-                self.pool_stats().add_shard(steps as u64, now_ns() - started);
-            }
-        }
+        self.run_own_shard(command, j)?;
         let w = (self.params.num_workers - skip.len()) as u32;
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;

@@ -8,9 +8,15 @@
 //!
 //! [`PoolBuilder::trainer_shard`]: super::PoolBuilder::trainer_shard
 
+use super::startup::build_error;
+use super::Core;
+use crate::error::{BuildError, PoolFailure};
 use crate::protocol::{Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
-use std::sync::Arc;
+use crate::stats::now_ns;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Envs stepped on the trainer's thread, into their rows of the region
 /// ([`PoolParams::trainer_envs`]).
@@ -18,14 +24,24 @@ pub trait TrainerShard: Send {
     /// The envs' spec (canonical JSON, as a worker reports it): it must equal the workers'.
     fn spec_json(&self) -> serde_json::Value;
 
-    /// Runs sync command `command` (not `Close`) on every env of the shard, reading their
-    /// action rows and writing their rows of result block `block` of `layout`. The pool
-    /// calls it only between its posts to the workers and its wait for them, from a call
-    /// holding `&mut Pool`: no worker and no batch view touches these rows then.
-    /// `Err((env_id, message))`: an env failed (a panic, caught); the pool closes.
-    fn run(
+    /// Episodes begun so far (commanded and automatic resets), for the stats.
+    fn resets(&self) -> u64;
+
+    /// Runs sync command `command` (not `Close`) on every env of the shard with `actions`
+    /// (the shard's action rows, from the trainer's own checked copy: never read back
+    /// from the region, where a worker could change them), writing their rows of result
+    /// block `block` of `layout` in `region`. `Err((env_id, message))`: an env failed (a
+    /// panic, caught); the pool closes.
+    ///
+    /// # Safety
+    /// The caller must hold the protocol's exclusive access to the shard's rows of that
+    /// block for the call: no other process or thread reads or writes them, and no view of
+    /// them is alive. The pool calls it only between its posts to the workers and its wait
+    /// for them, inside a call holding `&mut Pool`, with its own region and layout.
+    unsafe fn run(
         &mut self,
         command: Command,
+        actions: &[u8],
         region: &Region,
         layout: &Layout,
         block: usize,
@@ -40,30 +56,122 @@ pub type MakeTrainerShard = dyn Fn(&PoolParams) -> Result<Box<dyn TrainerShard>,
 #[derive(Clone)]
 pub(super) struct ShardMaker(pub(super) Arc<MakeTrainerShard>);
 
+impl ShardMaker {
+    /// Builds the trainer's shard for a pool of `params`: a worker's refusals (unknown id,
+    /// bad config) as the worker's errors would read, anything else as
+    /// [`BuildError::TrainerShard`].
+    pub(super) fn build(&self, params: &PoolParams) -> Result<OwnShard, BuildError> {
+        let shard = (self.0)(params).map_err(|report| match report {
+            WorkerReport::UnknownEnv { .. } | WorkerReport::BadConfig { .. } => build_error(0, report),
+            WorkerReport::Failed { message } => BuildError::TrainerShard(message),
+            other => BuildError::TrainerShard(format!("{other:?}")),
+        })?;
+        Ok(OwnShard::new(shard))
+    }
+}
+
 impl std::fmt::Debug for ShardMaker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MakeTrainerShard")
     }
 }
 
-/// A built [`TrainerShard`], in the pool. The mutex makes the pool `Sync` (envs need only
-/// be `Send`); the pool reaches the shard through `&mut` (`Mutex::get_mut`), never locking.
-pub(super) struct OwnShard(pub(super) std::sync::Mutex<Box<dyn TrainerShard>>);
-
-impl OwnShard {
-    pub(super) fn new(shard: Box<dyn TrainerShard>) -> OwnShard {
-        OwnShard(std::sync::Mutex::new(shard))
-    }
-
-    /// The shard, for a call holding the pool mutably.
-    pub(super) fn get(&mut self) -> &mut dyn TrainerShard {
-        // A poisoned lock is only a panic's mark; the pool closes on an env's failure anyway.
-        self.0.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut()
-    }
+/// A built [`TrainerShard`], in the pool, with the actions it steps next.
+pub(super) struct OwnShard {
+    /// The mutex makes the pool `Sync` (envs need only be `Send`); the pool reaches the
+    /// shard through `&mut` (`Mutex::get_mut`), never locking.
+    shard: Mutex<Box<dyn TrainerShard>>,
+    /// The shard's action rows as the trainer checked them (`step`) or set them (the reset
+    /// flags of `reset_envs`): its own copy, not the region's.
+    actions: Vec<u8>,
+    /// Episodes the shard had begun when the stats last counted them.
+    resets_seen: u64,
 }
 
 impl std::fmt::Debug for OwnShard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TrainerShard")
+        f.debug_struct("OwnShard").field("actions", &self.actions.len()).finish_non_exhaustive()
     }
+}
+
+impl OwnShard {
+    pub(super) fn new(shard: Box<dyn TrainerShard>) -> OwnShard {
+        OwnShard { shard: Mutex::new(shard), actions: Vec::new(), resets_seen: 0 }
+    }
+
+    /// The shard, for a call holding the pool mutably.
+    fn get(&mut self) -> &mut dyn TrainerShard {
+        // A poisoned lock is only a panic's mark; the pool closes on a failure anyway.
+        self.shard.get_mut().unwrap_or_else(PoisonError::into_inner).as_mut()
+    }
+
+    /// The envs' spec (see [`TrainerShard::spec_json`]).
+    pub(super) fn spec_json(&mut self) -> serde_json::Value {
+        self.get().spec_json()
+    }
+
+    /// Takes the shard's action rows for the next command from the trainer's checked
+    /// actions (`bytes`: every env's rows).
+    pub(super) fn set_actions(&mut self, bytes: &[u8], rows: Range<usize>, row_bytes: usize) {
+        self.actions.clear();
+        self.actions.extend_from_slice(&bytes[rows.start * row_bytes..rows.end * row_bytes]);
+    }
+
+    /// Sets each of the shard's action rows to `flags[i]` followed by zeros (the reset
+    /// flags of a partial reset).
+    pub(super) fn set_flags(&mut self, flags: impl Iterator<Item = u8>, row_bytes: usize) {
+        self.actions.clear();
+        for flag in flags {
+            self.actions.push(flag);
+            self.actions.resize(self.actions.len() + row_bytes - 1, 0);
+        }
+    }
+}
+
+impl Core {
+    /// Sync mode: runs `command` on the trainer's own shard, if it has one, into block `j`
+    /// (after the workers were posted: they step theirs meanwhile), and counts it in the
+    /// stats. An env's failure, or a panic of the shard itself, closes the pool.
+    pub(super) fn run_own_shard(&mut self, command: Command, j: usize) -> Result<(), PoolFailure> {
+        let Some(own) = &mut self.own_shard else { return Ok(()) };
+        let started = now_ns();
+        let envs = self.params.trainer_envs();
+        let OwnShard { shard, actions, resets_seen } = own;
+        let shard = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let (region, layout) = (&*self.region, &self.layout);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: sync mode, after this call's posts and before its wait: by the
+            // protocol no worker touches the trainer's shard rows (shards are disjoint), no
+            // view of block `j` is alive (`&mut self`; Python's views keep only the other
+            // block), and the region and layout are the pool's own.
+            unsafe { shard.run(command, actions, region, layout, j) }
+        }));
+        let failure = match result {
+            Ok(Ok(())) => None,
+            Ok(Err((env_id, message))) => Some(PoolFailure::EnvPanicked { env_id, message }),
+            Err(panic) => Some(PoolFailure::EnvPanicked {
+                env_id: envs.start,
+                message: format!("the trainer's shard panicked: {}", panic_text(&panic)),
+            }),
+        };
+        if let Some(failure) = failure {
+            return Err(self.fail(failure));
+        }
+        if self.params.stats {
+            let steps = if command == Command::Step { envs.len() } else { 0 };
+            let resets = shard.resets();
+            let new_resets = resets.saturating_sub(std::mem::replace(resets_seen, resets));
+            self.pool_stats().add_shard(steps as u64, new_resets, now_ns() - started);
+        }
+        Ok(())
+    }
+}
+
+/// A caught panic's message.
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or(panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("?")
 }

@@ -77,14 +77,14 @@ const OUTSIDE_SLACK_NS: f64 = 20_000.0;
 /// that does so under contention loses most of its speed until the next probe; a lucky
 /// window must not be enough); to start sleeping, one when it is far cheaper (contention:
 /// every batch counts) and two otherwise (on an idle machine a window can be a few percent
-/// off by chance, and sleeping there costs a wake-up a batch). A probe compared with the
-/// few batches of a drift (`against_batches` below [`MIN_BATCHES`]) needs two as well: one
-/// stall of a few tens of microseconds (an interrupt, a kernel thread) makes such a window
-/// look like contention; contention that stays shows in the next window at once.
-fn wins_needed(mode: WaitMode, ratio: f64, against_batches: u32) -> u32 {
+/// off by chance, and sleeping there costs a wake-up a batch). A probe that a drift
+/// started (`drifted`: compared with the drift's few batches) needs two as well: one stall
+/// of a few tens of microseconds (an interrupt, a kernel thread) makes such a window look
+/// like contention; contention that stays drifts the next window at once.
+fn wins_needed(mode: WaitMode, ratio: f64, drifted: bool) -> u32 {
     match mode {
         WaitMode::Active => 2,
-        WaitMode::Sleep if ratio < CLEARLY_CHEAPER && against_batches >= MIN_BATCHES => 1,
+        WaitMode::Sleep if ratio < CLEARLY_CHEAPER && !drifted => 1,
         WaitMode::Sleep => 2,
     }
 }
@@ -129,8 +129,8 @@ enum Phase {
     /// compared with.
     Settled(Window),
     /// Running in the other mode: `skip` batches of transition, then `window`, compared
-    /// with the chosen mode's window `against`.
-    Probe { skip: u32, window: Window, against: Window },
+    /// with the chosen mode's window `against` (`drifted`: the few batches of a drift).
+    Probe { skip: u32, window: Window, against: Window, drifted: bool },
 }
 
 /// The tuner's state (pure: it is fed times and answers with modes; the pool applies them).
@@ -266,13 +266,14 @@ impl WaitTuner {
                 }
                 if now_ns >= self.next_probe_ns || drifted {
                     self.probes += 1;
-                    self.phase = Phase::Probe { skip: 1, window: Window::default(), against: window };
+                    self.phase =
+                        Phase::Probe { skip: 1, window: Window::default(), against: window, drifted };
                     return Some(self.mode.other());
                 }
                 self.phase = Phase::Settled(Window::starting(now_ns));
                 None
             }
-            Phase::Probe { skip, window, against } => {
+            Phase::Probe { skip, window, against, drifted } => {
                 if *skip > 0 {
                     // The processes are still changing modes: not counted, unless it
                     // already shows the other mode far worse.
@@ -283,7 +284,7 @@ impl WaitTuner {
                     }
                 }
                 window.add(cost_ns);
-                let (window, against) = (*window, *against);
+                let (window, against, drifted) = (*window, *against, *drifted);
                 let hopeless = window.mean() > FAR_WORSE * against.mean()
                     || (window.batches >= FEW_BATCHES && window.mean() > LOSING * against.mean())
                     || (window.batches >= MIN_BATCHES && window.mean() > (1.0 + MARGIN) * against.mean());
@@ -300,7 +301,7 @@ impl WaitTuner {
                 }
                 self.wins += 1;
                 let ratio = window.mean() / against.mean().max(1.0);
-                if self.wins < wins_needed(self.mode.other(), ratio, against.batches) {
+                if self.wins < wins_needed(self.mode.other(), ratio, drifted) {
                     // Won once: measure the chosen mode again and probe again at once.
                     self.phase = Phase::Settled(Window::starting(now_ns));
                     self.next_probe_ns = now_ns;

@@ -49,10 +49,12 @@ pub struct PoolBlock {
     pub trainer_runqueue_at_start: u64,
     /// Env steps of the trainer's own shard (`PoolBuilder::trainer_shard`).
     pub shard_steps: u64,
+    /// Episodes the trainer's own shard began.
+    pub shard_resets: u64,
     /// Time the trainer spent stepping its own shard.
     pub shard_env_ns: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 18],
+    pub reserved: [u64; 17],
 }
 
 /// A worker's block (written by that worker).
@@ -130,6 +132,8 @@ pub mod pool {
     pub const TRAINER_RUNQUEUE_AT_START: usize = offset_of!(PoolBlock, trainer_runqueue_at_start);
     /// u64: [`PoolBlock::shard_steps`].
     pub const SHARD_STEPS: usize = offset_of!(PoolBlock, shard_steps);
+    /// u64: [`PoolBlock::shard_resets`].
+    pub const SHARD_RESETS: usize = offset_of!(PoolBlock, shard_resets);
     /// u64: [`PoolBlock::shard_env_ns`].
     pub const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
 }

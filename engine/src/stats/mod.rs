@@ -157,10 +157,12 @@ impl<'a> PoolStats<'a> {
         }
     }
 
-    /// Records a command of the trainer's own shard: its env steps and the time it took.
+    /// Records a command of the trainer's own shard: its env steps, the episodes it began
+    /// and the time it took.
     #[inline]
-    pub fn add_shard(&self, steps: u64, env_ns: u64) {
+    pub fn add_shard(&self, steps: u64, resets: u64, env_ns: u64) {
         add(self.word(stats::pool::SHARD_STEPS), steps);
+        add(self.word(stats::pool::SHARD_RESETS), resets);
         add(self.word(stats::pool::SHARD_ENV_NS), env_ns);
     }
 
@@ -247,6 +249,8 @@ pub struct StatsSnapshot {
     pub trainer_runqueue_ns: u64,
     /// Env steps of the trainer's own shard.
     pub shard_steps: u64,
+    /// Episodes the trainer's own shard began.
+    pub shard_resets: u64,
     /// Trainer time stepping its own shard.
     pub shard_env_ns: u64,
     /// Per worker.
@@ -301,6 +305,7 @@ impl StatsSnapshot {
             ring_full_sum: load(base + stats::pool::RING_FULL_SUM),
             ring_samples: load(base + stats::pool::RING_SAMPLES),
             shard_steps: load(base + stats::pool::SHARD_STEPS),
+            shard_resets: load(base + stats::pool::SHARD_RESETS),
             shard_env_ns: load(base + stats::pool::SHARD_ENV_NS),
             workers,
         }
@@ -327,6 +332,7 @@ impl StatsSnapshot {
             wait_switches: d(self.wait_switches, earlier.wait_switches),
             trainer_runqueue_ns: d(self.trainer_runqueue_ns, earlier.trainer_runqueue_ns),
             shard_steps: d(self.shard_steps, earlier.shard_steps),
+            shard_resets: d(self.shard_resets, earlier.shard_resets),
             shard_env_ns: d(self.shard_env_ns, earlier.shard_env_ns),
             workers: self
                 .workers
@@ -367,6 +373,7 @@ impl StatsSnapshot {
         self.wait_switches += other.wait_switches;
         self.trainer_runqueue_ns += other.trainer_runqueue_ns;
         self.shard_steps += other.shard_steps;
+        self.shard_resets += other.shard_resets;
         self.shard_env_ns += other.shard_env_ns;
         for (a, b) in self.workers.iter_mut().zip(&other.workers) {
             a.steps += b.steps;
@@ -438,6 +445,7 @@ impl StatsSnapshot {
             wait_probes: d(self.wait_probes, e.wait_probes),
             wait_switches: d(self.wait_switches, e.wait_switches),
             shard_steps,
+            shard_resets: d(self.shard_resets, e.shard_resets),
             shard_share: d(self.shard_env_ns, e.shard_env_ns) as f64 / 1e9 / secs,
             workers,
         }
@@ -537,6 +545,8 @@ pub struct StatsReport {
     pub wait_switches: u64,
     /// Env steps of the trainer's own shard (`PoolBuilder::trainer_shard`; 0 without).
     pub shard_steps: u64,
+    /// Episodes the trainer's own shard began.
+    pub shard_resets: u64,
     /// Share of the interval the trainer spent stepping its own shard (part of its time
     /// inside pool calls).
     pub shard_share: f64,

@@ -47,7 +47,14 @@ impl Worker {
                     return Stop::Failed;
                 }
             };
-            match run_command(&self.region, command, shard, layout, block, scope) {
+            let rows = layout.actions.rows(shard.range());
+            // SAFETY: by the protocol, between the trainer's post and this worker's
+            // completion post the trainer does not write the action rows; the borrow ends
+            // before `finish_command` posts.
+            let actions = unsafe { self.region.slice::<u8>(rows.start, rows.len()) };
+            // SAFETY: in the same window nobody else reads or writes this shard's result
+            // rows (the trainer waits or steps its own shard; shards are disjoint).
+            match unsafe { run_command(&self.region, command, actions, shard, block, scope) } {
                 Ok(()) => {
                     let times = CommandTimes { waited_from, started };
                     self.finish_command(command, shard, &mut resets_seen, layout, times);
@@ -101,26 +108,25 @@ impl Worker {
     }
 }
 
-/// Runs `command` (not `Close`) on every env of the shard, writing block `block`: a
-/// worker's part of a sync command, and the trainer's for its own shard.
+/// Runs `command` (not `Close`) on every env of the shard with `actions` (its action
+/// rows), writing its rows of block `block`: a worker's part of a sync command, and the
+/// trainer's for its own shard.
+///
+/// # Safety
+/// The caller holds the protocol's exclusive access to the shard's rows of `block` for the
+/// call (between the trainer's post and the shard's completion: the worker's post, the
+/// trainer's return from its own shard).
 #[inline]
-pub(crate) fn run_command(
+pub(crate) unsafe fn run_command(
     region: &Region,
     command: Command,
+    actions: &[u8],
     shard: &mut EnvShard,
-    layout: &Layout,
     block: &ResultBlock,
     scope: &dyn BatchScope,
 ) -> Result<(), (usize, String)> {
-    let range = shard.range();
-    let actions = layout.actions.rows(range.clone());
-    // SAFETY: by the protocol, between the trainer's post and this shard's completion
-    // (the worker's post, the trainer's return from its own shard) the trainer does not
-    // write the action rows; the borrow ends with this call.
-    let actions = unsafe { region.slice::<u8>(actions.start, actions.len()) };
-    // SAFETY: in the same window nobody else reads or writes this shard's result rows
-    // (the trainer waits or steps its own shard; shards are disjoint).
-    let mut rows = unsafe { block_rows(region, block, range) };
+    // SAFETY: the caller's exclusive access; shards are disjoint.
+    let mut rows = unsafe { block_rows(region, block, shard.range()) };
     let seed = || region.read_pod::<u64>(protocol::RESET_SEED);
     let mut result = Ok(());
     match command {

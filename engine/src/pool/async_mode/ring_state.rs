@@ -52,9 +52,7 @@ impl RingState {
         fair: bool,
         params: &protocol::PoolParams,
     ) -> RingState {
-        let shards: Vec<Range<usize>> = (0..params.num_workers)
-            .map(|w| protocol::shard(w, params.num_envs, params.num_workers))
-            .collect();
+        let shards: Vec<Range<usize>> = (0..params.num_workers).map(|w| params.shard(w)).collect();
         let worker_of: Vec<usize> =
             (0..params.num_envs).map(|e| shards.iter().position(|s| s.contains(&e)).unwrap_or(0)).collect();
         RingState {
