@@ -34,7 +34,7 @@ pub(super) struct Startup {
     /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
     /// (`Sleep`) because other tasks held the cores.
     pub(super) placed_for: WaitMode,
-    /// The envs the trainer steps itself, built before the workers start.
+    /// The envs the trainer steps itself, built while the workers start.
     pub(super) own_shard: Option<OwnShard>,
 }
 
