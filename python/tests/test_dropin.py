@@ -113,9 +113,13 @@ def _pause():
         pass
 
 
-def test_zero_copy_sync_previous_observation_survives_the_next_step(no_leaks):
+@pytest.mark.parametrize("trainer_shard", [False, True], ids=["workers", "trainer-shard"])
+def test_zero_copy_sync_previous_observation_survives_the_next_step(trainer_shard, no_leaks):
+    """With a trainer shard too: its rows are written into the same alternating blocks."""
     rng = np.random.default_rng(1)
-    with shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=0, copy=False) as envs:
+    with shmenv.make_vec(
+        "CartPole-v1", 8, num_workers=2, seed=0, copy=False, trainer_shard=trainer_shard
+    ) as envs:
         obs, _ = envs.reset()
         assert not obs.flags.writeable
         for t in range(3000):
