@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(&registry, args),
         Cmd::Top(args) => top::run(args),
         Cmd::Tune(args) => tune::run(&registry, args),
-        Cmd::Soak(args) => soak::run(args),
+        Cmd::Soak(args) => soak::run(&registry, args),
         Cmd::Busy { parent } => {
             contend::busy(parent);
             Ok(())

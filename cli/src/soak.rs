@@ -4,6 +4,7 @@
 use crate::args::{self, Envs};
 use crate::stepping::fmt_rate;
 use crate::Error;
+use shmenv::worker::Registry;
 use shmenv::{DType, FailurePolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,9 @@ pub struct SoakArgs {
     /// Results per batch: fewer than --num-envs soaks async mode (send/recv).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
     batch_size: Option<usize>,
+    /// The trainer steps a shard of the envs itself beside the workers (sync mode).
+    #[arg(long)]
+    trainer_shard: bool,
 }
 
 /// A process's resident memory in KiB (VmRSS).
@@ -60,15 +64,19 @@ fn killer(pids: Arc<Mutex<Vec<u32>>>, stop: Arc<AtomicBool>, every: Duration) ->
 }
 
 /// Runs `shmenv soak`.
-pub fn run(args: SoakArgs) -> Result<(), Error> {
-    let mut pool = args
+pub fn run(registry: &Registry, args: SoakArgs) -> Result<(), Error> {
+    let builder = args
         .envs
         .builder()?
         .num_workers(args.workers)
         .seed(0)
         .batch_size(args.batch_size.unwrap_or(args.envs.num_envs))
-        .failure_policy(FailurePolicy::Restart { max_restarts: u32::MAX })
-        .build()?;
+        .failure_policy(FailurePolicy::Restart { max_restarts: u32::MAX });
+    let builder = match args.trainer_shard {
+        true => builder.trainer_shard(shmenv::worker::trainer_shard(registry.clone())),
+        false => builder,
+    };
+    let mut pool = builder.build()?;
     if pool.spec().action.dtype() != DType::I64 {
         return Err("soak steps envs with integer (Discrete) actions: pick such an env".into());
     }
