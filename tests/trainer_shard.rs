@@ -106,6 +106,33 @@ fn the_stats_count_the_trainers_shard() {
 }
 
 #[test]
+fn the_trace_has_a_span_per_command_of_the_trainers_shard() {
+    let _w = Watchdog::new("trainer shard trace", Duration::from_secs(60));
+    let own = trainer_shard(Registry::with_builtins());
+    let b = builder("Burn-v0").config(json!({"step_us": 20})).num_envs(4).num_workers(1).trace(true);
+    let mut pool = b.trainer_shard(own).build().unwrap();
+    pool.reset().unwrap();
+    for _ in 0..30 {
+        pool.step(&[0i64; 4]).unwrap();
+    }
+    let path = std::env::temp_dir().join(format!("shmenv-shard-trace-{}.json", std::process::id()));
+    pool.write_trace(&path).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let me = std::process::id();
+    let spans: Vec<f64> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pid"] == me && e["name"] == "own shard")
+        .map(|e| e["dur"].as_f64().unwrap())
+        .collect();
+    assert_eq!(spans.len(), 31, "one span per command (reset + 30 steps)");
+    // Each step burns 20 us in each of the trainer's 2 envs.
+    assert!(spans[1..].iter().all(|&d| d >= 40.0), "{spans:?}");
+}
+
+#[test]
 fn a_panic_in_the_trainers_envs_closes_the_pool_and_names_the_env() {
     let _w = Watchdog::new("trainer shard panic", Duration::from_secs(60));
     // Env 1 (seeded 5 + 1) panics at its third step; envs 0..2 are the trainer's.

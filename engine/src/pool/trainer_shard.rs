@@ -157,12 +157,14 @@ impl Core {
         if let Some(failure) = failure {
             return Err(self.fail(failure));
         }
+        let ended = now_ns();
         if self.params.stats {
             let steps = if command == Command::Step { envs.len() } else { 0 };
             let resets = shard.resets();
             let new_resets = resets.saturating_sub(std::mem::replace(resets_seen, resets));
-            self.pool_stats().add_shard(steps as u64, new_resets, now_ns() - started);
+            self.pool_stats().add_shard(steps as u64, new_resets, ended - started);
         }
+        self.record_spans(&[("own shard", started, ended)]);
         Ok(())
     }
 }
