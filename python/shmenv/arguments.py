@@ -36,7 +36,7 @@ def _num_workers(
             )
         return implied
     if num_workers is None:
-        return max(1, _shmenv.default_num_workers(num_envs) - own)
+        return _shmenv.default_num_workers(num_envs, trainer_shard)
     return _count("num_workers", num_workers)
 
 

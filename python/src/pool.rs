@@ -50,10 +50,11 @@ fn parse_autoreset(name: &str) -> PyResult<AutoReset> {
 }
 
 /// The worker count a pool of `num_envs` envs gets by default (one per core this process
-/// may use, at most one per env), as the engine computes it.
+/// may use, at most one per env; one fewer with a trainer shard), as the engine computes it.
 #[pyfunction]
-pub(crate) fn default_num_workers(num_envs: usize) -> usize {
-    shmenv_engine::pool::default_num_workers(num_envs, shmenv_engine::sync::available_cores())
+#[pyo3(signature = (num_envs, trainer_shard = false))]
+pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize {
+    shmenv_engine::pool::default_num_workers(num_envs, shmenv_engine::sync::available_cores(), trainer_shard)
 }
 
 /// A worker command: `program`, its arguments, extra environment.

@@ -33,9 +33,10 @@ pub(super) fn check_region(size: usize, num_envs: usize, room: &MemoryRoom) -> R
 }
 
 /// The number of workers a pool of `num_envs` envs gets when none is given: one per core
-/// this process may use, at most one per env.
-pub fn default_num_workers(num_envs: usize, cores: usize) -> usize {
-    cores.min(num_envs).max(1)
+/// this process may use, at most one per env; with a trainer shard, which takes a core's
+/// share, one fewer (at least one).
+pub fn default_num_workers(num_envs: usize, cores: usize, trainer_shard: bool) -> usize {
+    (cores.min(num_envs).max(1) - usize::from(trainer_shard)).max(1)
 }
 
 /// Checks every setting; returns the number of workers and the batch size.
@@ -44,10 +45,8 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
     if b.num_envs == 0 || b.num_envs > MAX_ENVS {
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
-    // With a trainer shard the trainer takes a core's share: one worker fewer by default.
-    let own = usize::from(b.trainer_shard.is_some());
     let num_workers =
-        b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores).saturating_sub(own).max(1));
+        b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores, b.trainer_shard.is_some()));
     let most = if b.num_envs <= MAX_WORKERS {
         format!("num_envs ({})", b.num_envs)
     } else {

@@ -134,7 +134,9 @@ impl Core {
     /// stats. An env's failure, or a panic of the shard itself, closes the pool.
     pub(super) fn run_own_shard(&mut self, command: Command, j: usize) -> Result<(), PoolFailure> {
         let Some(own) = &mut self.own_shard else { return Ok(()) };
-        let started = now_ns();
+        // Two clock reads a batch only when something records them.
+        let timed = self.params.stats || self.trace.is_some();
+        let started = if timed { now_ns() } else { 0 };
         let envs = self.params.trainer_envs();
         let OwnShard { shard, actions, resets_seen } = own;
         let shard = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -156,6 +158,9 @@ impl Core {
         };
         if let Some(failure) = failure {
             return Err(self.fail(failure));
+        }
+        if !timed {
+            return Ok(());
         }
         let ended = now_ns();
         if self.params.stats {
