@@ -10,12 +10,13 @@ infos and one for ``reset`` infos (under same-step autoreset a row carries both)
 other value (and a number of another type than its key's) is kept in the worker, pickled
 on request. Either way the env's flag byte is set.
 
-Trainer side (:class:`InfoArea`): after each batch, one ``mmap.find`` tells whether any
-flag is set; only then are the batch's flagged rows read: column values in one call of the
-extension (``InfoReader``: no pickling, no round trip, a few numpy calls per key whatever
-the number of rows), and only the rows whose env kept other values are fetched
-over the call side channel (pickled, one round trip per worker that has some). The result
-is ``info[key]`` arrays with ``info["_key"]`` masks, as ``SyncVectorEnv`` gives them.
+Trainer side (:class:`InfoArea`): the extension's pool reads the area (``Pool.attach_infos``:
+it maps each env to its cell and keeps the workers' key tables). After each batch one
+call, ``Pool.take_infos``, looks at the flags of the batch's rows and, only when one is
+set, reads and clears their column values into ``info[key]`` arrays with ``info["_key"]``
+masks, as ``SyncVectorEnv`` gives them (no pickling, no round trip, one call whatever the
+number of rows and keys). Only the rows whose env kept other values are fetched over the
+call side channel (pickled, one round trip per worker that has some).
 
 The area is a memfd the trainer creates and sends to each worker over its call socket
 (``SCM_RIGHTS``). Env ``e`` of worker ``w`` owns byte/cell ``w * stride + local``; worker
@@ -34,8 +35,6 @@ import socket
 from typing import Any, Sequence
 
 import numpy as np
-
-from shmenv._shmenv import InfoReader
 
 SLOTS = 16
 """Keys each worker can keep in columns; more keys go pickled."""
@@ -65,9 +64,12 @@ class _Area:
             [np.frombuffer(mm, np.uint8, self.n, self._cell(k, 0) + 16 * self.n + j * n8) for j in range(2)]
             for k in range(SLOTS)
         ]
-        # The whole area and where its parts are, for the trainer's reader (``InfoReader``).
+        # The whole area and where its parts are, for the trainer's reader (``Pool.attach_infos``).
         self.bytes = np.frombuffer(mm, np.uint8)
-        self.layout = (self.n, n8, columns, self._slot_bytes, n8)
+        self.layout = {
+            "cells": self.n, "pickled": n8, "counts": self.tables, "entries": self.entries, "columns": columns,
+            "slot_bytes": self._slot_bytes, "presence": n8, "slots": SLOTS, "entry": _ENTRY, "name": _NAME_BYTES,
+        }  # fmt: skip
 
     @staticmethod
     def size(workers: int, stride: int) -> int:
@@ -82,18 +84,9 @@ class _Area:
         """The value cells of ``slot`` for step (0) or reset (1) infos, as ``dtype``."""
         return np.ndarray((self.n,), dtype=dtype, buffer=self.mm, offset=self._cell(slot, kind), strides=(8,))
 
-    def entry(self, worker: int, slot: int) -> tuple[str, np.dtype]:
-        at = self.entries + (worker * SLOTS + slot) * _ENTRY
-        raw = self.mm[at : at + _ENTRY]
-        name = raw[:_NAME_BYTES].rstrip(b"\0").decode()
-        return name, np.dtype(raw[_NAME_BYTES:].rstrip(b"\0").decode())
-
     def set_entry(self, worker: int, slot: int, name: bytes, dtype: np.dtype) -> None:
         at = self.entries + (worker * SLOTS + slot) * _ENTRY
         self.mm[at : at + _ENTRY] = name.ljust(_NAME_BYTES, b"\0") + dtype.str.encode().ljust(_ENTRY - _NAME_BYTES, b"\0")
-
-    def table(self, worker: int) -> tuple[tuple[str, np.dtype], ...]:
-        return tuple(self.entry(worker, k) for k in range(int(self.counts[worker])))
 
 
 # --- worker side --------------------------------------------------------------------------
@@ -205,9 +198,10 @@ def map_flags(sock: socket.socket, index: int) -> None:
 
 
 class InfoArea:
-    """The trainer's end: the shared area and the merge into each batch's infos."""
+    """The trainer's end: the shared area, which ``pool`` reads (``Pool.take_infos``), and
+    the merge into each batch's infos."""
 
-    def __init__(self, shards: Sequence[tuple[int, int]]):
+    def __init__(self, pool, shards: Sequence[tuple[int, int]]):
         self.stride = max(1, max(b - a for a, b in shards))
         self.workers = len(shards)
         size = _Area.size(self.workers, self.stride)
@@ -220,15 +214,8 @@ class InfoArea:
             raise
         self.fd: int | None = fd
         self._mm, self._area = mm, _Area(mm, self.workers, self.stride)
-        self._n = self.workers * self.stride
-        # The flag position of each env, and its worker.
-        self._pos = np.array([w * self.stride + e - a for w, (a, b) in enumerate(shards) for e in range(a, b)])
-        # The output columns (one per (key, dtype) a worker named) and each worker's slots'.
-        self._keys: list[str] = []
-        self._dtypes: list[np.dtype] = []
-        self._slot_columns: list[list[int]] = []
-        self._counts = b""  # the tables' sizes when last read
-        self._reader = InfoReader(self._area.layout, self._pos.tolist(), self.stride)
+        self._pool = pool
+        pool.attach_infos(self._area.bytes, self._area.layout)
 
     def data(self) -> bytes:
         """What a worker needs besides the fd (:func:`map_flags`)."""
@@ -241,6 +228,8 @@ class InfoArea:
             self.fd = None
 
     def close(self) -> None:
+        """Closes the fd and, once the pool is closed (it holds the area until then), the
+        mapping."""
         self.close_fd()
         del self._area  # the mapping cannot close while numpy holds it
         try:
@@ -250,70 +239,24 @@ class InfoArea:
 
     def forget_tables(self) -> None:
         """A worker was restarted: its replacement names its keys anew."""
-        self._counts = b""
+        self._pool.forget_info_tables()
 
     def merge(self, infos: dict[str, Any], res, calls, shards, same_step: bool) -> None:
         """Adds the infos hosted envs noted for this batch's rows (only when a worker
-        flagged some) to ``infos``: column values first, then the pickled rest (fetched
-        for the rows that have some); keys ``infos`` has already (shmenv's) win.
-
-        One ``find`` when no env of any worker noted infos; otherwise one call of the
-        extension reads (and clears) the flags and cells of the batch's rows and returns
-        each key's array and mask, whatever the number of rows."""
-        if self._mm.find(b"\x01", 0, self._n) < 0:
+        flagged some) to ``infos``: column values (one call of the extension, which reads
+        and clears the rows' flags and cells), and the pickled rest of the rows that have
+        some (fetched over the call channel); keys ``infos`` has already (shmenv's) win."""
+        taken = self._pool.take_infos(infos)
+        if taken is None:  # none, or only numbers: added
             return
-        self._read_tables()
-        taken = self._reader.take(
-            self._area.bytes, res.env_id, res.elapsed_step, res.terminated, res.truncated, same_step,
-            self._slot_columns, self._dtypes,
-        )
-        if taken is None:
-            return
-        pickled, columns, finals = taken
-        extra: dict[str, Any] = {}
-        _put_columns(extra, self._keys, columns)
-        if finals is not None and any(c is not None for c in finals):
-            _put_columns(extra.setdefault("final_info", {}), self._keys, finals)
-        if pickled:
-            slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
-            done = np.logical_or(res.terminated, res.truncated)
-            merge_slots(extra, np.array(pickled), slots, done, res.elapsed_step, same_step)
+        extra, pickled = taken
+        slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
+        done = np.logical_or(res.terminated, res.truncated)
+        merge_slots(extra, np.array(pickled), slots, done, res.elapsed_step, same_step)
         if "final_info" in extra:
             infos["final_info"] = {**infos.get("final_info", {}), **extra.pop("final_info")}
         for key, value in extra.items():
             infos.setdefault(key, value)
-
-    def _read_tables(self) -> None:
-        """Reads the workers' key tables again when one of them named a key: each
-        ``(key, dtype)`` any worker named is an output column, and each worker's slots map
-        to theirs."""
-        counts = self._area.counts.tobytes()
-        if counts == self._counts:
-            return
-        self._counts = counts
-        tables = [self._area.table(w) for w in range(self.workers)]
-        pairs = list(dict.fromkeys(pair for table in tables for pair in table))
-        self._keys, self._dtypes = [k for k, _ in pairs], [d for _, d in pairs]
-        self._slot_columns = [[pairs.index(pair) for pair in table] for table in tables]
-
-
-def _put_columns(infos: dict[str, Any], keys: list[str], columns: list) -> None:
-    """Sets ``infos[key]`` and its mask from each output column ``(values, mask)`` (None:
-    no row has it). A key that came in several types (a slot per type) gets the dtype of
-    the column holding its lowest row, as ``SyncVectorEnv`` types a key by the first env
-    that returns it; the others' values are cast into it."""
-    for key, column in zip(keys, columns):
-        if column is None:
-            continue
-        values, mask = column
-        if key not in infos:
-            infos[key], infos[f"_{key}"] = values, mask
-            continue
-        array, have = infos[key], infos[f"_{key}"]
-        if np.argmax(mask) < np.argmax(have):
-            array, values, have, mask = values, array, mask, have
-        array[mask] = values[mask]
-        infos[key], infos[f"_{key}"] = array, have | mask
 
 
 def merge_slots(

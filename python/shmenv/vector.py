@@ -438,7 +438,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         """Python envs: the shared area through which workers pass infos (``infos.py``)."""
         if self._calls is None:
             return None
-        area = InfoArea(self._shards)
+        area = InfoArea(self._pool, self._shards)
         try:
             self._calls.share_fd("map_infos", area.fd, area.data())
         except BaseException:

@@ -1,201 +1,489 @@
 //! The trainer's read of the info area of hosted Python envs (`shmenv.infos`, which lays
-//! the area out and says who writes which byte when): a batch's flagged rows and their
-//! column values, as finished `infos[key]` arrays and masks, in one call. In numpy the same
-//! work took two dozen calls of a few microseconds each per batch, whatever its size.
+//! the area out and says who writes which byte when). The pool keeps one [`InfoReader`]:
+//! each call that returns a batch notes its rows ([`InfoReader::note_batch`]), and
+//! `Pool.take_infos()` turns the rows' flagged cells into Gymnasium's `infos[key]` arrays
+//! and `infos["_key"]` masks in one call, whatever the number of rows or keys. In numpy the
+//! same work took two dozen calls of a few microseconds each per batch.
 
 use crate::views;
-use numpy::{PyArrayDescr, PyArrayDescrMethods, PyReadonlyArray1, PyReadwriteArray1, PyUntypedArrayMethods};
+use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use shmenv_engine::{Batch, DType};
+use std::ops::Range;
 
-/// Where the parts of the area are, in bytes (`shmenv.infos._Area`): the flag bytes of its
-/// `n` env cells (workers x stride) at 0, the pickled-slot bytes, the first slot's columns,
-/// the bytes of a slot, and the presence bytes of one kind (`n` rounded up to 8).
-#[derive(FromPyObject, Clone, Copy)]
-struct AreaLayout(usize, usize, usize, usize, usize);
+/// Where the parts of the area are, in bytes, and its table sizes (`shmenv.infos._Area`).
+#[derive(FromPyObject, Clone, Copy, Debug)]
+#[pyo3(from_item_all)]
+pub(crate) struct AreaLayout {
+    /// Env cells (workers x stride): as many flag bytes, at offset 0.
+    cells: usize,
+    /// The pickled-slot bytes (one per cell).
+    pickled: usize,
+    /// The key count of each worker's table (one byte per worker).
+    counts: usize,
+    /// The key tables: `slots` entries of `entry` bytes per worker.
+    entries: usize,
+    /// The first slot's columns; slot `s` is `slot_bytes` further per slot.
+    columns: usize,
+    slot_bytes: usize,
+    /// Bytes between a slot's presence bytes of step infos and those of reset infos.
+    presence: usize,
+    /// Keys a worker can name.
+    slots: usize,
+    /// Bytes of a table entry, and of the key name that starts it (then the dtype string).
+    entry: usize,
+    name: usize,
+}
 
-/// One info column of a batch: its values (zero where absent) and its mask.
-type Column<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
+impl AreaLayout {
+    /// The presence byte of `slot`, kind (0 step, 1 reset), cell `pos`.
+    fn present(&self, slot: usize, kind: usize, pos: usize) -> usize {
+        self.columns + slot * self.slot_bytes + 16 * self.cells + kind * self.presence + pos
+    }
 
-/// What [`InfoReader::take`] returns: the batch rows whose env kept values outside the
-/// columns (pickled: the caller fetches them over the call channel), each output column's
-/// infos (`None` where no row has one), and under same-step autoreset the step infos of
-/// the rows that ended (their `final_info`).
-type Taken<'py> = (Vec<i64>, Vec<Option<Column<'py>>>, Option<Vec<Option<Column<'py>>>>);
+    /// The 8-byte value cell of `slot`, `kind`, cell `pos`.
+    fn cell(&self, slot: usize, kind: usize, pos: usize) -> usize {
+        self.columns + slot * self.slot_bytes + kind * 8 * self.cells + 8 * pos
+    }
+
+    /// Table entry `slot` of worker `w`.
+    fn entry_at(&self, w: usize, slot: usize) -> Range<usize> {
+        let at = self.entries + (w * self.slots + slot) * self.entry;
+        at..at + self.entry
+    }
+
+    /// The bytes the layout spans for `workers` workers.
+    fn end(&self, workers: usize) -> usize {
+        let parts = [
+            self.counts + workers,
+            self.entries + workers * self.slots * self.entry,
+            self.columns + self.slots * self.slot_bytes,
+            self.present(self.slots.saturating_sub(1), 1, self.cells),
+        ];
+        parts.into_iter().max().unwrap_or(0)
+    }
+}
+
+/// One row of the batch just returned: its env's area cell, and what the row is.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    pos: usize,
+    /// Its observation comes from a reset (elapsed step 0).
+    reset: bool,
+    /// Its episode ended at this step.
+    done: bool,
+}
+
+/// An output column: a `(key, dtype)` pair some worker named.
+struct ColumnType {
+    key: usize,
+    dtype: DType,
+}
+
+/// A key of the output, and its mask's name (`"_" + key`).
+struct Key {
+    name: Py<PyString>,
+    mask: Py<PyString>,
+}
+
+/// The workers' key tables as last read.
+#[derive(Default)]
+struct Tables {
+    /// Each worker's key count when read (empty: read them again).
+    counts: Vec<u8>,
+    keys: Vec<Key>,
+    columns: Vec<ColumnType>,
+    /// Per worker, the output column of each of its slots.
+    slot_columns: Vec<Vec<usize>>,
+}
 
 /// The trainer's reader of one pool's info area.
-#[pyclass(frozen)]
-pub struct InfoReader {
+pub(crate) struct InfoReader {
+    area: SharedBytes,
     layout: AreaLayout,
-    /// The area position of each env.
-    positions: Vec<usize>,
     /// Env cells per worker.
     stride: usize,
+    /// The area cell of each env.
+    positions: Vec<usize>,
+    same_step: bool,
+    tables: Tables,
+    rows: Vec<Row>,
 }
 
-#[pymethods]
 impl InfoReader {
-    /// A reader of an area with `layout` (see [`AreaLayout`]) where env `e` is at
-    /// `positions[e]`, `stride` cells per worker.
-    #[new]
-    fn new(layout: AreaLayout, positions: Vec<usize>, stride: usize) -> PyResult<InfoReader> {
-        if stride == 0 || positions.iter().any(|&p| p >= layout.0) {
+    /// A reader of the area `bytes` laid out as `layout`, for envs in `shards` (one env
+    /// range per worker); `same_step`: the pool's auto-reset mode is SameStep.
+    pub(crate) fn new(
+        bytes: PyReadwriteArray1<'_, u8>,
+        layout: AreaLayout,
+        shards: &[Range<usize>],
+        same_step: bool,
+    ) -> PyResult<InfoReader> {
+        let stride = shards.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        let needed = layout.end(shards.len());
+        if layout.cells != shards.len() * stride || layout.name > layout.entry || bytes.len() < needed {
             return Err(PyValueError::new_err(format!(
-                "env positions must be below the area's {} cells, with a stride above 0",
-                layout.0
+                "the info area ({} bytes, {} cells) does not fit {} workers of {stride} envs: it needs {needed} \
+                 bytes and workers x stride cells",
+                bytes.len(),
+                layout.cells,
+                shards.len()
             )));
         }
-        Ok(InfoReader { layout, positions, stride })
+        let positions =
+            shards.iter().enumerate().flat_map(|(w, r)| (0..r.len()).map(move |e| w * stride + e));
+        Ok(InfoReader {
+            area: SharedBytes::new(bytes)?,
+            layout,
+            stride,
+            positions: positions.collect(),
+            same_step,
+            tables: Tables::default(),
+            rows: Vec::new(),
+        })
     }
 
-    /// Reads, and clears, the infos the envs of a batch noted (`None` when none of its rows
-    /// is flagged): slot `s` of worker `w` fills output column `columns[w][s]`, of dtype
-    /// `dtypes[column]` (at most 8 bytes).
-    #[allow(clippy::too_many_arguments)]
-    fn take<'py>(
-        &self,
-        py: Python<'py>,
-        area: PyReadwriteArray1<'py, u8>,
-        env_ids: PyReadonlyArray1<'py, i32>,
-        elapsed: PyReadonlyArray1<'py, i32>,
-        terminated: PyReadonlyArray1<'py, bool>,
-        truncated: PyReadonlyArray1<'py, bool>,
-        same_step: bool,
-        columns: Vec<Vec<usize>>,
-        dtypes: Vec<Bound<'py, PyArrayDescr>>,
-    ) -> PyResult<Option<Taken<'py>>> {
-        let AreaLayout(_, pickled_at, first_slot, slot_bytes, _) = self.layout;
-        let slots = columns.iter().map(Vec::len).max().unwrap_or(0);
-        let mut area = Area::of(area, first_slot + slots * slot_bytes)?;
-        let (env_ids, elapsed) = (env_ids.as_slice()?, elapsed.as_slice()?);
-        let (terminated, truncated) = (terminated.as_slice()?, truncated.as_slice()?);
-        let size = env_ids.len();
-        if elapsed.len() != size || terminated.len() != size || truncated.len() != size {
-            return Err(PyValueError::new_err("the batch's columns differ in length"));
-        }
-        let itemsizes: Vec<usize> = dtypes.iter().map(|d| d.itemsize()).collect();
-        if itemsizes.iter().any(|&k| k == 0 || k > 8) || columns.iter().flatten().any(|&c| c >= dtypes.len())
-        {
-            return Err(PyValueError::new_err("info columns hold numbers of 1 to 8 bytes, one dtype each"));
-        }
-        let fresh = || itemsizes.iter().map(|&k| Filling::new(k, size)).collect::<Vec<_>>();
-        let (mut infos, mut finals) = (fresh(), same_step.then(fresh));
-        let mut pickled = Vec::new();
-        let mut any = false;
-        for (row, &e) in env_ids.iter().enumerate() {
-            let pos = *usize::try_from(e)
-                .ok()
-                .and_then(|e| self.positions.get(e))
-                .ok_or_else(|| PyValueError::new_err(format!("env id {e} is not an env of this pool")))?;
-            if area.take_byte(pos) == 0 {
-                continue;
-            }
-            any = true;
-            if area.take_byte(pickled_at + pos) != 0 {
-                pickled.push(row as i64);
-            }
-            let slots = columns.get(pos / self.stride).map_or(&[][..], Vec::as_slice);
-            let done = terminated[row] || truncated[row];
-            let kind = usize::from(elapsed[row] == 0 || (same_step && done));
-            for (slot, &column) in slots.iter().enumerate() {
-                let present = [0, 1].map(|k| area.take_byte(self.present(slot, k) + pos) != 0);
-                if present[kind] {
-                    infos[column].set(row, area.cell(self.cell(slot, kind, pos)));
-                }
-                if let Some(finals) = finals.as_mut().filter(|_| done && present[0]) {
-                    finals[column].set(row, area.cell(self.cell(slot, 0, pos)));
-                }
+    /// Notes the rows of the batch a call returns; [`take`](Self::take) reads theirs.
+    pub(crate) fn note_batch(&mut self, batch: &Batch<'_>) {
+        let (terminated, truncated) = (batch.terminated(), batch.truncated());
+        self.rows.clear();
+        for (row, (&env, &elapsed)) in batch.env_ids().iter().zip(batch.elapsed_steps()).enumerate() {
+            // The engine checked the env ids; an id past the area has no infos.
+            if let Some(&pos) = self.positions.get(env as usize) {
+                let done = terminated.get(row) || truncated.get(row);
+                self.rows.push(Row { pos, reset: elapsed == 0, done });
             }
         }
-        if !any {
+    }
+
+    /// A worker was restarted: its replacement names its keys anew.
+    pub(crate) fn forget_tables(&mut self) {
+        self.tables.counts.clear();
+    }
+
+    /// Reads and clears the infos the envs of the last noted batch left in the area, and
+    /// adds them to `into` as Gymnasium's vector envs give them: `into[key]` values and
+    /// `into["_key"]` masks (keys `into` has already win), and under SameStep auto-reset
+    /// the step infos of the rows that ended in `into["final_info"]`.
+    ///
+    /// Returns `None` when that is all; but when some rows' envs kept other values
+    /// (pickled), their column infos are not added: returns them (`{key: values, "_key":
+    /// mask, "final_info": ...}`) with those rows, for the caller to fetch the rest over
+    /// the call channel and add both.
+    pub(crate) fn take<'py>(
+        &mut self,
+        into: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Vec<i64>)>> {
+        let py = into.py();
+        if !self.rows.iter().any(|r| self.area.byte(r.pos) != 0) {
             return Ok(None);
         }
-        let finish = |fillings: Vec<Filling>| -> PyResult<Vec<Option<Column<'py>>>> {
-            fillings.into_iter().zip(&dtypes).map(|(f, d)| f.into_column(py, d)).collect()
-        };
-        Ok(Some((pickled, finish(infos)?, finals.map(finish).transpose()?)))
+        self.read_tables(py)?;
+        let (infos, finals, pickled) = self.read_rows();
+        if pickled.is_empty() {
+            self.put(into, &infos, true)?;
+            if let Some(finals) = finals.filter(|f| f.iter().any(|c| c.first.is_some())) {
+                let out = match into.get_item("final_info")? {
+                    Some(old) => old.cast_into::<PyDict>()?.copy()?,
+                    None => PyDict::new(py),
+                };
+                self.put(&out, &finals, false)?;
+                into.set_item("final_info", out)?;
+            }
+            return Ok(None);
+        }
+        let out = PyDict::new(py);
+        self.put(&out, &infos, false)?;
+        if let Some(finals) = finals.filter(|f| f.iter().any(|c| c.first.is_some())) {
+            let final_info = PyDict::new(py);
+            self.put(&final_info, &finals, false)?;
+            out.set_item("final_info", final_info)?;
+        }
+        Ok(Some((out, pickled)))
+    }
+
+    /// Reads, and clears, the flagged rows' cells: each output column's step or reset
+    /// infos, under SameStep auto-reset each column's final (step) infos of the rows that
+    /// ended, and the rows whose env kept values outside the columns.
+    fn read_rows(&mut self) -> (Vec<Filling>, Option<Vec<Filling>>, Vec<i64>) {
+        let (layout, size) = (self.layout, self.rows.len());
+        let fresh = || (0..self.tables.columns.len()).map(|_| Filling::new(size)).collect::<Vec<_>>();
+        let (mut infos, mut finals) = (fresh(), self.same_step.then(fresh));
+        let mut pickled = Vec::new();
+        for (row, r) in self.rows.iter().enumerate() {
+            if self.area.take_byte(r.pos) == 0 {
+                continue;
+            }
+            if self.area.take_byte(layout.pickled + r.pos) != 0 {
+                pickled.push(row as i64);
+            }
+            let kind = usize::from(r.reset || (self.same_step && r.done));
+            let slots = self.tables.slot_columns.get(r.pos / self.stride).map_or(&[][..], Vec::as_slice);
+            for (slot, &column) in slots.iter().enumerate() {
+                let present = [0, 1].map(|k| self.area.take_byte(layout.present(slot, k, r.pos)) != 0);
+                if present[kind] {
+                    infos[column].set(row, self.area.cell(layout.cell(slot, kind, r.pos)));
+                }
+                if let Some(finals) = finals.as_mut().filter(|_| r.done && present[0]) {
+                    finals[column].set(row, self.area.cell(layout.cell(slot, 0, r.pos)));
+                }
+            }
+        }
+        (infos, finals, pickled)
+    }
+
+    /// Reads the workers' key tables again when one of them named a key since: each
+    /// `(key, dtype)` any worker named is an output column, and each worker's slots map to
+    /// theirs.
+    fn read_tables(&mut self, py: Python<'_>) -> PyResult<()> {
+        let workers = self.layout.cells / self.stride;
+        let counts: Vec<u8> = (0..workers).map(|w| self.area.byte(self.layout.counts + w)).collect();
+        if counts == self.tables.counts {
+            return Ok(());
+        }
+        let mut tables = Tables::default();
+        let mut pairs: Vec<(String, DType)> = Vec::new();
+        for (w, &count) in counts.iter().enumerate() {
+            let mut slots = Vec::new();
+            for slot in 0..usize::from(count).min(self.layout.slots) {
+                let pair = self.entry(w, slot)?;
+                let column = pairs.iter().position(|p| *p == pair).unwrap_or_else(|| {
+                    pairs.push(pair);
+                    pairs.len() - 1
+                });
+                slots.push(column);
+            }
+            tables.slot_columns.push(slots);
+        }
+        for (name, dtype) in pairs {
+            let key =
+                tables.keys.iter().position(|k| k.name.bind(py) == name.as_str()).unwrap_or_else(|| {
+                    let mask = PyString::new(py, &format!("_{name}")).unbind();
+                    tables.keys.push(Key { name: PyString::new(py, &name).unbind(), mask });
+                    tables.keys.len() - 1
+                });
+            tables.columns.push(ColumnType { key, dtype });
+        }
+        tables.counts = counts;
+        self.tables = tables;
+        Ok(())
+    }
+
+    /// Worker `w`'s key `slot`: its name and dtype (numpy's `dtype.str` of a number).
+    fn entry(&self, w: usize, slot: usize) -> PyResult<(String, DType)> {
+        let raw = self.area.bytes(self.layout.entry_at(w, slot));
+        let (name, dtype) = raw.split_at(self.layout.name);
+        let text = |b: &[u8]| String::from_utf8(b.iter().copied().take_while(|&c| c != 0).collect()).ok();
+        let (name, dtype_str) = (text(name), text(dtype));
+        match (name, dtype_str.as_deref().and_then(column_dtype)) {
+            (Some(name), Some(dtype)) => Ok((name, dtype)),
+            _ => Err(PyValueError::new_err(format!(
+                "worker {w}'s info key {slot} is not a UTF-8 name and a native number dtype of up to 8 bytes \
+                 (dtype {dtype_str:?}): the worker wrote its info table wrongly; restart the pool"
+            ))),
+        }
+    }
+
+    /// Sets `out[key]` (values) and `out["_key"]` (mask) for the keys some row has in
+    /// `fillings` (one per output column), but not where `out` has the key already and
+    /// `keep` is set. A key that came in several dtypes takes that of the column holding
+    /// its lowest row, as `SyncVectorEnv` types a key by the first env that returns it.
+    fn put(&self, out: &Bound<'_, PyDict>, fillings: &[Filling], keep: bool) -> PyResult<()> {
+        let py = out.py();
+        for (k, key) in self.tables.keys.iter().enumerate() {
+            let columns: Vec<(&Filling, DType)> = fillings
+                .iter()
+                .zip(&self.tables.columns)
+                .filter(|(f, c)| c.key == k && f.first.is_some())
+                .map(|(f, c)| (f, c.dtype))
+                .collect();
+            let Some(&(first, dtype)) = columns.iter().min_by_key(|(f, _)| f.first) else {
+                continue;
+            };
+            let (values, mask) = if columns.len() == 1 {
+                (first.values(dtype), first.mask.clone())
+            } else {
+                merged(&columns, dtype)
+            };
+            let (name, mask_name, size) = (key.name.bind(py), key.mask.bind(py), [mask.len()]);
+            if !(keep && out.contains(name)?) {
+                out.set_item(name, views::owned(py, &values, views::descr(py, dtype), &size)?)?;
+            }
+            if !(keep && out.contains(mask_name)?) {
+                out.set_item(mask_name, views::owned(py, &mask, numpy::dtype::<bool>(py), &size)?)?;
+            }
+        }
+        Ok(())
     }
 }
 
-impl InfoReader {
-    /// The offset of the presence bytes of `slot` for step (0) or reset (1) infos.
-    fn present(&self, slot: usize, kind: usize) -> usize {
-        let AreaLayout(n, _, columns, slot_bytes, n8) = self.layout;
-        columns + slot * slot_bytes + 16 * n + kind * n8
+/// The dtype of an info column named by numpy's `dtype.str` (`"<i8"`, `"|b1"`): a number
+/// of this machine's byte order, of up to 8 bytes.
+fn column_dtype(s: &str) -> Option<DType> {
+    let native = if cfg!(target_endian = "little") { '<' } else { '>' };
+    let mut chars = s.chars();
+    let order = chars.next()?;
+    let kind = chars.next()?;
+    let size: usize = chars.as_str().parse().ok()?;
+    if order != native && order != '|' && order != '=' {
+        return None;
     }
+    DType::ALL.into_iter().find(|d| d.size() == size && dtype_kind(*d) == kind)
+}
 
-    /// The offset of the value cell of `slot`, `kind`, at area position `pos`.
-    fn cell(&self, slot: usize, kind: usize, pos: usize) -> usize {
-        let AreaLayout(n, _, columns, slot_bytes, _) = self.layout;
-        columns + slot * slot_bytes + kind * 8 * n + 8 * pos
+/// numpy's kind character of `dtype`.
+fn dtype_kind(dtype: DType) -> char {
+    match dtype {
+        DType::Bool => 'b',
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => 'i',
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 'u',
+        DType::F16 | DType::F32 | DType::F64 => 'f',
     }
 }
 
-/// One output column being filled: its values' bytes and its mask.
+/// One output column being filled: each row's cell and whether it has one.
 struct Filling {
-    itemsize: usize,
-    values: Vec<u8>,
+    cells: Vec<[u8; 8]>,
+    /// 1 where the row has a value (numpy's bool bytes).
     mask: Vec<u8>,
-    any: bool,
+    /// Its lowest row with a value.
+    first: Option<usize>,
 }
 
 impl Filling {
-    fn new(itemsize: usize, size: usize) -> Filling {
-        Filling { itemsize, values: vec![0; itemsize * size], mask: vec![0; size], any: false }
+    fn new(size: usize) -> Filling {
+        Filling { cells: vec![[0; 8]; size], mask: vec![0; size], first: None }
     }
 
-    /// Row `row` takes the value in the first `itemsize` bytes of `cell` (where the worker
-    /// wrote it, in this machine's byte order).
+    /// Row `row` takes `cell` (the worker wrote the value in its first bytes, in this
+    /// machine's byte order).
     fn set(&mut self, row: usize, cell: [u8; 8]) {
-        let k = self.itemsize;
-        self.values[row * k..(row + 1) * k].copy_from_slice(&cell[..k]);
+        self.cells[row] = cell;
         self.mask[row] = 1;
-        self.any = true;
+        self.first = Some(self.first.map_or(row, |f| f.min(row)));
     }
 
-    fn into_column<'py>(
-        self,
-        py: Python<'py>,
-        descr: &Bound<'py, PyArrayDescr>,
-    ) -> PyResult<Option<Column<'py>>> {
-        if !self.any {
-            return Ok(None);
+    /// The values' bytes as `dtype` elements (0 where absent).
+    fn values(&self, dtype: DType) -> Vec<u8> {
+        let k = dtype.size();
+        let mut out = vec![0; k * self.cells.len()];
+        for ((out, cell), &has) in out.chunks_exact_mut(k).zip(&self.cells).zip(&self.mask) {
+            if has != 0 {
+                out.copy_from_slice(&cell[..k]);
+            }
         }
-        let size = self.mask.len();
-        Ok(Some((
-            views::owned(py, &self.values, descr.clone(), &[size])?,
-            views::owned(py, &self.mask, numpy::dtype::<bool>(py), &[size])?,
-        )))
+        out
     }
 }
 
-/// The area (a numpy byte array over its mapping, borrowed writable for one call), read
-/// and cleared byte by byte at offsets below the length checked when it is borrowed.
-struct Area<'py> {
+/// The values and mask of a key whose rows came in several columns, as `dtype`: numbers of
+/// another type are converted as numpy's assignment does (floats to integers truncate;
+/// floats out of range, and NaN, saturate).
+fn merged(columns: &[(&Filling, DType)], dtype: DType) -> (Vec<u8>, Vec<u8>) {
+    let size = columns[0].0.mask.len();
+    let (mut values, mut mask) = (vec![0; dtype.size() * size], vec![0; size]);
+    for (filling, from) in columns {
+        for (row, cell) in filling.cells.iter().enumerate().filter(|(row, _)| filling.mask[*row] != 0) {
+            let at = row * dtype.size();
+            values[at..at + dtype.size()]
+                .copy_from_slice(&Number::read(*from, cell).write(dtype)[..dtype.size()]);
+            mask[row] = 1;
+        }
+    }
+    (values, mask)
+}
+
+/// A value of an info column, wide enough for any of them.
+#[derive(Clone, Copy)]
+enum Number {
+    Int(i128),
+    Float(f64),
+}
+
+impl Number {
+    /// The `dtype` value in the first bytes of `cell`.
+    fn read(dtype: DType, cell: &[u8; 8]) -> Number {
+        let b = |n: usize| -> [u8; 8] {
+            let mut out = [0; 8];
+            out[..n].copy_from_slice(&cell[..n]);
+            out
+        };
+        let (b2, b4) = ([cell[0], cell[1]], [cell[0], cell[1], cell[2], cell[3]]);
+        match dtype {
+            DType::Bool => Number::Int(i128::from(cell[0] != 0)),
+            DType::U8 => Number::Int(cell[0].into()),
+            DType::I8 => Number::Int((cell[0] as i8).into()),
+            DType::U16 => Number::Int(u16::from_ne_bytes(b2).into()),
+            DType::I16 => Number::Int(i16::from_ne_bytes(b2).into()),
+            DType::U32 => Number::Int(u32::from_ne_bytes(b4).into()),
+            DType::I32 => Number::Int(i32::from_ne_bytes(b4).into()),
+            DType::U64 => Number::Int(u64::from_ne_bytes(b(8)).into()),
+            DType::I64 => Number::Int(i64::from_ne_bytes(b(8)).into()),
+            DType::F16 => Number::Float(half::f16::from_ne_bytes(b2).to_f64()),
+            DType::F32 => Number::Float(f32::from_ne_bytes(b4).into()),
+            DType::F64 => Number::Float(f64::from_ne_bytes(b(8))),
+        }
+    }
+
+    /// The value as a `dtype` element, in the first bytes of the result.
+    fn write(self, dtype: DType) -> [u8; 8] {
+        let (int, float) = match self {
+            Number::Int(i) => (i, i as f64),
+            Number::Float(f) => (f as i128, f),
+        };
+        let mut out = [0; 8];
+        let mut put = |bytes: &[u8]| out[..bytes.len()].copy_from_slice(bytes);
+        match dtype {
+            DType::Bool => put(&[u8::from(int != 0 || float != 0.0)]),
+            DType::U8 => put(&(int as u8).to_ne_bytes()),
+            DType::I8 => put(&(int as i8).to_ne_bytes()),
+            DType::U16 => put(&(int as u16).to_ne_bytes()),
+            DType::I16 => put(&(int as i16).to_ne_bytes()),
+            DType::U32 => put(&(int as u32).to_ne_bytes()),
+            DType::I32 => put(&(int as i32).to_ne_bytes()),
+            DType::U64 => put(&(int as u64).to_ne_bytes()),
+            DType::I64 => put(&(int as i64).to_ne_bytes()),
+            DType::F16 => put(&half::f16::from_f64(float).to_ne_bytes()),
+            DType::F32 => put(&(float as f32).to_ne_bytes()),
+            DType::F64 => put(&float.to_ne_bytes()),
+        }
+        out
+    }
+}
+
+/// The area: a numpy byte array over the trainer's mapping of it, kept alive (and with it
+/// the mapping: the array holds a buffer export of the `mmap`, which cannot close or resize
+/// while one is held) for as long as the reader lives. Read and cleared byte by byte at
+/// offsets checked against its length; no Rust reference into it is ever formed, since
+/// the workers write it too.
+struct SharedBytes {
     base: *mut u8,
     len: usize,
-    /// Holds the array (alive, mapped, borrowed by this call alone) while `base` is used.
-    _array: PyReadwriteArray1<'py, u8>,
+    _array: Py<PyAny>,
 }
 
-impl<'py> Area<'py> {
-    /// The area, which must span at least `needed` bytes (its layout's parts in use).
-    fn of(mut array: PyReadwriteArray1<'py, u8>, needed: usize) -> PyResult<Area<'py>> {
-        let len = array.len();
-        if !array.is_c_contiguous() || len < needed {
-            return Err(PyValueError::new_err(format!(
-                "the info area is {len} bytes (contiguous: {}), its layout needs {needed}",
-                array.is_c_contiguous()
-            )));
+// SAFETY: `base` points into memory the owned array keeps mapped; the pool that owns the
+// reader is used under the GIL by one thread at a time (`PyPool::exclusive`).
+unsafe impl Send for SharedBytes {}
+// SAFETY: as above; `&SharedBytes` only reads bytes through raw pointers.
+unsafe impl Sync for SharedBytes {}
+
+impl SharedBytes {
+    fn new(mut array: PyReadwriteArray1<'_, u8>) -> PyResult<SharedBytes> {
+        if !array.is_c_contiguous() {
+            return Err(PyValueError::new_err("the info area must be one contiguous byte array"));
         }
-        Ok(Area { base: array.as_array_mut().as_mut_ptr(), len, _array: array })
+        let (base, len) = (array.as_array_mut().as_mut_ptr(), array.len());
+        Ok(SharedBytes { base, len, _array: array.as_any().clone().unbind() })
     }
 
     /// A pointer to `bytes` bytes at `offset`.
     ///
     /// # Panics
-    /// Past the area: the caller's offsets come from a layout checked against its length.
-    fn at(&mut self, offset: usize, bytes: usize) -> *mut u8 {
+    /// Past the area: the offsets come from a layout checked against its length.
+    fn at(&self, offset: usize, bytes: usize) -> *mut u8 {
         assert!(
             offset.checked_add(bytes).is_some_and(|end| end <= self.len),
             "info area offset {offset} out of bounds"
@@ -205,12 +493,19 @@ impl<'py> Area<'py> {
         unsafe { self.base.add(offset) }
     }
 
+    /// Byte `offset`.
+    fn byte(&self, offset: usize) -> u8 {
+        // SAFETY: `at` checked the bounds; a byte read needs no alignment, and any byte a
+        // worker writes concurrently is a valid `u8` (the protocol makes the trainer read
+        // only bytes no worker is writing now, `shmenv.infos`).
+        unsafe { self.at(offset, 1).read() }
+    }
+
     /// Byte `offset`, left 0.
     fn take_byte(&mut self, offset: usize) -> u8 {
         let p = self.at(offset, 1);
-        // SAFETY: `p` is in bounds (`at`). The trainer reads and clears only the bytes of
-        // rows it received, whose envs have no action in flight: no worker writes them now
-        // (the area's protocol, `shmenv.infos`). No reference to shared memory is formed.
+        // SAFETY: as in `byte`. The trainer clears only the bytes of rows it received,
+        // whose envs have no action in flight: no worker writes them now.
         unsafe {
             let value = p.read();
             if value != 0 {
@@ -221,9 +516,17 @@ impl<'py> Area<'py> {
     }
 
     /// The 8-byte cell at `offset`.
-    fn cell(&mut self, offset: usize) -> [u8; 8] {
-        let p = self.at(offset, 8);
-        // SAFETY: as in `take_byte`; read as bytes (no alignment needed).
-        unsafe { p.cast::<[u8; 8]>().read_unaligned() }
+    fn cell(&self, offset: usize) -> [u8; 8] {
+        // SAFETY: as in `byte`; read as bytes (no alignment needed).
+        unsafe { self.at(offset, 8).cast::<[u8; 8]>().read_unaligned() }
+    }
+
+    /// A copy of the bytes in `range`.
+    fn bytes(&self, range: Range<usize>) -> Vec<u8> {
+        let p = self.at(range.start, range.len());
+        let mut out = vec![0; range.len()];
+        // SAFETY: as in `byte`, for `range.len()` bytes; the copy goes to fresh memory.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+        out
     }
 }

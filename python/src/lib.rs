@@ -8,6 +8,7 @@ mod errors;
 mod info_columns;
 mod pool;
 mod pyenv;
+mod results;
 mod views;
 
 use pyo3::prelude::*;
@@ -67,9 +68,8 @@ fn dtypes(py: Python<'_>) -> Vec<(&'static str, Bound<'_, numpy::PyArrayDescr>)>
 #[pymodule]
 fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
-    m.add_class::<pool::Results>()?;
+    m.add_class::<results::Results>()?;
     m.add_class::<views::Lease>()?;
-    m.add_class::<info_columns::InfoReader>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(pool::autoreset_name, m)?)?;

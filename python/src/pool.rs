@@ -3,15 +3,16 @@
 //! into Gymnasium's and SB3's conventions.
 
 use crate::errors::{build_error, CallError};
-use crate::views::{self, Lease};
-use numpy::{PyArrayDyn, PyArrayMethods};
+use crate::info_columns::{AreaLayout, InfoReader};
+use crate::results::{Results, ResultsMaker};
+use crate::views::Lease;
+use numpy::{PyArrayDyn, PyArrayMethods, PyReadwriteArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-use shmenv_engine::protocol::{Column, ColumnKind, UnknownAutoReset};
+use pyo3::types::PyDict;
+use shmenv_engine::protocol::UnknownAutoReset;
 use shmenv_engine::{
-    with_element, AutoReset, Batch, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy,
-    WorkerCommand,
+    with_element, AutoReset, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy, WorkerCommand,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,17 +25,10 @@ const SIGNAL_CHECK_EVERY: Duration = Duration::from_millis(20);
 #[pyclass(module = "shmenv._shmenv", name = "Pool")]
 pub(crate) struct PyPool {
     pool: Option<Pool>,
-    lease: Py<Lease>,
     spec_json: String,
     worker_pids: Vec<u32>,
-    /// Whether observations come back as owned copies (otherwise views of the region).
-    copy: bool,
-    /// Per result block (keyed by the address of its env-id column): the observation views
-    /// over it. Blocks never move, so each is wrapped once and returned on every call
-    /// that lands in it.
-    blocks: Vec<(usize, ObsViews)>,
-    /// What the interrupt check caught (KeyboardInterrupt), raised by the failing call.
-    interrupted: Arc<Mutex<Option<PyErr>>>,
+    /// Makes each call's results (and notes their rows for the info reader).
+    results: ResultsMaker,
 }
 
 /// The auto-reset mode named `name` (any spelling `AutoReset` parses), by its Gymnasium
@@ -185,10 +179,7 @@ impl PyPool {
             spec_json: pool.spec().to_json().to_string(),
             worker_pids: pool.worker_pids().to_vec(),
             pool: Some(pool),
-            lease,
-            copy,
-            blocks: Vec::new(),
-            interrupted,
+            results: ResultsMaker::new(lease, copy, interrupted),
         })
     }
 
@@ -201,7 +192,7 @@ impl PyPool {
     /// The keep-alive object every returned array has as its numpy `base`.
     #[getter]
     fn lease(&self, py: Python<'_>) -> Py<Lease> {
-        self.lease.clone_ref(py)
+        self.results.lease.clone_ref(py)
     }
 
     /// Process ids of the workers (current ones, restarted workers included; after
@@ -262,7 +253,7 @@ impl PyPool {
             (None, Some(s)) => pool.reset_with_seed(s),
             (None, None) => pool.reset(),
         });
-        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
+        this.results.make(py, result)
     }
 
     /// Sync mode: steps every env. `actions` is a C-contiguous numpy array of the action
@@ -274,7 +265,7 @@ impl PyPool {
         let dtype = pool.spec().action.dtype();
         let result =
             with_element!(dtype, T => with_actions::<T, _>(dtype, actions, |a| py.detach(|| pool.step(a))))?;
-        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
+        this.results.make(py, result)
     }
 
     /// Async mode: hands one action per env in `env_ids` (an int64 array) to those envs.
@@ -303,13 +294,47 @@ impl PyPool {
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| pool.recv());
-        Self::wrap(py, &this.lease, &mut this.blocks, this.copy, &this.interrupted, result)
+        this.results.make(py, result)
+    }
+
+    /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
+    /// array over the trainer's mapping, kept alive by the pool) laid out as `layout`
+    /// (`shmenv.infos._Area.layout`), one `stride` of cells per worker.
+    fn attach_infos(&mut self, bytes: PyReadwriteArray1<'_, u8>, layout: AreaLayout) -> PyResult<()> {
+        let pool = self.pool()?;
+        let shards: Vec<_> = (0..pool.num_workers()).map(|w| pool.shard(w)).collect();
+        let same_step = pool.autoreset() == AutoReset::SameStep;
+        self.results.infos = Some(InfoReader::new(bytes, layout, &shards, same_step)?);
+        Ok(())
+    }
+
+    /// Adds to `infos` the numbers hosted envs noted for the rows of the batch the last
+    /// call returned, read (and cleared) from the info area: `infos[key]` and its mask
+    /// `infos["_key"]` (keys `infos` has already win), and under SameStep auto-reset
+    /// `infos["final_info"]`. When some rows' envs kept other values (pickled), adds nothing
+    /// and returns `(numbers, rows)`: the same keys in a dict of their own, and those rows.
+    fn take_infos<'py>(
+        &mut self,
+        infos: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Vec<i64>)>> {
+        match &mut self.results.infos {
+            Some(reader) => reader.take(infos),
+            None => Ok(None),
+        }
+    }
+
+    /// A worker was restarted: its replacement names its info keys anew.
+    fn forget_info_tables(&mut self) {
+        if let Some(reader) = &mut self.results.infos {
+            reader.forget_tables();
+        }
     }
 
     /// Stops the workers and reaps them; returns how each ended ("exit code 0", ...).
     /// Arrays already returned stay readable. Calling it again does nothing.
     fn close(slf: &Bound<'_, Self>) -> PyResult<Vec<Option<String>>> {
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        this.results.infos = None;
         Ok(match this.pool.take() {
             Some(pool) => {
                 this.worker_pids = pool.worker_pids().to_vec();
@@ -321,6 +346,10 @@ impl PyPool {
 }
 
 impl PyPool {
+    fn pool(&self) -> PyResult<&Pool> {
+        self.pool.as_ref().ok_or_else(closed)
+    }
+
     /// The pool for one call, or a `UsageError` while another thread is inside a call.
     fn exclusive<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRefMut<'py, Self>> {
         slf.try_borrow_mut().map_err(|_| {
@@ -341,138 +370,6 @@ fn closed() -> PyErr {
             vec![],
         )
     })
-}
-
-/// The observation arrays of one call: `(obs, final_obs)`, one array per observation
-/// array of the spec; `final_obs` only under SameStep auto-reset.
-type ObsArrays = (Py<PyTuple>, Option<Py<PyTuple>>);
-
-/// Views of one result block's observation columns, made once per block.
-type ObsViews = ObsArrays;
-
-/// One call's results as numpy arrays; `shmenv.vector` turns them into Gymnasium's and
-/// SB3's returns. Every array is the caller's (fresh, writable), except the observations
-/// of a pool made with `copy=False`: read-only views of the region.
-#[pyclass(module = "shmenv._shmenv", name = "Results", frozen, get_all)]
-pub(crate) struct Results {
-    /// One array per observation array of the spec, `[rows, ...]`.
-    obs: Py<PyTuple>,
-    /// Under SameStep auto-reset: the last observations of episodes that ended (rows of
-    /// other envs are unspecified); `None` otherwise.
-    final_obs: Option<Py<PyTuple>>,
-    /// `[rows]` float32.
-    rewards: Py<PyAny>,
-    /// `[rows]` bool.
-    terminated: Py<PyAny>,
-    /// `[rows]` bool.
-    truncated: Py<PyAny>,
-    /// `[rows]` int32: which env each row is (row `i` is env `i` in sync mode).
-    env_id: Py<PyAny>,
-    /// `[rows]` int32: steps since the reset that produced the row's observation (0 for a
-    /// reset row).
-    elapsed_step: Py<PyAny>,
-    /// `[rows]` float64: the return of an episode that ended at this step, else 0.
-    episode_return: Py<PyAny>,
-    /// `[rows]` int32: the length of an episode that ended at this step, else 0.
-    episode_length: Py<PyAny>,
-    /// Whether any episode ended at this step.
-    any_done: bool,
-    /// Envs whose worker was restarted (`FailurePolicy::Restart`) and that come back in
-    /// this batch as fresh episodes.
-    restarted_envs: Vec<usize>,
-}
-
-impl PyPool {
-    fn pool(&self) -> PyResult<&Pool> {
-        self.pool.as_ref().ok_or_else(closed)
-    }
-
-    /// The results of `batch`, or the error the call ended with.
-    fn wrap<E: CallError>(
-        py: Python<'_>,
-        lease: &Py<Lease>,
-        blocks: &mut Vec<(usize, ObsViews)>,
-        copy: bool,
-        interrupted: &Mutex<Option<PyErr>>,
-        result: Result<Batch<'_>, E>,
-    ) -> PyResult<Results> {
-        let batch = result.map_err(|e| {
-            let caught = interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
-            e.into_py_err(py, caught)
-        })?;
-        let lease = lease.bind(py);
-        let (obs, final_obs) = if copy {
-            (
-                obs_arrays(lease, &batch, false, true)?.expect("observations"),
-                obs_arrays(lease, &batch, true, true)?,
-            )
-        } else {
-            let key = batch.env_ids().as_ptr() as usize;
-            match blocks.iter().find(|(k, _)| *k == key) {
-                Some((_, (obs, fin))) => (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py))),
-                None => {
-                    let obs = obs_arrays(lease, &batch, false, false)?.expect("observations");
-                    let fin = obs_arrays(lease, &batch, true, false)?;
-                    blocks.push((key, (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py)))));
-                    (obs, fin)
-                }
-            }
-        };
-        // Each column is one allocation and one memcpy. Flags are 0/1 bytes, ids and counts
-        // are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32
-        // and bool arrays as they are.
-        let rows = [batch.len()];
-        let mut columns = Vec::with_capacity(Column::COUNT);
-        for c in Column::ALL {
-            let descr = match c.kind() {
-                ColumnKind::F32 => numpy::dtype::<f32>(py),
-                ColumnKind::F64 => numpy::dtype::<f64>(py),
-                ColumnKind::Flag => numpy::dtype::<bool>(py),
-                ColumnKind::Count => numpy::dtype::<i32>(py),
-            };
-            columns.push(views::owned(py, batch.column_bytes(c), descr, &rows)?.unbind());
-        }
-        let column = |c: Column| columns[c as usize].clone_ref(py);
-        Ok(Results {
-            obs,
-            final_obs,
-            rewards: column(Column::Rewards),
-            terminated: column(Column::Terminated),
-            truncated: column(Column::Truncated),
-            env_id: column(Column::EnvIds),
-            elapsed_step: column(Column::ElapsedSteps),
-            episode_return: column(Column::EpisodeReturn),
-            episode_length: column(Column::EpisodeLength),
-            any_done: batch.terminated().any() || batch.truncated().any(),
-            restarted_envs: batch.restarted_envs().to_vec(),
-        })
-    }
-}
-
-/// The observation arrays of `batch` (`final_obs`: its final-observation columns, `None`
-/// when the pool has none): copies with `copy`, else read-only views of the region.
-fn obs_arrays<'py>(
-    lease: &Bound<'py, Lease>,
-    batch: &Batch<'_>,
-    final_obs: bool,
-    copy: bool,
-) -> PyResult<Option<Py<PyTuple>>> {
-    let py = lease.py();
-    let spec = batch.spec();
-    let mut out = Vec::with_capacity(spec.observations.len());
-    for (k, o) in spec.observations.iter().enumerate() {
-        let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
-        let Some(bytes) = bytes else { return Ok(None) };
-        let mut shape = vec![batch.len()];
-        shape.extend(o.space.shape());
-        let descr = views::descr(py, o.space.dtype());
-        out.push(if copy {
-            views::owned(py, bytes, descr, &shape)?
-        } else {
-            views::array(lease, bytes, descr, &shape)?
-        });
-    }
-    Ok(Some(PyTuple::new(py, out)?.unbind()))
 }
 
 /// Env ids from a C-contiguous numpy array of int64 or int32 (EnvPool's `env_id` dtype,

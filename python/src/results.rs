@@ -1,0 +1,157 @@
+//! `shmenv._shmenv.Results`: one call's batch as numpy arrays, made by the pool's
+//! [`ResultsMaker`], which also notes the batch's rows for the info reader of hosted envs.
+
+use crate::errors::CallError;
+use crate::info_columns::InfoReader;
+use crate::views::{self, Lease};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use shmenv_engine::protocol::{Column, ColumnKind};
+use shmenv_engine::Batch;
+use std::sync::{Arc, Mutex};
+
+/// The observation arrays of one call: `(obs, final_obs)`, one array per observation
+/// array of the spec; `final_obs` only under SameStep auto-reset.
+type ObsArrays = (Py<PyTuple>, Option<Py<PyTuple>>);
+
+/// One call's results as numpy arrays; `shmenv.vector` turns them into Gymnasium's and
+/// SB3's returns. Every array is the caller's (fresh, writable), except the observations
+/// of a pool made with `copy=False`: read-only views of the region.
+#[pyclass(module = "shmenv._shmenv", name = "Results", frozen, get_all)]
+pub(crate) struct Results {
+    /// One array per observation array of the spec, `[rows, ...]`.
+    obs: Py<PyTuple>,
+    /// Under SameStep auto-reset: the last observations of episodes that ended (rows of
+    /// other envs are unspecified); `None` otherwise.
+    final_obs: Option<Py<PyTuple>>,
+    /// `[rows]` float32.
+    rewards: Py<PyAny>,
+    /// `[rows]` bool.
+    terminated: Py<PyAny>,
+    /// `[rows]` bool.
+    truncated: Py<PyAny>,
+    /// `[rows]` int32: which env each row is (row `i` is env `i` in sync mode).
+    env_id: Py<PyAny>,
+    /// `[rows]` int32: steps since the reset that produced the row's observation (0 for a
+    /// reset row).
+    elapsed_step: Py<PyAny>,
+    /// `[rows]` float64: the return of an episode that ended at this step, else 0.
+    episode_return: Py<PyAny>,
+    /// `[rows]` int32: the length of an episode that ended at this step, else 0.
+    episode_length: Py<PyAny>,
+    /// Whether any episode ended at this step.
+    any_done: bool,
+    /// Envs whose worker was restarted (`FailurePolicy::Restart`) and that come back in
+    /// this batch as fresh episodes.
+    restarted_envs: Vec<usize>,
+}
+
+/// What turns a pool's batches into [`Results`]: the pool's lease, its observation views
+/// (`copy=False`), and the info reader of hosted envs.
+pub(crate) struct ResultsMaker {
+    /// The keep-alive object every returned array has as its numpy `base`.
+    pub(crate) lease: Py<Lease>,
+    /// Whether observations come back as owned copies (otherwise views of the region).
+    copy: bool,
+    /// Per result block (keyed by the address of its env-id column): the observation views
+    /// over it. Blocks never move, so each is wrapped once and returned on every call
+    /// that lands in it.
+    blocks: Vec<(usize, ObsArrays)>,
+    /// What the interrupt check caught (KeyboardInterrupt), raised by the failing call.
+    interrupted: Arc<Mutex<Option<PyErr>>>,
+    /// Hosted Python envs: the reader of their info area, told each batch's rows.
+    pub(crate) infos: Option<InfoReader>,
+}
+
+impl ResultsMaker {
+    pub(crate) fn new(lease: Py<Lease>, copy: bool, interrupted: Arc<Mutex<Option<PyErr>>>) -> ResultsMaker {
+        ResultsMaker { lease, copy, blocks: Vec::new(), interrupted, infos: None }
+    }
+
+    /// The results of `batch`, or the error the call ended with.
+    pub(crate) fn make<E: CallError>(
+        &mut self,
+        py: Python<'_>,
+        result: Result<Batch<'_>, E>,
+    ) -> PyResult<Results> {
+        let batch = result.map_err(|e| {
+            let caught = self.interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
+            e.into_py_err(py, caught)
+        })?;
+        if let Some(infos) = &mut self.infos {
+            infos.note_batch(&batch);
+        }
+        let (obs, final_obs) = self.observations(py, &batch)?;
+        // Each column is one allocation and one memcpy. Flags are 0/1 bytes, ids and counts
+        // are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32
+        // and bool arrays as they are.
+        let rows = [batch.len()];
+        let mut columns = Vec::with_capacity(Column::COUNT);
+        for c in Column::ALL {
+            let descr = match c.kind() {
+                ColumnKind::F32 => numpy::dtype::<f32>(py),
+                ColumnKind::F64 => numpy::dtype::<f64>(py),
+                ColumnKind::Flag => numpy::dtype::<bool>(py),
+                ColumnKind::Count => numpy::dtype::<i32>(py),
+            };
+            columns.push(views::owned(py, batch.column_bytes(c), descr, &rows)?.unbind());
+        }
+        let column = |c: Column| columns[c as usize].clone_ref(py);
+        Ok(Results {
+            obs,
+            final_obs,
+            rewards: column(Column::Rewards),
+            terminated: column(Column::Terminated),
+            truncated: column(Column::Truncated),
+            env_id: column(Column::EnvIds),
+            elapsed_step: column(Column::ElapsedSteps),
+            episode_return: column(Column::EpisodeReturn),
+            episode_length: column(Column::EpisodeLength),
+            any_done: batch.terminated().any() || batch.truncated().any(),
+            restarted_envs: batch.restarted_envs().to_vec(),
+        })
+    }
+
+    /// The observations of `batch`: copies, or the views of its result block.
+    fn observations(&mut self, py: Python<'_>, batch: &Batch<'_>) -> PyResult<ObsArrays> {
+        let lease = self.lease.bind(py);
+        if self.copy {
+            let obs = obs_arrays(lease, batch, false, true)?.expect("observations");
+            return Ok((obs, obs_arrays(lease, batch, true, true)?));
+        }
+        let key = batch.env_ids().as_ptr() as usize;
+        if let Some((_, (obs, fin))) = self.blocks.iter().find(|(k, _)| *k == key) {
+            return Ok((obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py))));
+        }
+        let obs = obs_arrays(lease, batch, false, false)?.expect("observations");
+        let fin = obs_arrays(lease, batch, true, false)?;
+        self.blocks.push((key, (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py)))));
+        Ok((obs, fin))
+    }
+}
+
+/// The observation arrays of `batch` (`final_obs`: its final-observation columns, `None`
+/// when the pool has none): copies with `copy`, else read-only views of the region.
+fn obs_arrays<'py>(
+    lease: &Bound<'py, Lease>,
+    batch: &Batch<'_>,
+    final_obs: bool,
+    copy: bool,
+) -> PyResult<Option<Py<PyTuple>>> {
+    let py = lease.py();
+    let spec = batch.spec();
+    let mut out = Vec::with_capacity(spec.observations.len());
+    for (k, o) in spec.observations.iter().enumerate() {
+        let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
+        let Some(bytes) = bytes else { return Ok(None) };
+        let mut shape = vec![batch.len()];
+        shape.extend(o.space.shape());
+        let descr = views::descr(py, o.space.dtype());
+        out.push(if copy {
+            views::owned(py, bytes, descr, &shape)?
+        } else {
+            views::array(lease, bytes, descr, &shape)?
+        });
+    }
+    Ok(Some(PyTuple::new(py, out)?.unbind()))
+}
