@@ -52,3 +52,16 @@ def test_call_overhead_leaves_out_the_env_work():
     o = call_overhead("Burn-v0", {"step_us": 2000, "step_us_jitter": 10, "episode_len": 50}, rounds=1)
     assert o["config"] == {"episode_len": 50}
     assert o["nocopy"]["median_us"] < 1000  # not the 2 ms step
+
+
+def test_infos_bench_compares_both_pools_and_times_the_merges(capsys, no_leaks):
+    from shmenv.bench.infos import main as infos_main
+
+    infos_main(["--envs", "4", "--rounds", "1", "--seconds", "0.1"])
+    out = capsys.readouterr().out
+    for line in ("no info:", "infos every step:", "ratio:", "infos cost:", "merging infos:"):
+        assert line in out, out
+    merging = out.split("merging infos:")[1]
+    batches = int(merging.split("median of ")[1].split()[0])
+    assert batches > 10, out  # every batch of the pool with infos merged some
+    assert float(merging.split()[0]) > 0, out

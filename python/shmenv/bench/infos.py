@@ -1,10 +1,21 @@
 """What an info returned at every step costs: ``python -m shmenv.bench.infos``.
 
-Steps/s of hosted Gymnasium CartPole-v1 envs (default 32 envs, 2 workers) wrapped by
-:class:`LivesCartPole`, which returns ``{"lives": 3}`` at every step (as Atari envs do),
-against the same wrapper returning no info. Rounds alternate between the two pools (both
-built first and warmed up), and the figures are the median rounds: on a machine shared
-with other work a single round says little.
+Two pools of the same hosted env, one whose envs return infos at every step and one whose
+envs return none, stepped with random actions in alternating rounds (both built first and
+warmed up). For each: steps/s, and the trainer's CPU time per batch (its thread's CPU time
+over the round, divided by the batches): the difference is what the infos cost the
+trainer, but it moves by tens of microseconds between runs, so the time the trainer spends
+merging the infos into each batch's (``InfoArea.merge``, its thread's CPU time, median over
+the batches) is printed too. Medians of the rounds are printed: on a machine shared with
+other work a single round says little.
+
+- ``--workload cartpole``: Gymnasium's CartPole-v1 wrapped by :class:`LivesCartPole`,
+  which returns ``{"lives": 3}`` at every step (as Atari envs do), against the same
+  wrapper returning no info (default 32 envs).
+- ``--workload pong``: Gymnasium's ``ALE/Pong-v5`` with EnvPool's preprocessing
+  (:func:`shmenv.workloads.make_atari`), which returns ``lives``, ``episode_frame_number``
+  and ``frame_number``, against the same env with its infos dropped (:func:`atari`;
+  default 16 envs; needs ``ale-py``).
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,42 +42,100 @@ class LivesCartPole(gym.Wrapper):
         return obs, reward, terminated, truncated, dict(self.info)
 
 
-def steps_per_second(envs, seconds: float) -> float:
-    """Env steps per second of ``envs`` over about ``seconds``, random actions."""
-    actions = [np.random.default_rng(i).integers(0, 2, envs.num_envs) for i in range(64)]
+class _NoInfos(gym.Wrapper):
+    """An env whose ``reset`` and ``step`` return empty infos."""
+
+    def reset(self, **kwargs: Any):
+        return self.env.reset(**kwargs)[0], {}
+
+    def step(self, action):
+        return (*self.env.step(action)[:4], {})
+
+
+def atari(game: str = "Pong", infos: bool = True) -> Any:
+    """:func:`shmenv.workloads.make_atari`, with its infos dropped when ``infos`` is false."""
+    from shmenv.workloads import make_atari
+
+    env = make_atari(game)
+    return env if infos else _NoInfos(env)
+
+
+WORKLOADS = {
+    # name: (entry point, config with infos, config without, default number of envs)
+    "cartpole": ("shmenv.bench.infos:LivesCartPole", {"lives": True}, {"lives": False}, 32),
+    "pong": ("shmenv.bench.infos:atari", {"infos": True}, {"infos": False}, 16),
+}
+
+
+def measure(envs, seconds: float) -> tuple[float, float]:
+    """Env steps per second of ``envs`` over about ``seconds`` with random actions, and the
+    trainer thread's CPU time per batch in microseconds."""
+    n = envs.single_action_space.n
+    actions = [np.random.default_rng(i).integers(0, n, envs.num_envs) for i in range(64)]
     for k in range(20):  # the idle pool's workers went to sleep: wake them first
         envs.step(actions[k % 64])
-    steps, start = 0, time.perf_counter()
+    batches, start, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - start < seconds:
-        for k in range(50):
+        for k in range(10):
             envs.step(actions[k % 64])
-        steps += 50
-    return steps * envs.num_envs / (time.perf_counter() - start)
+        batches += 10
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - start
+    return batches * envs.num_envs / wall, cpu / batches * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
     from shmenv import make_vec
 
     parser = argparse.ArgumentParser(prog="python -m shmenv.bench.infos", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", type=int, default=32)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="cartpole")
+    parser.add_argument("--envs", type=int, default=None, help="32 for cartpole, 16 for pong")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=1.0, help="per round and pool")
     args = parser.parse_args(argv)
-    results: dict[str, list[float]] = {"no info": [], "lives every step": []}
-    entry = "shmenv.bench.infos:LivesCartPole"
-    pools = [make_vec(entry, args.envs, num_workers=args.workers, seed=0, config={"lives": v}) for v in (False, True)]
-    with pools[0] as plain, pools[1] as lives:
-        for envs in (plain, lives):
-            envs.reset()
-            steps_per_second(envs, 0.5)
+    entry, with_infos, without, default_envs = WORKLOADS[args.workload]
+    n = args.envs or default_envs
+    names = ("no info", "infos every step")
+    rates: dict[str, list[float]] = {k: [] for k in names}
+    cpus: dict[str, list[float]] = {k: [] for k in names}
+    pools = [make_vec(entry, n, num_workers=args.workers, seed=0, config=c) for c in (without, with_infos)]
+    with pools[0] as plain, pools[1] as noisy:
+        merge_ns = _time_merges(noisy)
+        for envs in (plain, noisy):
+            envs.reset(seed=0)
+            measure(envs, 0.5)
         for _ in range(args.rounds):
-            results["no info"].append(steps_per_second(plain, args.seconds))
-            results["lives every step"].append(steps_per_second(lives, args.seconds))
-    medians = {k: statistics.median(v) for k, v in results.items()}
-    for name, value in medians.items():
-        print(f"{name:>18}: {value:10.0f} steps/s (rounds: {', '.join(f'{v:.0f}' for v in results[name])})")
-    print(f"{'ratio':>18}: {medians['lives every step'] / medians['no info']:.2f}")
+            for name, envs in zip(names, (plain, noisy)):
+                rate, cpu = measure(envs, args.seconds)
+                rates[name].append(rate)
+                cpus[name].append(cpu)
+    print(f"{args.workload}, {n} envs, {args.workers} workers, {args.rounds} rounds (medians)")
+    for name in names:
+        rounds = ", ".join(f"{v:.0f}" for v in rates[name])
+        print(
+            f"{name:>18}: {statistics.median(rates[name]):10.0f} steps/s, "
+            f"trainer CPU {statistics.median(cpus[name]):7.1f} us/batch (rounds: {rounds})"
+        )
+    ratio = statistics.median(rates[names[1]]) / statistics.median(rates[names[0]])
+    cost = statistics.median(cpus[names[1]]) - statistics.median(cpus[names[0]])
+    print(f"{'ratio':>18}: {ratio:.2f}")
+    print(f"{'infos cost':>18}: {cost:.1f} us of trainer CPU per batch")
+    merge = statistics.median(merge_ns[len(merge_ns) // 4 :]) / 1e3
+    print(f"{'merging infos':>18}: {merge:.1f} us of trainer CPU per batch (median of {len(merge_ns)} batches)")
+
+
+def _time_merges(envs) -> list[int]:
+    """Times (thread CPU, ns) each merge of ``envs``' hosted infos into a batch's infos."""
+    spent: list[int] = []
+    merge = envs._infos.merge
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        start = time.thread_time_ns()
+        merge(*args, **kwargs)
+        spent.append(time.thread_time_ns() - start)
+
+    envs._infos.merge = timed
+    return spent
 
 
 if __name__ == "__main__":
