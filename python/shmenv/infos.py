@@ -199,7 +199,7 @@ def map_flags(sock: socket.socket, index: int) -> None:
 
 class InfoArea:
     """The trainer's end: the shared area, which ``pool`` reads (``Pool.take_infos``), and
-    the merge into each batch's infos."""
+    the infos kept in the workers (pickled), added to a batch's when it has some."""
 
     def __init__(self, pool, shards: Sequence[tuple[int, int]]):
         self.stride = max(1, max(b - a for a, b in shards))
@@ -241,14 +241,11 @@ class InfoArea:
         """A worker was restarted: its replacement names its keys anew."""
         self._pool.forget_info_tables()
 
-    def merge(self, infos: dict[str, Any], res, calls, shards, same_step: bool) -> None:
-        """Adds the infos hosted envs noted for this batch's rows (only when a worker
-        flagged some) to ``infos``: column values (one call of the extension, which reads
-        and clears the rows' flags and cells), and the pickled rest of the rows that have
-        some (fetched over the call channel); keys ``infos`` has already (shmenv's) win."""
-        taken = self._pool.take_infos(infos)
-        if taken is None:  # none, or only numbers: added
-            return
+    def add_kept(self, infos: dict[str, Any], taken, res, calls, shards, same_step: bool) -> None:
+        """Adds to ``infos`` what ``Pool.take_infos`` left to the caller (``taken``: the
+        batch's numbers, and the rows whose envs kept other values): those rows' kept
+        infos, fetched over the call channel, merged with the numbers; keys ``infos`` has
+        already (shmenv's) win."""
         extra, pickled = taken
         slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
         done = np.logical_or(res.terminated, res.truncated)

@@ -448,10 +448,13 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         return area
 
     def _merge_infos(self, res, infos: dict[str, Any]) -> None:
-        """Adds the infos hosted envs returned for this batch's rows (one ``find`` when
-        none did)."""
-        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        self._infos.merge(infos, res, self._calls, self._shards, same_step)
+        """Adds the infos hosted envs returned for this batch's rows: one call of the
+        extension, which adds the numbers (``shmenv.infos``), and for the rows whose envs
+        kept other values, a fetch over the call channel."""
+        taken = self._pool.take_infos(infos)
+        if taken is not None:
+            same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+            self._infos.add_kept(infos, taken, res, self._calls, self._shards, same_step)
 
 
 @with_options

@@ -5,7 +5,7 @@ envs return none, stepped with random actions in alternating rounds (both built 
 warmed up). For each: steps/s, and the trainer's CPU time per batch (its thread's CPU time
 over the round, divided by the batches): the difference is what the infos cost the
 trainer, but it moves by tens of microseconds between runs, so the time the trainer spends
-merging the infos into each batch's (``InfoArea.merge``, its thread's CPU time, median over
+merging the infos into each batch's (``ShmVectorEnv._merge_infos``, its thread's CPU time, median over
 the batches) is printed too. Medians of the rounds are printed: on a machine shared with
 other work a single round says little.
 
@@ -127,14 +127,14 @@ def main(argv: list[str] | None = None) -> None:
 def _time_merges(envs) -> list[int]:
     """Times (thread CPU, ns) each merge of ``envs``' hosted infos into a batch's infos."""
     spent: list[int] = []
-    merge = envs._infos.merge
+    merge = envs._merge_infos
 
     def timed(*args: Any, **kwargs: Any) -> None:
         start = time.thread_time_ns()
         merge(*args, **kwargs)
         spent.append(time.thread_time_ns() - start)
 
-    envs._infos.merge = timed
+    envs._merge_infos = timed
     return spent
 
 
