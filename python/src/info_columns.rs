@@ -150,11 +150,11 @@ impl InfoReader {
         let (terminated, truncated) = (batch.terminated(), batch.truncated());
         self.rows.clear();
         for (row, (&env, &elapsed)) in batch.env_ids().iter().zip(batch.elapsed_steps()).enumerate() {
-            // The engine checked the env ids; an id past the area has no infos.
-            if let Some(&pos) = self.positions.get(env as usize) {
-                let done = terminated.get(row) || truncated.get(row);
-                self.rows.push(Row { pos, reset: elapsed == 0, done });
-            }
+            // The engine checked the env ids, and every env is in a worker's shard (the pool
+            // refuses to attach an area to a pool with a trainer shard): each has a cell.
+            let pos = self.positions[env as usize];
+            let done = terminated.get(row) || truncated.get(row);
+            self.rows.push(Row { pos, reset: elapsed == 0, done });
         }
     }
 

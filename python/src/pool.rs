@@ -302,6 +302,11 @@ impl PyPool {
     /// (`shmenv.infos._Area.layout`), one `stride` of cells per worker.
     fn attach_infos(&mut self, bytes: PyReadwriteArray1<'_, u8>, layout: AreaLayout) -> PyResult<()> {
         let pool = self.pool()?;
+        if !pool.trainer_envs().is_empty() {
+            return Err(PyValueError::new_err(
+                "hosted envs' infos need every env in a worker: this pool has a trainer shard",
+            ));
+        }
         let shards: Vec<_> = (0..pool.num_workers()).map(|w| pool.shard(w)).collect();
         let same_step = pool.autoreset() == AutoReset::SameStep;
         self.results.infos = Some(InfoReader::new(bytes, layout, &shards, same_step)?);

@@ -55,3 +55,11 @@ def test_a_key_count_past_the_table_reads_the_table_only(no_leaks):
         envs._infos.forget_tables()
         *_, after = envs.step(np.zeros(4, np.int64))
         assert sorted(after) == sorted(before)
+
+
+def test_a_pool_with_a_trainer_shard_takes_no_info_area(no_leaks):
+    with _lives_pool() as hosted:
+        layout = hosted._infos._area.layout
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=1, trainer_shard=True) as envs:
+        with pytest.raises(ValueError, match="this pool has a trainer shard"):
+            envs._pool.attach_infos(np.zeros(4096, np.uint8), layout)
