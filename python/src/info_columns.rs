@@ -54,15 +54,24 @@ impl AreaLayout {
         at..at + self.entry
     }
 
-    /// The bytes the layout spans for `workers` workers.
-    fn end(&self, workers: usize) -> usize {
+    /// The bytes the layout spans for `workers` workers (`None`: past `usize`). Every offset
+    /// the reader computes is below it.
+    fn end(&self, workers: usize) -> Option<usize> {
+        let product = |a: usize, b: usize, c: usize| a.checked_mul(b)?.checked_mul(c);
         let parts = [
-            self.counts + workers,
-            self.entries + workers * self.slots * self.entry,
-            self.columns + self.slots * self.slot_bytes,
-            self.present(self.slots.saturating_sub(1), 1, self.cells),
+            self.cells,
+            self.pickled.checked_add(self.cells)?,
+            self.counts.checked_add(workers)?,
+            self.entries.checked_add(product(workers, self.slots, self.entry)?)?,
+            self.columns.checked_add(product(self.slots, self.slot_bytes, 1)?)?,
+            // The last slot's reset presence bytes end it: `present(slots - 1, 1, cells)`.
+            product(self.slots.saturating_sub(1), self.slot_bytes, 1)?
+                .checked_add(self.columns)?
+                .checked_add(product(16, self.cells, 1)?)?
+                .checked_add(self.presence)?
+                .checked_add(self.cells)?,
         ];
-        parts.into_iter().max().unwrap_or(0)
+        parts.into_iter().max()
     }
 }
 
@@ -122,7 +131,7 @@ impl InfoReader {
         same_step: bool,
     ) -> PyResult<InfoReader> {
         let stride = shards.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-        let needed = layout.end(shards.len());
+        let needed = layout.end(shards.len()).unwrap_or(usize::MAX);
         if layout.cells != shards.len() * stride || layout.name > layout.entry || bytes.len() < needed {
             return Err(PyValueError::new_err(format!(
                 "the info area ({} bytes, {} cells) does not fit {} workers of {stride} envs: it needs {needed} \

@@ -298,8 +298,9 @@ impl PyPool {
     }
 
     /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
-    /// array over the trainer's mapping, kept alive by the pool) laid out as `layout`
-    /// (`shmenv.infos._Area.layout`), one `stride` of cells per worker.
+    /// array over the trainer's mapping, kept alive by the pool until it closes) laid out
+    /// as `layout` (`shmenv.infos._Area.layout`): worker `w`'s envs have the cells from
+    /// `w` times its largest shard.
     fn attach_infos(&mut self, bytes: PyReadwriteArray1<'_, u8>, layout: AreaLayout) -> PyResult<()> {
         let pool = self.pool()?;
         if !pool.trainer_envs().is_empty() {

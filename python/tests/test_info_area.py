@@ -20,8 +20,9 @@ def test_an_area_too_small_for_the_pool_is_refused(no_leaks):
         layout = envs._infos._area.layout
         with pytest.raises(ValueError, match="does not fit 2 workers of 2 envs"):
             envs._pool.attach_infos(np.zeros(64, np.uint8), layout)
-        with pytest.raises(ValueError, match="does not fit"):
-            envs._pool.attach_infos(envs._infos._area.bytes, {**layout, "cells": 3})
+        for bad in ({"cells": 3}, {"pickled": 2**62}, {"slot_bytes": 2**63}, {"entries": 2**64 - 1}):
+            with pytest.raises(ValueError, match="does not fit"):
+                envs._pool.attach_infos(envs._infos._area.bytes, {**layout, **bad})
         # The pool still reads its own area.
         envs.reset()
         *_, infos = envs.step(np.zeros(4, np.int64))
