@@ -301,8 +301,13 @@ impl PyPool {
     /// array over the trainer's mapping, kept alive by the pool until it closes) laid out
     /// as `layout` (`shmenv.infos._Area.layout`): worker `w`'s envs have the cells from
     /// `w` times its largest shard.
-    fn attach_infos(&mut self, bytes: PyReadwriteArray1<'_, u8>, layout: AreaLayout) -> PyResult<()> {
-        let pool = self.pool()?;
+    fn attach_infos(
+        slf: &Bound<'_, Self>,
+        bytes: PyReadwriteArray1<'_, u8>,
+        layout: AreaLayout,
+    ) -> PyResult<()> {
+        let mut this = Self::exclusive(slf)?;
+        let pool = this.pool()?;
         if !pool.trainer_envs().is_empty() {
             return Err(PyValueError::new_err(
                 "hosted envs' infos need every env in a worker: this pool has a trainer shard",
@@ -310,7 +315,7 @@ impl PyPool {
         }
         let shards: Vec<_> = (0..pool.num_workers()).map(|w| pool.shard(w)).collect();
         let same_step = pool.autoreset() == AutoReset::SameStep;
-        self.results.infos = Some(InfoReader::new(bytes, layout, &shards, same_step)?);
+        this.results.infos = Some(InfoReader::new(bytes, layout, &shards, same_step)?);
         Ok(())
     }
 
@@ -320,20 +325,21 @@ impl PyPool {
     /// `infos["final_info"]`. When some rows' envs kept other values (pickled), adds nothing
     /// and returns `(numbers, rows)`: the same keys in a dict of their own, and those rows.
     fn take_infos<'py>(
-        &mut self,
+        slf: &Bound<'py, Self>,
         infos: &Bound<'py, PyDict>,
     ) -> PyResult<Option<(Bound<'py, PyDict>, Vec<i64>)>> {
-        match &mut self.results.infos {
+        match &mut Self::exclusive(slf)?.results.infos {
             Some(reader) => reader.take(infos),
             None => Ok(None),
         }
     }
 
     /// A worker was restarted: its replacement names its info keys anew.
-    fn forget_info_tables(&mut self) {
-        if let Some(reader) = &mut self.results.infos {
+    fn forget_info_tables(slf: &Bound<'_, Self>) -> PyResult<()> {
+        if let Some(reader) = &mut Self::exclusive(slf)?.results.infos {
             reader.forget_tables();
         }
+        Ok(())
     }
 
     /// Stops the workers and reaps them; returns how each ended ("exit code 0", ...).
