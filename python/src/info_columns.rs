@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use shmenv_engine::{Batch, DType};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Where the parts of the area are, in bytes, and its table sizes (`shmenv.infos._Area`).
 #[derive(FromPyObject, Clone, Copy, Debug)]
@@ -388,8 +389,9 @@ impl Filling {
 }
 
 /// The values and mask of a key whose rows came in several columns, as `dtype`: numbers of
-/// another type are converted as numpy's assignment does (floats to integers truncate;
-/// floats out of range, and NaN, saturate).
+/// another type are converted as numpy's assignment does for values in range (floats to
+/// integers truncate, integers wrap into narrower ones); a float out of an integer type's
+/// range saturates and NaN becomes 0, where numpy's result depends on the platform.
 fn merged(columns: &[(&Filling, DType)], dtype: DType) -> (Vec<u8>, Vec<u8>) {
     let size = columns[0].0.mask.len();
     let (mut values, mut mask) = (vec![0; dtype.size() * size], vec![0; size]);
@@ -438,22 +440,33 @@ impl Number {
 
     /// The value as a `dtype` element, in the first bytes of the result.
     fn write(self, dtype: DType) -> [u8; 8] {
-        let (int, float) = match self {
-            Number::Int(i) => (i, i as f64),
-            Number::Float(f) => (f as i128, f),
+        // An integer wraps into a narrower integer type, as numpy's assignment of an
+        // in-range array does; a float converts straight into the target type.
+        macro_rules! to {
+            ($t:ty) => {
+                match self {
+                    Number::Int(i) => i as $t,
+                    Number::Float(f) => f as $t,
+                }
+                .to_ne_bytes()
+            };
+        }
+        let float = match self {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
         };
         let mut out = [0; 8];
         let mut put = |bytes: &[u8]| out[..bytes.len()].copy_from_slice(bytes);
         match dtype {
-            DType::Bool => put(&[u8::from(int != 0 || float != 0.0)]),
-            DType::U8 => put(&(int as u8).to_ne_bytes()),
-            DType::I8 => put(&(int as i8).to_ne_bytes()),
-            DType::U16 => put(&(int as u16).to_ne_bytes()),
-            DType::I16 => put(&(int as i16).to_ne_bytes()),
-            DType::U32 => put(&(int as u32).to_ne_bytes()),
-            DType::I32 => put(&(int as i32).to_ne_bytes()),
-            DType::U64 => put(&(int as u64).to_ne_bytes()),
-            DType::I64 => put(&(int as i64).to_ne_bytes()),
+            DType::Bool => put(&[u8::from(float != 0.0)]),
+            DType::U8 => put(&to!(u8)),
+            DType::I8 => put(&to!(i8)),
+            DType::U16 => put(&to!(u16)),
+            DType::I16 => put(&to!(i16)),
+            DType::U32 => put(&to!(u32)),
+            DType::I32 => put(&to!(i32)),
+            DType::U64 => put(&to!(u64)),
+            DType::I64 => put(&to!(i64)),
             DType::F16 => put(&half::f16::from_f64(float).to_ne_bytes()),
             DType::F32 => put(&(float as f32).to_ne_bytes()),
             DType::F64 => put(&float.to_ne_bytes()),
@@ -502,19 +515,24 @@ impl SharedBytes {
         unsafe { self.base.add(offset) }
     }
 
-    /// Byte `offset`.
+    /// Byte `offset`, which a worker may be writing now (a flag of a row still in flight,
+    /// a key count), read atomically. Workers (Python) write with plain stores, entry first
+    /// and count after: on x86, whose stores are seen in order, a count read here comes
+    /// after its entry; elsewhere an entry read too early is refused, not trusted.
     fn byte(&self, offset: usize) -> u8 {
-        // SAFETY: `at` checked the bounds; a byte read needs no alignment, and any byte a
-        // worker writes concurrently is a valid `u8` (the protocol makes the trainer read
-        // only bytes no worker is writing now, `shmenv.infos`).
-        unsafe { self.at(offset, 1).read() }
+        let p = self.at(offset, 1);
+        // SAFETY: `at` checked the bounds; a byte is always aligned, and the mapping stays
+        // valid while `self` lives. Workers write these bytes with plain stores from
+        // another process; an atomic load of a byte sees either value, never a torn one.
+        unsafe { AtomicU8::from_ptr(p).load(Ordering::Acquire) }
     }
 
-    /// Byte `offset`, left 0.
+    /// Byte `offset` of a row the trainer received, left 0.
     fn take_byte(&mut self, offset: usize) -> u8 {
         let p = self.at(offset, 1);
-        // SAFETY: as in `byte`. The trainer clears only the bytes of rows it received,
-        // whose envs have no action in flight: no worker writes them now.
+        // SAFETY: `at` checked the bounds; a byte needs no alignment. The trainer reads and
+        // clears only the bytes of rows it received, whose envs have no action in flight:
+        // no worker writes them now (the area's protocol, `shmenv.infos`).
         unsafe {
             let value = p.read();
             if value != 0 {
@@ -524,18 +542,14 @@ impl SharedBytes {
         }
     }
 
-    /// The 8-byte cell at `offset`.
+    /// The 8-byte cell at `offset`, of a row the trainer received (no worker writes it now).
     fn cell(&self, offset: usize) -> [u8; 8] {
-        // SAFETY: as in `byte`; read as bytes (no alignment needed).
+        // SAFETY: as in `take_byte`; read as bytes (no alignment needed).
         unsafe { self.at(offset, 8).cast::<[u8; 8]>().read_unaligned() }
     }
 
-    /// A copy of the bytes in `range`.
+    /// A copy of the bytes in `range` (a key table entry), each read as in `byte`.
     fn bytes(&self, range: Range<usize>) -> Vec<u8> {
-        let p = self.at(range.start, range.len());
-        let mut out = vec![0; range.len()];
-        // SAFETY: as in `byte`, for `range.len()` bytes; the copy goes to fresh memory.
-        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
-        out
+        range.map(|offset| self.byte(offset)).collect()
     }
 }
