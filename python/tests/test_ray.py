@@ -36,6 +36,20 @@ def cluster():
     c.shutdown()
 
 
+def wait_actor_gone(actor, timeout: float = 30.0) -> None:
+    """Waits until Ray reports ``actor`` dead (a call to it fails)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.describe.remote(), timeout=1.0)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor still answered after {timeout} s")
+
+
 def processes_of(envs) -> list[int]:
     """The actor processes and their pools' worker processes."""
     return [p for a in envs.actors for p in [a["pid"], *a["worker_pids"]]]
@@ -227,6 +241,9 @@ def test_an_actor_killed_as_it_reports_its_workers_death_raises_actor_died(clust
             return get(ref)
         except shmenv.WorkerDiedError:
             ray.kill(envs._actors[1])  # the order seen on a loaded machine
+            # ray.kill returns before the actor is gone; the case is an actor already dead
+            # when the env asks it what happened (a live actor's answer is its own).
+            wait_actor_gone(envs._actors[1])
             raise
 
     monkeypatch.setattr(envs, "_get", killed_while_answering)
