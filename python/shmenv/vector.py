@@ -164,6 +164,17 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         self.episode_stats_key = o.episode_stats_key
         self._env_seeds: list[int | None] = [None] * num_envs
         self._pool_seed = seed
+        # Batches that need nothing from Python (one observation array, native envs, no
+        # restarts, no final observations) are made into Gymnasium's tuple by the
+        # extension in the call itself, with its converters for other arguments.
+        self._one_call = (
+            self._calls is None
+            and not self._restart
+            and self._assembly.as_engine_arrays
+            and mode != AutoresetMode.SAME_STEP
+        )
+        if self._one_call:
+            self._pool.set_converters(self._assembly.actions, _env_ids)
 
     # --- Gymnasium API ---------------------------------------------------------------
 
@@ -230,6 +241,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
+        if self._one_call:
+            return self._pool.step_gym(actions, self.pool_infos, self.episode_stats_key or "")
         res = self._pool.step(self._actions(actions, None))
         self._follow_restarts(res)
         return self._note_restarts(res, self._unpack(res))
@@ -336,6 +349,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
         ``(obs, rewards, terminations, truncations, infos)`` as EnvPool's ``recv()``, with
         ``infos["env_id"]`` (int32) saying which env each row is."""
+        if self._one_call:
+            return self._pool.recv_gym(self.pool_infos, self.episode_stats_key or "")
         res = self._pool.recv()
         self._follow_restarts(res)
         return self._note_restarts(res, self._unpack(res))
@@ -386,22 +401,16 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def _unpack(self, res):
         side = self._side_obs(res) if self._assembly.side_obs else None
         obs = self._assembly.observations(res.obs, None if side is None else [c for c, _ in side])
-        infos: dict[str, Any] = {"env_id": res.env_id, "elapsed_step": res.elapsed_step} if self.pool_infos else {}
-        if res.any_done:
+        infos = res.infos(self.pool_infos, self.episode_stats_key or "")
+        if res.any_done and res.final_obs is not None:
             done = np.logical_or(res.terminated, res.truncated)
-            key = self.episode_stats_key
-            if key:
-                # Workers write 0 where no episode ended, as RecordEpisodeStatistics does.
-                infos[key] = {"r": res.episode_return, "l": res.episode_length}
-                infos["_" + key] = done
-            if res.final_obs is not None:
-                final = np.full(len(done), None, dtype=object)
-                for i in np.flatnonzero(done):
-                    final[i] = self._assembly.final_observation(res.final_obs, i, None if side is None else side[i][1])
-                infos["final_obs"] = final
-                infos["_final_obs"] = done
-                infos["final_info"] = self._info_columns(res.final_obs, done)
-                infos["_final_info"] = done
+            final = np.full(len(done), None, dtype=object)
+            for i in np.flatnonzero(done):
+                final[i] = self._assembly.final_observation(res.final_obs, i, None if side is None else side[i][1])
+            infos["final_obs"] = final
+            infos["_final_obs"] = done
+            infos["final_info"] = self._info_columns(res.final_obs, done)
+            infos["_final_info"] = done
         if self._assembly.info_names:  # most envs have none: nothing to do per batch
             infos.update(self._info_columns(res.obs, None))
         if self._infos is not None:

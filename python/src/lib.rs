@@ -5,6 +5,7 @@
 
 mod checks;
 mod errors;
+mod gym_tuple;
 mod info_columns;
 mod pool;
 mod pyenv;

@@ -3,13 +3,16 @@
 //! into Gymnasium's and SB3's conventions.
 
 use crate::errors::{build_error, CallError};
+use crate::gym_tuple::InfoForm;
 use crate::info_columns::{AreaLayout, InfoReader};
 use crate::results::{Results, ResultsMaker};
 use crate::views::Lease;
-use numpy::{PyArrayDyn, PyArrayMethods, PyReadwriteArray1};
+use numpy::{
+    PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use shmenv_engine::protocol::UnknownAutoReset;
 use shmenv_engine::{
     with_element, AutoReset, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy, WorkerCommand,
@@ -29,6 +32,26 @@ pub(crate) struct PyPool {
     worker_pids: Vec<u32>,
     /// Makes each call's results (and notes their rows for the info reader).
     results: ResultsMaker,
+    /// shmenv's Python converters of the one-call path's arguments (`set_converters`).
+    converters: Option<Converters>,
+}
+
+/// shmenv's Python converters of `step`/`send` arguments, for those the one-call path
+/// (`step_gym`, `send_gym`) cannot take as they are: `actions(actions, count)` (the
+/// actions as the engine's array, `Assembly.actions`) and `env_ids(env_ids, num_envs)`
+/// (`arguments._env_ids`). The checks and their messages have one source, in Python.
+struct Converters {
+    actions: Py<PyAny>,
+    env_ids: Py<PyAny>,
+}
+
+impl Converters {
+    /// The converters `shmenv.vector` set before using the one-call path.
+    fn given(converters: Option<&Converters>) -> PyResult<&Converters> {
+        converters.ok_or_else(|| {
+            PyValueError::new_err("internal error: the one-call path needs set_converters() first")
+        })
+    }
 }
 
 /// The auto-reset mode named `name` (any spelling `AutoReset` parses), by its Gymnasium
@@ -180,6 +203,7 @@ impl PyPool {
             worker_pids: pool.worker_pids().to_vec(),
             pool: Some(pool),
             results: ResultsMaker::new(lease, copy, interrupted),
+            converters: None,
         })
     }
 
@@ -295,6 +319,72 @@ impl PyPool {
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| pool.recv());
         this.results.make(py, result)
+    }
+
+    /// Gives the one-call path shmenv's converters of actions and env ids (see
+    /// [`Converters`]), for the arguments it cannot take as they are.
+    fn set_converters(slf: &Bound<'_, Self>, actions: Py<PyAny>, env_ids: Py<PyAny>) -> PyResult<()> {
+        Self::exclusive(slf)?.converters = Some(Converters { actions, env_ids });
+        Ok(())
+    }
+
+    /// Sync mode, for a pool whose batches need nothing from Python (one observation
+    /// array, no hosted envs, no restarts): Gymnasium's `step` in one call. Takes the
+    /// actions as `ShmVectorEnv.step` does and returns `(obs, rewards, terminated,
+    /// truncated, infos)`, the infos as `Results.infos(pool_infos, stats_key)`.
+    fn step_gym<'py>(
+        slf: &Bound<'py, Self>,
+        actions: &Bound<'py, PyAny>,
+        pool_infos: bool,
+        stats_key: &str,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
+        let actions = engine_actions(this.converters.as_ref(), pool, actions, pool.num_envs())?;
+        let dtype = pool.spec().action.dtype();
+        let result =
+            with_element!(dtype, T => with_actions::<T, _>(dtype, &actions, |a| py.detach(|| pool.step(a))))?;
+        this.results.make_tuple(py, result, InfoForm { pool_infos, stats_key })
+    }
+
+    /// Async mode, `step_gym`'s pool: `send` taking the actions and env ids (None: every
+    /// env) as `ShmVectorEnv.send` does.
+    #[pyo3(signature = (actions, env_ids = None))]
+    fn send_gym(
+        slf: &Bound<'_, Self>,
+        actions: &Bound<'_, PyAny>,
+        env_ids: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
+        let n = pool.num_envs();
+        let ids = match env_ids {
+            None => (0..n).collect(),
+            Some(ids) if is_id_array(ids) => env_id_list(ids, n)?,
+            Some(ids) => env_id_list(
+                &Converters::given(this.converters.as_ref())?.env_ids.bind(py).call1((ids, n))?,
+                n,
+            )?,
+        };
+        let actions = engine_actions(this.converters.as_ref(), pool, actions, ids.len())?;
+        let dtype = pool.spec().action.dtype();
+        with_element!(dtype, T => with_actions::<T, _>(dtype, &actions, |a| pool.send(a, &ids)))?
+            .map_err(|e| e.into_py_err(py, None))
+    }
+
+    /// Async mode, `step_gym`'s pool: `recv` returning Gymnasium's tuple, as `step_gym`.
+    fn recv_gym<'py>(
+        slf: &Bound<'py, Self>,
+        pool_infos: bool,
+        stats_key: &str,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
+        let this = &mut *this;
+        let pool = this.pool.as_mut().ok_or_else(closed)?;
+        let result = py.detach(|| pool.recv());
+        this.results.make_tuple(py, result, InfoForm { pool_infos, stats_key })
     }
 
     /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
@@ -413,6 +503,43 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
             "env_ids must be a numpy int64 or int32 array (shmenv's VectorEnv converts for you)",
         ))
     }
+}
+
+/// Whether `ids` can go to [`env_id_list`] as they are: a 1-D C-contiguous numpy array
+/// of int64 or int32 (what `recv` returns).
+fn is_id_array(ids: &Bound<'_, PyAny>) -> bool {
+    let Ok(a) = ids.cast::<PyUntypedArray>() else { return false };
+    let dtype = a.dtype();
+    a.ndim() == 1
+        && a.is_c_contiguous()
+        && (dtype.is_equiv_to(&numpy::dtype::<i64>(ids.py()))
+            || dtype.is_equiv_to(&numpy::dtype::<i32>(ids.py())))
+}
+
+/// `actions` for `count` envs as the engine takes them: as they are when they already
+/// are a numpy array (exactly, not a subclass) of the action dtype, shape and layout;
+/// otherwise converted (and checked) by shmenv's converter. Bool actions always go
+/// through it (the engine takes their bytes).
+fn engine_actions<'py>(
+    converters: Option<&Converters>,
+    pool: &Pool,
+    actions: &Bound<'py, PyAny>,
+    count: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = actions.py();
+    let space = &pool.spec().action;
+    if space.dtype() != DType::Bool && actions.is_exact_instance_of::<PyUntypedArray>() {
+        let a = actions.cast::<PyUntypedArray>()?;
+        let shape = a.shape();
+        if a.is_c_contiguous()
+            && shape.first() == Some(&count)
+            && shape[1..] == space.shape()[..]
+            && a.dtype().is_equiv_to(&crate::views::descr(py, space.dtype()))
+        {
+            return Ok(actions.clone());
+        }
+    }
+    Converters::given(converters)?.actions.bind(py).call1((actions, count))
 }
 
 /// A `shmenv.InvalidArgumentError` with `message`.

@@ -2,10 +2,13 @@
 //! [`ResultsMaker`], which also notes the batch's rows for the info reader of hosted envs.
 
 use crate::errors::CallError;
+use crate::gym_tuple::{self, Columns, InfoForm};
 use crate::info_columns::InfoReader;
 use crate::views::{self, Lease};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use shmenv_engine::protocol::{Column, ColumnKind};
 use shmenv_engine::Batch;
 use std::sync::{Arc, Mutex};
@@ -46,6 +49,40 @@ pub(crate) struct Results {
     restarted_envs: Vec<usize>,
 }
 
+#[pymethods]
+impl Results {
+    /// The infos every pool adds (`shmenv.vector`'s `pool_infos` and `episode_stats_key`):
+    /// `env_id` and `elapsed_step` with `pool_infos`, and where an episode ended
+    /// `{stats_key: {"r": returns, "l": lengths}, "_" + stats_key: ended rows}` unless
+    /// `stats_key` is empty. A new dict.
+    fn infos<'py>(&self, py: Python<'py>, pool_infos: bool, stats_key: &str) -> PyResult<Bound<'py, PyDict>> {
+        gym_tuple::pool_infos(py, InfoForm { pool_infos, stats_key }, self.any_done, &mut (py, self))
+    }
+}
+
+impl<'py> Columns<'py> for (Python<'py>, &Results) {
+    fn column(&mut self, c: Column) -> PyResult<Bound<'py, PyAny>> {
+        let r = self.1;
+        let array = match c {
+            Column::Rewards => &r.rewards,
+            Column::Terminated => &r.terminated,
+            Column::Truncated => &r.truncated,
+            Column::EnvIds => &r.env_id,
+            Column::ElapsedSteps => &r.elapsed_step,
+            Column::EpisodeReturn => &r.episode_return,
+            Column::EpisodeLength => &r.episode_length,
+        };
+        Ok(array.bind(self.0).clone())
+    }
+    fn done(&mut self) -> PyResult<Bound<'py, PyAny>> {
+        let flags = |a: &Py<PyAny>| -> PyResult<Vec<u8>> {
+            let array = a.bind(self.0).cast::<PyArray1<bool>>()?.readonly();
+            Ok(array.as_slice()?.iter().map(|&b| u8::from(b)).collect())
+        };
+        gym_tuple::done_array(self.0, &flags(&self.1.terminated)?, &flags(&self.1.truncated)?)
+    }
+}
+
 /// What turns a pool's batches into [`Results`]: the pool's lease, its observation views
 /// (`copy=False`), and the info reader of hosted envs.
 pub(crate) struct ResultsMaker {
@@ -74,6 +111,51 @@ impl ResultsMaker {
         py: Python<'_>,
         result: Result<Batch<'_>, E>,
     ) -> PyResult<Results> {
+        let batch = self.checked(py, result)?;
+        let (obs, final_obs) = self.observations(py, &batch)?;
+        let column = |c: Column| column_array(py, &batch, c).map(Bound::unbind);
+        Ok(Results {
+            obs,
+            final_obs,
+            rewards: column(Column::Rewards)?,
+            terminated: column(Column::Terminated)?,
+            truncated: column(Column::Truncated)?,
+            env_id: column(Column::EnvIds)?,
+            elapsed_step: column(Column::ElapsedSteps)?,
+            episode_return: column(Column::EpisodeReturn)?,
+            episode_length: column(Column::EpisodeLength)?,
+            any_done: batch.terminated().any() || batch.truncated().any(),
+            restarted_envs: batch.restarted_envs().to_vec(),
+        })
+    }
+
+    /// Gymnasium's tuple of `batch` (`shmenv.vector`'s one-call path: a pool with one
+    /// observation array and nothing for Python to add), or the error the call ended with.
+    pub(crate) fn make_tuple<'py, E: CallError>(
+        &mut self,
+        py: Python<'py>,
+        result: Result<Batch<'_>, E>,
+        form: InfoForm<'_>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let batch = self.checked(py, result)?;
+        let (obs, _) = self.observations(py, &batch)?;
+        let obs = obs.bind(py);
+        if obs.len() != 1 {
+            return Err(PyValueError::new_err(format!(
+                "internal error: the one-call step needs one observation array, this pool has {}",
+                obs.len()
+            )));
+        }
+        gym_tuple::step_tuple(py, obs.get_item(0)?, &batch, form)
+    }
+
+    /// The batch of a call, or its error as Python's exception; notes the batch's rows for
+    /// the info reader.
+    fn checked<'b, E: CallError>(
+        &mut self,
+        py: Python<'_>,
+        result: Result<Batch<'b>, E>,
+    ) -> PyResult<Batch<'b>> {
         let batch = result.map_err(|e| {
             let caught = self.interrupted.lock().unwrap_or_else(|p| p.into_inner()).take();
             e.into_py_err(py, caught)
@@ -81,35 +163,7 @@ impl ResultsMaker {
         if let Some(infos) = &mut self.infos {
             infos.note_batch(&batch);
         }
-        let (obs, final_obs) = self.observations(py, &batch)?;
-        // Each column is one allocation and one memcpy. Flags are 0/1 bytes, ids and counts
-        // are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32
-        // and bool arrays as they are.
-        let rows = [batch.len()];
-        let mut columns = Vec::with_capacity(Column::COUNT);
-        for c in Column::ALL {
-            let descr = match c.kind() {
-                ColumnKind::F32 => numpy::dtype::<f32>(py),
-                ColumnKind::F64 => numpy::dtype::<f64>(py),
-                ColumnKind::Flag => numpy::dtype::<bool>(py),
-                ColumnKind::Count => numpy::dtype::<i32>(py),
-            };
-            columns.push(views::owned(py, batch.column_bytes(c), descr, &rows)?.unbind());
-        }
-        let column = |c: Column| columns[c as usize].clone_ref(py);
-        Ok(Results {
-            obs,
-            final_obs,
-            rewards: column(Column::Rewards),
-            terminated: column(Column::Terminated),
-            truncated: column(Column::Truncated),
-            env_id: column(Column::EnvIds),
-            elapsed_step: column(Column::ElapsedSteps),
-            episode_return: column(Column::EpisodeReturn),
-            episode_length: column(Column::EpisodeLength),
-            any_done: batch.terminated().any() || batch.truncated().any(),
-            restarted_envs: batch.restarted_envs().to_vec(),
-        })
+        Ok(batch)
     }
 
     /// The observations of `batch`: copies, or the views of its result block.
@@ -128,6 +182,23 @@ impl ResultsMaker {
         self.blocks.push((key, (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py)))));
         Ok((obs, fin))
     }
+}
+
+/// Column `c` of `batch` as a new array: one allocation and one memcpy. Flags are 0/1
+/// bytes, ids and counts are u32 below 2^31 (env ids checked by the engine), so the bytes
+/// are the int32 and bool arrays as they are.
+pub(crate) fn column_array<'py>(
+    py: Python<'py>,
+    batch: &Batch<'_>,
+    c: Column,
+) -> PyResult<Bound<'py, PyAny>> {
+    let descr = match c.kind() {
+        ColumnKind::F32 => numpy::dtype::<f32>(py),
+        ColumnKind::F64 => numpy::dtype::<f64>(py),
+        ColumnKind::Flag => numpy::dtype::<bool>(py),
+        ColumnKind::Count => numpy::dtype::<i32>(py),
+    };
+    views::owned(py, batch.column_bytes(c), descr, &[batch.len()])
 }
 
 /// The observation arrays of `batch` (`final_obs`: its final-observation columns, `None`

@@ -57,6 +57,13 @@ class Assembly:
         self.action_shape = tuple(self.single_action_space.shape or ())
         self._bool_actions = self.action_dtype == np.bool_
 
+    @property
+    def as_engine_arrays(self) -> bool:
+        """Whether a batch's observation is the engine's one array as it is and actions
+        need no packing: what the extension's one-call step assumes."""
+        single = not (self.info_names or self.side_obs or self.nested_obs or self.dict_obs)
+        return single and self.packing is None and len(self.obs_names) == 1
+
     def observations(self, arrays: tuple, side: list | None = None) -> Any:
         """A batch's observation arrays (one per engine array) as the space nests them;
         ``side``: with side leaves, each row's side values (batched as ``SyncVectorEnv``
