@@ -242,7 +242,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             self.send(actions, env_ids)
             return self.recv()
         if self._one_call:
-            return self._pool.step_gym(actions, self.pool_infos, self.episode_stats_key or "")
+            return self._pool.step_gym(actions, self.pool_infos, self._stats_key)
         res = self._pool.step(self._actions(actions, None))
         self._follow_restarts(res)
         return self._note_restarts(res, self._unpack(res))
@@ -342,6 +342,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def send(self, actions, env_ids=None) -> None:
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs (async
         mode), as EnvPool's ``send(action, env_id)``."""
+        if self._one_call:
+            return self._pool.send_gym(actions, env_ids)
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
         self._pool.send(self._actions(actions, ids), ids)
 
@@ -350,7 +352,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         ``(obs, rewards, terminations, truncations, infos)`` as EnvPool's ``recv()``, with
         ``infos["env_id"]`` (int32) saying which env each row is."""
         if self._one_call:
-            return self._pool.recv_gym(self.pool_infos, self.episode_stats_key or "")
+            return self._pool.recv_gym(self.pool_infos, self._stats_key)
         res = self._pool.recv()
         self._follow_restarts(res)
         return self._note_restarts(res, self._unpack(res))
@@ -370,6 +372,21 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         "trainer-bound", "sync-bound"). See docs/profiling.md; ``shmenv top --pid <this
         pid>`` shows the same live."""
         return json.loads(self._pool.stats_json())
+
+    @property
+    def episode_stats_key(self) -> str:
+        """The infos key of per-episode return and length (``{"r": ..., "l": ...}`` and its
+        ``_key`` mask where episodes ended); "" for none. May be set (a str, or None for
+        none)."""
+        return self._stats_key
+
+    @episode_stats_key.setter
+    def episode_stats_key(self, key: str | None) -> None:
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgumentError(
+                f"episode_stats_key must be a str (an infos key), or None or \"\" for no episode statistics; got {key!r}"
+            )
+        self._stats_key = key or ""
 
     @property
     def restarts(self) -> list[int]:
@@ -401,7 +418,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def _unpack(self, res):
         side = self._side_obs(res) if self._assembly.side_obs else None
         obs = self._assembly.observations(res.obs, None if side is None else [c for c, _ in side])
-        infos = res.infos(self.pool_infos, self.episode_stats_key or "")
+        infos = res.infos(self.pool_infos, self._stats_key)
         if res.any_done and res.final_obs is not None:
             done = np.logical_or(res.terminated, res.truncated)
             final = np.full(len(done), None, dtype=object)
@@ -410,7 +427,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             infos["final_obs"] = final
             infos["_final_obs"] = done
             infos["final_info"] = self._info_columns(res.final_obs, done)
-            infos["_final_info"] = done
+            infos["_final_info"] = done.copy()
         if self._assembly.info_names:  # most envs have none: nothing to do per batch
             infos.update(self._info_columns(res.obs, None))
         if self._infos is not None:
@@ -437,9 +454,14 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         """The arrays a native env reports as infos (spec ``info``: Atari's lives), with
         their ``_name`` masks: every row, or ``rows`` (a final step's values)."""
         out: dict[str, Any] = {}
+        # Every array is the caller's: its own mask each, and a copy of a view of the
+        # region (``copy=False`` pools' observation arrays, the info ones among them).
         for name, values in self._assembly.info_arrays(arrays).items():
-            mask = np.ones(len(values), np.bool_) if rows is None else rows
-            kept = values if rows is None else np.where(rows.reshape(-1, *[1] * (values.ndim - 1)), values, 0)
+            if rows is None:
+                kept = values if values.flags.writeable else values.copy()
+                mask = np.ones(len(values), np.bool_)
+            else:
+                kept, mask = np.where(rows.reshape(-1, *[1] * (values.ndim - 1)), values, 0), rows.copy()
             out[name], out["_" + name] = kept, mask
         return out
 

@@ -6,6 +6,7 @@
 
 use crate::views;
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmenv_engine::protocol::Column;
@@ -40,18 +41,23 @@ pub(crate) fn pool_infos<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let infos = PyDict::new(py);
     if form.pool_infos {
-        infos.set_item("env_id", columns.column(Column::EnvIds)?)?;
-        infos.set_item("elapsed_step", columns.column(Column::ElapsedSteps)?)?;
+        infos.set_item(intern!(py, "env_id"), columns.column(Column::EnvIds)?)?;
+        infos.set_item(intern!(py, "elapsed_step"), columns.column(Column::ElapsedSteps)?)?;
     }
     if any_done && !form.stats_key.is_empty() {
         // Workers write 0 where no episode ended, as RecordEpisodeStatistics does.
         let stats = PyDict::new(py);
-        stats.set_item("r", columns.column(Column::EpisodeReturn)?)?;
-        stats.set_item("l", columns.column(Column::EpisodeLength)?)?;
+        stats.set_item(intern!(py, "r"), columns.column(Column::EpisodeReturn)?)?;
+        stats.set_item(intern!(py, "l"), columns.column(Column::EpisodeLength)?)?;
         infos.set_item(form.stats_key, stats)?;
         infos.set_item(format!("_{}", form.stats_key), columns.done()?)?;
     }
     Ok(infos)
+}
+
+/// Whether an episode ended in `batch` (a row terminated or truncated).
+pub(crate) fn any_done(batch: &Batch<'_>) -> bool {
+    batch.terminated().any() || batch.truncated().any()
 }
 
 /// Each row's "episode ended" flag from its terminated and truncated bytes (any non-zero
@@ -95,9 +101,8 @@ pub(crate) fn step_tuple<'py>(
     batch: &Batch<'_>,
     form: InfoForm<'_>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let any_done = batch.terminated().any() || batch.truncated().any();
     let mut columns = BatchColumns { py, batch };
-    let infos = pool_infos(py, form, any_done, &mut columns)?;
+    let infos = pool_infos(py, form, any_done(batch), &mut columns)?;
     PyTuple::new(
         py,
         [

@@ -7,6 +7,7 @@ mod checks;
 mod errors;
 mod gym_tuple;
 mod info_columns;
+mod one_call;
 mod pool;
 mod pyenv;
 mod results;

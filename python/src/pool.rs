@@ -5,11 +5,10 @@
 use crate::errors::{build_error, CallError};
 use crate::gym_tuple::InfoForm;
 use crate::info_columns::{AreaLayout, InfoReader};
+use crate::one_call::OneCallArgs;
 use crate::results::{Results, ResultsMaker};
 use crate::views::Lease;
-use numpy::{
-    PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods,
-};
+use numpy::{PyArrayDyn, PyArrayMethods, PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -32,26 +31,8 @@ pub(crate) struct PyPool {
     worker_pids: Vec<u32>,
     /// Makes each call's results (and notes their rows for the info reader).
     results: ResultsMaker,
-    /// shmenv's Python converters of the one-call path's arguments (`set_converters`).
-    converters: Option<Converters>,
-}
-
-/// shmenv's Python converters of `step`/`send` arguments, for those the one-call path
-/// (`step_gym`, `send_gym`) cannot take as they are: `actions(actions, count)` (the
-/// actions as the engine's array, `Assembly.actions`) and `env_ids(env_ids, num_envs)`
-/// (`arguments._env_ids`). The checks and their messages have one source, in Python.
-struct Converters {
-    actions: Py<PyAny>,
-    env_ids: Py<PyAny>,
-}
-
-impl Converters {
-    /// The converters `shmenv.vector` set before using the one-call path.
-    fn given(converters: Option<&Converters>) -> PyResult<&Converters> {
-        converters.ok_or_else(|| {
-            PyValueError::new_err("internal error: the one-call path needs set_converters() first")
-        })
-    }
+    /// How the one-call path takes its arguments (`set_converters`).
+    one_call: Option<Arc<OneCallArgs>>,
 }
 
 /// The auto-reset mode named `name` (any spelling `AutoReset` parses), by its Gymnasium
@@ -203,7 +184,7 @@ impl PyPool {
             worker_pids: pool.worker_pids().to_vec(),
             pool: Some(pool),
             results: ResultsMaker::new(lease, copy, interrupted),
-            converters: None,
+            one_call: None,
         })
     }
 
@@ -321,54 +302,59 @@ impl PyPool {
         this.results.make(py, result)
     }
 
-    /// Gives the one-call path shmenv's converters of actions and env ids (see
-    /// [`Converters`]), for the arguments it cannot take as they are.
+    /// Gives the one-call path shmenv's Python converters of actions and env ids (see
+    /// [`OneCallArgs`]), for the arguments it cannot take as they are.
     fn set_converters(slf: &Bound<'_, Self>, actions: Py<PyAny>, env_ids: Py<PyAny>) -> PyResult<()> {
-        Self::exclusive(slf)?.converters = Some(Converters { actions, env_ids });
+        let mut this = Self::exclusive(slf)?;
+        let args = OneCallArgs::new(this.pool()?, actions, env_ids);
+        this.one_call = Some(Arc::new(args));
         Ok(())
     }
 
     /// Sync mode, for a pool whose batches need nothing from Python (one observation
     /// array, no hosted envs, no restarts): Gymnasium's `step` in one call. Takes the
-    /// actions as `ShmVectorEnv.step` does and returns `(obs, rewards, terminated,
-    /// truncated, infos)`, the infos as `Results.infos(pool_infos, stats_key)`.
+    /// actions as `ShmVectorEnv.step` does (converted before anything else, as there) and
+    /// returns `(obs, rewards, terminated, truncated, infos)`, the infos as
+    /// `Results.infos(pool_infos, stats_key)`.
     fn step_gym<'py>(
         slf: &Bound<'py, Self>,
         actions: &Bound<'py, PyAny>,
-        pool_infos: bool,
+        pool_infos: &Bound<'py, PyAny>,
         stats_key: &str,
     ) -> PyResult<Bound<'py, PyTuple>> {
+        let args = Self::one_call_args(slf)?;
+        let actions = args.actions(actions, args.num_envs)?;
+        let form = InfoForm { pool_infos: pool_infos.is_truthy()?, stats_key };
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
-        let actions = engine_actions(this.converters.as_ref(), pool, actions, pool.num_envs())?;
         let dtype = pool.spec().action.dtype();
         let result =
             with_element!(dtype, T => with_actions::<T, _>(dtype, &actions, |a| py.detach(|| pool.step(a))))?;
-        this.results.make_tuple(py, result, InfoForm { pool_infos, stats_key })
+        this.results.make_tuple(py, result, form)
     }
 
     /// Async mode, `step_gym`'s pool: `send` taking the actions and env ids (None: every
-    /// env) as `ShmVectorEnv.send` does.
+    /// env) as `ShmVectorEnv.send` does, in the same order: env ids converted, actions
+    /// converted, then the ids' range and the rest checked by the pool.
     #[pyo3(signature = (actions, env_ids = None))]
     fn send_gym(
         slf: &Bound<'_, Self>,
         actions: &Bound<'_, PyAny>,
         env_ids: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let args = Self::one_call_args(slf)?;
+        let ids = env_ids.map(|ids| args.env_ids(ids)).transpose()?;
+        let count = ids.as_ref().map_or(args.num_envs, PyUntypedArrayMethods::len);
+        let actions = args.actions(actions, count)?;
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let n = pool.num_envs();
-        let ids = match env_ids {
+        let ids = match ids {
             None => (0..n).collect(),
-            Some(ids) if is_id_array(ids) => env_id_list(ids, n)?,
-            Some(ids) => env_id_list(
-                &Converters::given(this.converters.as_ref())?.env_ids.bind(py).call1((ids, n))?,
-                n,
-            )?,
+            Some(ids) => env_id_list(&ids, n)?,
         };
-        let actions = engine_actions(this.converters.as_ref(), pool, actions, ids.len())?;
         let dtype = pool.spec().action.dtype();
         with_element!(dtype, T => with_actions::<T, _>(dtype, &actions, |a| pool.send(a, &ids)))?
             .map_err(|e| e.into_py_err(py, None))
@@ -377,14 +363,15 @@ impl PyPool {
     /// Async mode, `step_gym`'s pool: `recv` returning Gymnasium's tuple, as `step_gym`.
     fn recv_gym<'py>(
         slf: &Bound<'py, Self>,
-        pool_infos: bool,
+        pool_infos: &Bound<'py, PyAny>,
         stats_key: &str,
     ) -> PyResult<Bound<'py, PyTuple>> {
+        let form = InfoForm { pool_infos: pool_infos.is_truthy()?, stats_key };
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
         let this = &mut *this;
         let pool = this.pool.as_mut().ok_or_else(closed)?;
         let result = py.detach(|| pool.recv());
-        this.results.make_tuple(py, result, InfoForm { pool_infos, stats_key })
+        this.results.make_tuple(py, result, form)
     }
 
     /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
@@ -452,6 +439,15 @@ impl PyPool {
         self.pool.as_ref().ok_or_else(closed)
     }
 
+    /// How the one-call path takes its arguments (a `UsageError` while another thread is
+    /// inside a call).
+    fn one_call_args(slf: &Bound<'_, Self>) -> PyResult<Arc<OneCallArgs>> {
+        let args = Self::exclusive(slf)?.one_call.clone();
+        args.ok_or_else(|| {
+            PyValueError::new_err("internal error: the one-call path needs set_converters() first")
+        })
+    }
+
     /// The pool for one call, or a `UsageError` while another thread is inside a call.
     fn exclusive<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRefMut<'py, Self>> {
         slf.try_borrow_mut().map_err(|_| {
@@ -476,7 +472,7 @@ fn closed() -> PyErr {
 
 /// Env ids from a C-contiguous numpy array of int64 or int32 (EnvPool's `env_id` dtype,
 /// as `recv` returns them), each checked to be in `0..num_envs`.
-fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>> {
+pub(crate) fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>> {
     fn convert<T: numpy::Element + Copy + Into<i64>>(
         array: &Bound<'_, PyArrayDyn<T>>,
         num_envs: usize,
@@ -503,43 +499,6 @@ fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult<Vec<usize>
             "env_ids must be a numpy int64 or int32 array (shmenv's VectorEnv converts for you)",
         ))
     }
-}
-
-/// Whether `ids` can go to [`env_id_list`] as they are: a 1-D C-contiguous numpy array
-/// of int64 or int32 (what `recv` returns).
-fn is_id_array(ids: &Bound<'_, PyAny>) -> bool {
-    let Ok(a) = ids.cast::<PyUntypedArray>() else { return false };
-    let dtype = a.dtype();
-    a.ndim() == 1
-        && a.is_c_contiguous()
-        && (dtype.is_equiv_to(&numpy::dtype::<i64>(ids.py()))
-            || dtype.is_equiv_to(&numpy::dtype::<i32>(ids.py())))
-}
-
-/// `actions` for `count` envs as the engine takes them: as they are when they already
-/// are a numpy array (exactly, not a subclass) of the action dtype, shape and layout;
-/// otherwise converted (and checked) by shmenv's converter. Bool actions always go
-/// through it (the engine takes their bytes).
-fn engine_actions<'py>(
-    converters: Option<&Converters>,
-    pool: &Pool,
-    actions: &Bound<'py, PyAny>,
-    count: usize,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = actions.py();
-    let space = &pool.spec().action;
-    if space.dtype() != DType::Bool && actions.is_exact_instance_of::<PyUntypedArray>() {
-        let a = actions.cast::<PyUntypedArray>()?;
-        let shape = a.shape();
-        if a.is_c_contiguous()
-            && shape.first() == Some(&count)
-            && shape[1..] == space.shape()[..]
-            && a.dtype().is_equiv_to(&crate::views::descr(py, space.dtype()))
-        {
-            return Ok(actions.clone());
-        }
-    }
-    Converters::given(converters)?.actions.bind(py).call1((actions, count))
 }
 
 /// A `shmenv.InvalidArgumentError` with `message`.

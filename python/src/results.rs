@@ -55,8 +55,14 @@ impl Results {
     /// `env_id` and `elapsed_step` with `pool_infos`, and where an episode ended
     /// `{stats_key: {"r": returns, "l": lengths}, "_" + stats_key: ended rows}` unless
     /// `stats_key` is empty. A new dict.
-    fn infos<'py>(&self, py: Python<'py>, pool_infos: bool, stats_key: &str) -> PyResult<Bound<'py, PyDict>> {
-        gym_tuple::pool_infos(py, InfoForm { pool_infos, stats_key }, self.any_done, &mut (py, self))
+    fn infos<'py>(
+        &self,
+        py: Python<'py>,
+        pool_infos: &Bound<'py, PyAny>,
+        stats_key: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let form = InfoForm { pool_infos: pool_infos.is_truthy()?, stats_key };
+        gym_tuple::pool_infos(py, form, self.any_done, &mut (py, self))
     }
 }
 
@@ -76,7 +82,11 @@ impl<'py> Columns<'py> for (Python<'py>, &Results) {
     }
     fn done(&mut self) -> PyResult<Bound<'py, PyAny>> {
         let flags = |a: &Py<PyAny>| -> PyResult<Vec<u8>> {
-            let array = a.bind(self.0).cast::<PyArray1<bool>>()?.readonly();
+            let array = a
+                .bind(self.0)
+                .cast::<PyArray1<bool>>()?
+                .try_readonly()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
             Ok(array.as_slice()?.iter().map(|&b| u8::from(b)).collect())
         };
         gym_tuple::done_array(self.0, &flags(&self.1.terminated)?, &flags(&self.1.truncated)?)
@@ -124,7 +134,7 @@ impl ResultsMaker {
             elapsed_step: column(Column::ElapsedSteps)?,
             episode_return: column(Column::EpisodeReturn)?,
             episode_length: column(Column::EpisodeLength)?,
-            any_done: batch.terminated().any() || batch.truncated().any(),
+            any_done: gym_tuple::any_done(&batch),
             restarted_envs: batch.restarted_envs().to_vec(),
         })
     }

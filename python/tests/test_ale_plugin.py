@@ -129,6 +129,24 @@ def test_lives_come_in_infos_as_envpool_gives_them(ale_plugin, ale_roms, mode, n
         assert games >= 2, "random play loses two games of Breakout in 3,000 steps"
 
 
+def test_info_arrays_are_the_callers_with_observation_views(ale_plugin, ale_roms, no_leaks):
+    # copy=False makes observations views of the region; lives is an observation array of
+    # the engine's marked "info", and infos stay the caller's: owned, writable, own masks.
+    config = {"rom_dir": ale_roms, "game": "breakout"}
+    with shmenv.make_vec("AtariC-v5", 2, num_workers=1, seed=2, plugin=ale_plugin, config=config,
+                         copy=False, autoreset_mode="same_step") as envs:
+        obs, info = envs.reset()
+        rng = np.random.default_rng(1)
+        for _ in range(50):
+            obs, _, term, trunc, info = envs.step(rng.integers(0, 4, 2))
+            assert not obs.flags.writeable, "observations are views with copy=False"
+            for key in ("lives", "_lives"):
+                assert info[key].flags.writeable and info[key].flags.owndata, key
+            assert info["_lives"] is not info["_reward"]
+            info["lives"][:] = -1  # the caller's to change: the next step is unaffected
+        assert (envs.step(np.zeros(2, np.int64))[4]["lives"] >= 0).all()
+
+
 def test_pool_plays_pong_to_the_end_and_resets(ale_plugin, ale_roms, no_leaks):
     n = 4
     with pong(n, ale_plugin, ale_roms, seed=11, workers=2) as envs:

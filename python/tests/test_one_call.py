@@ -15,12 +15,24 @@ import shmenv
 from shmenv.errors import ActionError, Error
 
 
-def _pools(env: str = "CartPole-v1", num_envs: int = 6, **kwargs):
+def _one_call_only(envs):
+    """Makes the general path's Python steps fail on `envs`, so a test passes only if every
+    call took the one-call path."""
+
+    def general_path(*args, **kwargs):
+        raise AssertionError("the general path ran on a one-call pool")
+
+    assert envs._one_call
+    envs._actions = envs._note_restarts = general_path  # step, send and recv call these there
+    return envs
+
+
+def _pools(env: str = "CartPole-v1", num_envs: int = 6, num_workers: int = 2, **kwargs):
     """Two pools with the same seed: the one-call path and the general path."""
-    one = shmenv.make_vec(env, num_envs, num_workers=2, seed=11, **kwargs)
-    general = shmenv.make_vec(env, num_envs, num_workers=2, seed=11, **kwargs)
+    one = shmenv.make_vec(env, num_envs, num_workers=num_workers, seed=11, **kwargs)
+    general = shmenv.make_vec(env, num_envs, num_workers=num_workers, seed=11, **kwargs)
     general._one_call = False
-    return one, general
+    return _one_call_only(one), general
 
 
 def _same(got, want, where: str) -> None:
@@ -65,9 +77,7 @@ def test_sync_steps_return_what_the_general_path_returns(pool_infos, stats_key):
 
 def test_async_batches_return_what_the_general_path_returns():
     # One worker: the batches' env order is then the same in both pools.
-    one = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=2)
-    general = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=2)
-    general._one_call = False
+    one, general = _pools(num_envs=8, num_workers=1, batch_size=4)
     try:
         one.async_reset()
         general.async_reset()
@@ -91,6 +101,8 @@ CONVERTED = {
     "not contiguous": lambda a: np.repeat(a, 2)[::2],
     "column": lambda a: a.reshape(-1, 1)[:, 0],
     "ndarray subclass": lambda a: a.view(type("Actions", (np.ndarray,), {})),
+    "misaligned": lambda a: np.frombuffer(b"\0" + a.tobytes(), dtype=np.int64, offset=1),
+    "big-endian": lambda a: a.astype(">i8"),
 }
 
 
@@ -138,6 +150,7 @@ def test_bad_actions_raise_what_the_general_path_raises_and_change_nothing(what)
 
 ENV_IDS = {
     "list": lambda ids: [int(i) for i in ids],
+    "misaligned": lambda ids: np.frombuffer(b"\0" + ids.tobytes(), dtype=np.int64, offset=1),
     "int32": lambda ids: ids.astype(np.int32),
     "uint8": lambda ids: ids.astype(np.uint8),
     "not contiguous": lambda ids: np.repeat(ids, 2)[::2],
@@ -147,9 +160,7 @@ ENV_IDS = {
 
 @pytest.mark.parametrize("form", list(ENV_IDS))
 def test_env_ids_in_other_forms_send_as_int64_ids_do(form):
-    one = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=2)
-    general = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=2)
-    general._one_call = False
+    one, general = _pools(num_envs=8, num_workers=1, batch_size=4)
     try:
         one.async_reset()
         general.async_reset()
@@ -164,17 +175,17 @@ def test_env_ids_in_other_forms_send_as_int64_ids_do(form):
         general.close()
 
 
+@pytest.mark.parametrize("bad_actions", [False, True])
 @pytest.mark.parametrize("ids", [[-1, 0, 1, 2], [0, 1, 2, 8], [0.5, 1, 2, 3], np.array([0, 1, 2, 9], np.int32), [0, 0, 1, 2]])
-def test_bad_env_ids_raise_what_the_general_path_raises(ids):
-    pools = [shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=2) for _ in range(2)]
-    pools[1]._one_call = False
+def test_bad_env_ids_raise_what_the_general_path_raises(ids, bad_actions):
+    pools = _pools(num_envs=8, num_workers=1, batch_size=4)
     try:
         messages = []
         for envs in pools:
             envs.async_reset()
             back = envs.recv()[4]["env_id"]
             with pytest.raises(Error) as info:
-                envs.send(np.zeros(4, dtype=np.int64), ids)
+                envs.send(np.full(4, 7 if bad_actions else 0), ids)
             messages.append((type(info.value), str(info.value)))
             # Nothing was sent: the pool takes a good send and answers it.
             envs.send(np.zeros(4, dtype=np.int64), back)
@@ -205,3 +216,34 @@ def test_pools_python_must_complete_take_the_general_path():
     finally:
         same_step.close()
         restarting.close()
+
+
+def test_a_closed_pool_reports_bad_actions_first_as_the_general_path_does():
+    one, general = _pools()
+    one.close()
+    general.close()
+    for bad in (np.full(6, 5), np.zeros(6)):
+        errors = []
+        for envs in (one, general):
+            with pytest.raises(Error) as info:
+                envs.step(bad)
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1], errors
+
+
+def test_the_infos_options_may_change_between_steps():
+    one, general = _pools()
+    try:
+        one.reset()
+        general.reset()
+        for t, (pool_infos, key) in enumerate([(1, "episode"), (0, None), ([], "e"), (True, "")] * 10):
+            for envs in (one, general):
+                envs.pool_infos, envs.episode_stats_key = pool_infos, key
+            assert one.episode_stats_key == (key or "")
+            actions = np.full(6, t % 2)
+            _same(one.step(actions), general.step(actions), f"step {t}")
+        with pytest.raises(shmenv.errors.InvalidArgumentError, match="episode_stats_key must be a str"):
+            one.episode_stats_key = ("episode",)
+    finally:
+        one.close()
+        general.close()

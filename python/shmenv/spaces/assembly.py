@@ -130,7 +130,8 @@ class Assembly:
             return self.packing.pack(actions, count, as_action_array, _check)
         a = actions
         # The common case first (an array of the action dtype, shape and layout already),
-        # checked at a fraction of the general path's cost.
+        # checked at a fraction of the general path's cost; the extension's one-call path
+        # makes the same check (`one_call.rs`, `OneCallArgs::actions`): keep them alike.
         if not (
             type(a) is np.ndarray
             and a.dtype is self.action_dtype
@@ -138,6 +139,7 @@ class Assembly:
             and len(a) == count
             and a.shape[1:] == self.action_shape
             and a.flags.c_contiguous
+            and a.flags.aligned
         ):
             a = as_action_array(actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions")
         # Bool actions go as their bytes: the engine never reads them as Rust bools.
@@ -212,4 +214,4 @@ def as_action_array(
                     f"(at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
                 )
         a = a.astype(dtype)
-    return np.ascontiguousarray(a)
+    return np.require(a, requirements=["C", "A"])  # a misaligned array is copied too
