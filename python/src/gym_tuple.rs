@@ -4,7 +4,7 @@
 //! tuple in one call for pools whose batches need nothing from Python
 //! (`Pool.step_gym`/`recv_gym`).
 
-use crate::views;
+use crate::recycle::{Recycler, Slot};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -60,13 +60,9 @@ pub(crate) fn any_done(batch: &Batch<'_>) -> bool {
     batch.terminated().any() || batch.truncated().any()
 }
 
-/// Each row's "episode ended" flag from its terminated and truncated bytes (any non-zero
-/// byte is set), as an owned bool array.
-pub(crate) fn done_array<'py>(
-    py: Python<'py>,
-    terminated: &[u8],
-    truncated: &[u8],
-) -> PyResult<Bound<'py, PyAny>> {
+/// Each row's "episode ended" flag (0 or 1) from its terminated and truncated bytes (any
+/// non-zero byte is set): the bytes of a bool array.
+pub(crate) fn done_bytes(terminated: &[u8], truncated: &[u8]) -> PyResult<Vec<u8>> {
     if terminated.len() != truncated.len() {
         return Err(PyValueError::new_err(format!(
             "internal error: {} terminated flags for {} truncated ones",
@@ -74,22 +70,24 @@ pub(crate) fn done_array<'py>(
             truncated.len()
         )));
     }
-    let done: Vec<u8> = terminated.iter().zip(truncated).map(|(&t, &u)| u8::from(t != 0 || u != 0)).collect();
-    views::owned(py, &done, numpy::dtype::<bool>(py), &[done.len()])
+    Ok(terminated.iter().zip(truncated).map(|(&t, &u)| u8::from(t != 0 || u != 0)).collect())
 }
 
-/// The columns of a batch being made into a tuple: each copied out when asked for.
+/// The columns of a batch being made into a tuple: each copied out when asked for, into
+/// an array of `recycler`'s.
 pub(crate) struct BatchColumns<'a, 'py> {
-    pub(crate) py: Python<'py>,
-    pub(crate) batch: &'a Batch<'a>,
+    py: Python<'py>,
+    batch: &'a Batch<'a>,
+    recycler: &'a mut Recycler,
 }
 
 impl<'py> Columns<'py> for BatchColumns<'_, 'py> {
     fn column(&mut self, c: Column) -> PyResult<Bound<'py, PyAny>> {
-        crate::results::column_array(self.py, self.batch, c)
+        crate::results::column_array(self.py, self.recycler, self.batch, c)
     }
     fn done(&mut self) -> PyResult<Bound<'py, PyAny>> {
-        done_array(self.py, self.batch.terminated().as_bytes(), self.batch.truncated().as_bytes())
+        let done = done_bytes(self.batch.terminated().as_bytes(), self.batch.truncated().as_bytes())?;
+        self.recycler.owned(self.py, Slot::Done, &done, numpy::dtype::<bool>(self.py), &[done.len()])
     }
 }
 
@@ -100,8 +98,9 @@ pub(crate) fn step_tuple<'py>(
     obs: Bound<'py, PyAny>,
     batch: &Batch<'_>,
     form: InfoForm<'_>,
+    recycler: &mut Recycler,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let mut columns = BatchColumns { py, batch };
+    let mut columns = BatchColumns { py, batch, recycler };
     let infos = pool_infos(py, form, any_done(batch), &mut columns)?;
     PyTuple::new(
         py,

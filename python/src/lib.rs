@@ -10,6 +10,7 @@ mod info_columns;
 mod one_call;
 mod pool;
 mod pyenv;
+mod recycle;
 mod results;
 mod views;
 

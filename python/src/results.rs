@@ -4,6 +4,7 @@
 use crate::errors::CallError;
 use crate::gym_tuple::{self, Columns, InfoForm};
 use crate::info_columns::InfoReader;
+use crate::recycle::{Recycler, Slot};
 use crate::views::{self, Lease};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -89,7 +90,8 @@ impl<'py> Columns<'py> for (Python<'py>, &Results) {
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             Ok(array.as_slice()?.iter().map(|&b| u8::from(b)).collect())
         };
-        gym_tuple::done_array(self.0, &flags(&self.1.terminated)?, &flags(&self.1.truncated)?)
+        let done = gym_tuple::done_bytes(&flags(&self.1.terminated)?, &flags(&self.1.truncated)?)?;
+        views::owned(self.0, &done, numpy::dtype::<bool>(self.0), &[done.len()])
     }
 }
 
@@ -108,11 +110,20 @@ pub(crate) struct ResultsMaker {
     interrupted: Arc<Mutex<Option<PyErr>>>,
     /// Hosted Python envs: the reader of their info area, told each batch's rows.
     pub(crate) infos: Option<InfoReader>,
+    /// The owned arrays handed out, refilled once the caller lets go of them.
+    recycler: Recycler,
 }
 
 impl ResultsMaker {
     pub(crate) fn new(lease: Py<Lease>, copy: bool, interrupted: Arc<Mutex<Option<PyErr>>>) -> ResultsMaker {
-        ResultsMaker { lease, copy, blocks: Vec::new(), interrupted, infos: None }
+        ResultsMaker {
+            lease,
+            copy,
+            blocks: Vec::new(),
+            interrupted,
+            infos: None,
+            recycler: Recycler::default(),
+        }
     }
 
     /// The results of `batch`, or the error the call ended with.
@@ -123,7 +134,8 @@ impl ResultsMaker {
     ) -> PyResult<Results> {
         let batch = self.checked(py, result)?;
         let (obs, final_obs) = self.observations(py, &batch)?;
-        let column = |c: Column| column_array(py, &batch, c).map(Bound::unbind);
+        let recycler = &mut self.recycler;
+        let mut column = |c: Column| column_array(py, recycler, &batch, c).map(Bound::unbind);
         Ok(Results {
             obs,
             final_obs,
@@ -156,7 +168,7 @@ impl ResultsMaker {
                 obs.len()
             )));
         }
-        gym_tuple::step_tuple(py, obs.get_item(0)?, &batch, form)
+        gym_tuple::step_tuple(py, obs.get_item(0)?, &batch, form, &mut self.recycler)
     }
 
     /// The batch of a call, or its error as Python's exception; notes the batch's rows for
@@ -180,25 +192,28 @@ impl ResultsMaker {
     fn observations(&mut self, py: Python<'_>, batch: &Batch<'_>) -> PyResult<ObsArrays> {
         let lease = self.lease.bind(py);
         if self.copy {
-            let obs = obs_arrays(lease, batch, false, true)?.expect("observations");
-            return Ok((obs, obs_arrays(lease, batch, true, true)?));
+            let recycler = &mut self.recycler;
+            let obs = obs_arrays(lease, Some(&mut *recycler), batch, false)?.expect("observations");
+            return Ok((obs, obs_arrays(lease, Some(recycler), batch, true)?));
         }
         let key = batch.env_ids().as_ptr() as usize;
         if let Some((_, (obs, fin))) = self.blocks.iter().find(|(k, _)| *k == key) {
             return Ok((obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py))));
         }
-        let obs = obs_arrays(lease, batch, false, false)?.expect("observations");
-        let fin = obs_arrays(lease, batch, true, false)?;
+        let obs = obs_arrays(lease, None, batch, false)?.expect("observations");
+        let fin = obs_arrays(lease, None, batch, true)?;
         self.blocks.push((key, (obs.clone_ref(py), fin.as_ref().map(|f| f.clone_ref(py)))));
         Ok((obs, fin))
     }
 }
 
-/// Column `c` of `batch` as a new array: one allocation and one memcpy. Flags are 0/1
-/// bytes, ids and counts are u32 below 2^31 (env ids checked by the engine), so the bytes
-/// are the int32 and bool arrays as they are.
+/// Column `c` of `batch` as an owned array (`recycler`'s: one memcpy, and an allocation
+/// unless an array the caller let go of is refilled). Flags are 0/1 bytes, ids and counts
+/// are u32 below 2^31 (env ids checked by the engine), so the bytes are the int32 and bool
+/// arrays as they are.
 pub(crate) fn column_array<'py>(
     py: Python<'py>,
+    recycler: &mut Recycler,
     batch: &Batch<'_>,
     c: Column,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -208,16 +223,17 @@ pub(crate) fn column_array<'py>(
         ColumnKind::Flag => numpy::dtype::<bool>(py),
         ColumnKind::Count => numpy::dtype::<i32>(py),
     };
-    views::owned(py, batch.column_bytes(c), descr, &[batch.len()])
+    recycler.owned(py, Slot::Column(c), batch.column_bytes(c), descr, &[batch.len()])
 }
 
 /// The observation arrays of `batch` (`final_obs`: its final-observation columns, `None`
-/// when the pool has none): copies with `copy`, else read-only views of the region.
+/// when the pool has none): owned copies made by `copies`, else read-only views of the
+/// region.
 fn obs_arrays<'py>(
     lease: &Bound<'py, Lease>,
+    mut copies: Option<&mut Recycler>,
     batch: &Batch<'_>,
     final_obs: bool,
-    copy: bool,
 ) -> PyResult<Option<Py<PyTuple>>> {
     let py = lease.py();
     let spec = batch.spec();
@@ -228,10 +244,10 @@ fn obs_arrays<'py>(
         let mut shape = vec![batch.len()];
         shape.extend(o.space.shape());
         let descr = views::descr(py, o.space.dtype());
-        out.push(if copy {
-            views::owned(py, bytes, descr, &shape)?
-        } else {
-            views::array(lease, bytes, descr, &shape)?
+        let slot = if final_obs { Slot::FinalObs(k) } else { Slot::Obs(k) };
+        out.push(match copies.as_deref_mut() {
+            Some(recycler) => recycler.owned(py, slot, bytes, descr, &shape)?,
+            None => views::array(lease, bytes, descr, &shape)?,
         });
     }
     Ok(Some(PyTuple::new(py, out)?.unbind()))

@@ -3,7 +3,7 @@
 //! `base`, so the mapping outlives every array, even after the pool is closed.
 
 use numpy::npyffi::{self, npy_intp, PY_ARRAY_API};
-use numpy::{PyArrayDescr, PyArrayDescrMethods};
+use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use shmenv_engine::{DType, MappingLease};
@@ -115,6 +115,46 @@ pub(crate) fn owned<'py>(
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
     }
     Ok(array)
+}
+
+/// Refills `array` with `bytes` when it may be handed out again as a new owned array: its
+/// only reference is the caller's `array` (a view, a buffer export, a tensor sharing its
+/// memory would each hold one), and it still is what [`owned`] made, a writable, aligned,
+/// C-contiguous array owning its data, of `descr` elements shaped `shape`. Returns whether
+/// it did.
+pub(crate) fn refill(
+    array: &Bound<'_, PyAny>,
+    bytes: &[u8],
+    descr: &Bound<'_, PyArrayDescr>,
+    shape: &[usize],
+) -> bool {
+    // SAFETY: `array` is a live object (a bound reference) and the GIL is held.
+    if unsafe { pyo3::ffi::Py_REFCNT(array.as_ptr()) } != 1 {
+        return false;
+    }
+    let Ok(a) = array.cast::<PyUntypedArray>() else { return false };
+    let need = npyffi::NPY_ARRAY_C_CONTIGUOUS
+        | npyffi::NPY_ARRAY_ALIGNED
+        | npyffi::NPY_ARRAY_WRITEABLE
+        | npyffi::NPY_ARRAY_OWNDATA;
+    // SAFETY: `a` is a live ndarray (the cast checked its type) and the GIL is held, so its
+    // object struct may be read.
+    let (flags, data) = unsafe {
+        let object = &*a.as_array_ptr();
+        (object.fields.flags, object.fields.data)
+    };
+    let fits = a.shape() == shape
+        && a.dtype().is_equiv_to(descr)
+        && shape.iter().product::<usize>() * descr.itemsize() == bytes.len();
+    if flags & need != need || !fits {
+        return false;
+    }
+    // SAFETY: the array owns `bytes.len()` bytes of writable, aligned, C-contiguous data at
+    // `data` (its flags, shape and dtype, checked above); no one else refers to the array or
+    // to its memory (one reference, the caller's), and the GIL is held. `bytes` (the region,
+    // or the extension's own memory) cannot overlap numpy's allocation.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data as *mut u8, bytes.len()) };
+    true
 }
 
 /// A new C-contiguous ndarray of `descr` elements shaped `shape`: over `data` with `flags`,

@@ -1,0 +1,133 @@
+"""Owned result arrays are refilled only when the caller has let go of them: an array the
+caller holds (directly, through a view, a memoryview, or a container) never changes, an
+array it changed the layout or flags of is not reused, and arrays it dropped are reused
+(the same memory comes back) with the new batch's values. Each test checks values
+against a second pool stepped alike and kept in fresh copies. (pytest-timeout bounds
+every test.)"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import shmenv
+
+
+def _pair(**kwargs):
+    a = shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=4, **kwargs)
+    b = shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=4, **kwargs)
+    return a, b
+
+
+def _copies(result):
+    obs, rew, term, trunc, infos = result
+    return [np.array(x) for x in (obs, rew, term, trunc)]
+
+
+@pytest.mark.parametrize("path", ["one call", "general"])
+def test_arrays_the_caller_holds_never_change_and_dropped_ones_come_back_refilled(path):
+    envs, ref = _pair(pool_infos=True)
+    if path == "general":
+        envs._one_call = False
+    try:
+        envs.reset()
+        ref.reset()
+        held, held_copies, pointers, reused = [], [], set(), 0
+        for t in range(300):
+            actions = np.full(8, t % 2)
+            result, want = envs.step(actions), _copies(ref.step(actions))
+            for got, w in zip(result[:4], want):
+                np.testing.assert_array_equal(got, w, err_msg=f"step {t}")
+                assert got.flags.writeable and got.flags.owndata
+            reused += result[0].ctypes.data in pointers
+            pointers.add(result[0].ctypes.data)
+            result[1][:] = -7.0  # writing into a returned array is allowed and changes nothing else
+            if t % 10 == 0:  # keep some batches: they must never change
+                held.append(result)
+                held_copies.append(_copies(result))
+            del result
+        for t, (result, copies) in enumerate(zip(held, held_copies)):
+            for got, w in zip(result[:4], copies):
+                np.testing.assert_array_equal(got, w, err_msg=f"held batch {t}")
+        assert reused > 100, f"dropped arrays are refilled: {reused} of 300 observation arrays were"
+    finally:
+        envs.close()
+        ref.close()
+
+
+HOLDERS = {
+    "a view": lambda a: a[2:],
+    "a memoryview": memoryview,
+    "a list": lambda a: [a],
+    "the transpose": lambda a: a.T,
+}
+
+
+@pytest.mark.parametrize("holder", list(HOLDERS))
+def test_an_array_held_only_through_something_else_is_not_refilled(holder):
+    envs, ref = _pair()
+    try:
+        envs.reset()
+        ref.reset()
+        obs = envs.step(np.zeros(8, np.int64))[0]
+        want = np.array(obs)
+        kept = HOLDERS[holder](obs)
+        del obs
+        gc.collect()
+        for t in range(20):
+            envs.step(np.full(8, t % 2))
+        np.testing.assert_array_equal(np.asarray(kept), np.asarray(HOLDERS[holder](want)))
+    finally:
+        envs.close()
+        ref.close()
+
+
+CHANGES = {
+    "made read-only": lambda a: a.setflags(write=False),
+    "reshaped in place": lambda a: setattr(a, "shape", (a.size,)),
+    "resized": lambda a: a.resize((a.shape[0] + 1, a.shape[1]), refcheck=False),
+    "retyped in place": lambda a: setattr(a, "dtype", np.int32),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_an_array_the_caller_changed_is_not_reused(change):
+    envs, ref = _pair()
+    try:
+        envs.reset()
+        ref.reset()
+        for t in range(30):
+            actions = np.full(8, t % 3 == 0, dtype=np.int64)
+            obs = envs.step(actions)[0]
+            want = ref.step(actions)[0]
+            assert obs.shape == (8, 4) and obs.dtype == np.float32 and obs.flags.writeable, (change, t)
+            np.testing.assert_array_equal(obs, want, err_msg=f"{change}, step {t}")
+            CHANGES[change](obs)
+            del obs
+    finally:
+        envs.close()
+        ref.close()
+
+
+def test_async_batches_refill_what_the_caller_dropped():
+    envs = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=4)
+    ref = shmenv.make_vec("CartPole-v1", 8, num_workers=1, batch_size=4, seed=4)
+    try:
+        envs.async_reset()
+        ref.async_reset()
+        for t in range(200):
+            got, want = envs.recv(), ref.recv()
+            want = [np.array(x) for x in want[:4]] + [{k: np.array(v) for k, v in want[4].items() if k in ("env_id", "elapsed_step")}]
+            for g, w in zip(got[:4], want[:4]):
+                np.testing.assert_array_equal(g, w, err_msg=f"batch {t}")
+            for key, w in want[4].items():
+                np.testing.assert_array_equal(got[4][key], w, err_msg=f"batch {t} {key}")
+            ids = np.array(got[4]["env_id"])
+            del got
+            envs.send(ids % 2, ids)
+            ref.send(ids % 2, ids)
+    finally:
+        envs.close()
+        ref.close()
