@@ -67,13 +67,15 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
     docstring describes every argument.
 
-    Arrays returned by ``reset``/``step``/``recv`` are the caller's: fresh, writable numpy
-    arrays, as with ``SyncVectorEnv`` and EnvPool. With ``copy=False`` observations are
-    instead read-only views of the shared memory (rewards, flags and infos stay owned
-    copies), valid until the second call after the one that returned them: in sync mode
-    until the step (or reset) after next, in async mode until the second ``recv`` (or
-    reset) after it begins, so ``obs`` is still intact next to ``next_obs``. Views never
-    dangle: each holds the mapping alive, even after ``close()``.
+    Arrays returned by ``reset``/``step``/``recv`` are the caller's: writable numpy arrays
+    that shmenv never changes while the caller can reach them, as with ``SyncVectorEnv``
+    and EnvPool (an array the caller let go of may come back refilled as a later result).
+    With ``copy=False`` observations are instead read-only views of the shared memory
+    (rewards, flags and infos stay owned copies), valid until the second call after the
+    one that returned them: in sync mode until the step (or reset) after next, in async
+    mode until the second ``recv`` (or reset) after it begins, so ``obs`` is still intact
+    next to ``next_obs``. Views never dangle: each holds the mapping alive, even after
+    ``close()``.
     """
 
     @with_options

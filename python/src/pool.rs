@@ -424,6 +424,7 @@ impl PyPool {
     fn close(slf: &Bound<'_, Self>) -> PyResult<Vec<Option<String>>> {
         let (py, mut this) = (slf.py(), Self::exclusive(slf)?);
         this.results.infos = None;
+        this.results.forget_arrays();
         Ok(match this.pool.take() {
             Some(pool) => {
                 this.worker_pids = pool.worker_pids().to_vec();

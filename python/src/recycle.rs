@@ -3,7 +3,7 @@
 //! reference is the extension's own is one nobody can see change. Refilling it saves
 //! making the array object and, for large observations, fresh pages to fault in.
 
-use crate::views;
+use crate::views::{self, Refill};
 use numpy::PyArrayDescr;
 use pyo3::prelude::*;
 use shmenv_engine::protocol::Column;
@@ -60,10 +60,13 @@ impl Recycler {
             self.kept.resize_with(i + 1, Vec::new);
         }
         let kept = &mut self.kept[i];
-        for array in kept.iter() {
-            let array = array.bind(py);
-            if views::refill(array, bytes, &descr, shape) {
-                return Ok(array.clone());
+        let mut k = 0;
+        while k < kept.len() {
+            let array = kept[k].bind(py);
+            match views::refill(array, bytes, &descr, shape) {
+                Refill::Refilled => return Ok(array.clone()),
+                Refill::InUse => k += 1,
+                Refill::Unfit => drop(kept.remove(k)),
             }
         }
         let array = views::owned(py, bytes, descr, shape)?;
@@ -72,5 +75,10 @@ impl Recycler {
         }
         kept.push(array.clone().unbind());
         Ok(array)
+    }
+
+    /// Lets go of every kept array (the pool is closing).
+    pub(crate) fn clear(&mut self) {
+        self.kept.clear();
     }
 }

@@ -171,6 +171,11 @@ impl ResultsMaker {
         gym_tuple::step_tuple(py, obs.get_item(0)?, &batch, form, &mut self.recycler)
     }
 
+    /// Lets go of the arrays kept for refilling (the pool is closing).
+    pub(crate) fn forget_arrays(&mut self) {
+        self.recycler.clear();
+    }
+
     /// The batch of a call, or its error as Python's exception; notes the batch's rows for
     /// the info reader.
     fn checked<'b, E: CallError>(

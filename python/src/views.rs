@@ -117,44 +117,60 @@ pub(crate) fn owned<'py>(
     Ok(array)
 }
 
-/// Refills `array` with `bytes` when it may be handed out again as a new owned array: its
-/// only reference is the caller's `array` (a view, a buffer export, a tensor sharing its
-/// memory would each hold one), and it still is what [`owned`] made, a writable, aligned,
-/// C-contiguous array owning its data, of `descr` elements shaped `shape`. Returns whether
-/// it did.
+/// What [`refill`] did with an array the recycler kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refill {
+    /// Refilled: hand it out again.
+    Refilled,
+    /// Someone else holds a reference to it: leave it alone.
+    InUse,
+    /// Only the recycler holds it, but it cannot be handed out again (the caller changed
+    /// its flags, shape or dtype, or holds a weak reference to it): let it go, as it would
+    /// have gone without the recycler.
+    Unfit,
+}
+
+/// Refills `array`, which only the recycler should hold, with `bytes` when it may be
+/// handed out again as a new owned array: the recycler's is its only reference (a view,
+/// a buffer export, a tensor sharing its memory, a container would each hold one), no weak
+/// reference can reach it, and it still is what [`owned`] made, a writable, aligned,
+/// C-contiguous array owning its data, of `descr` elements shaped `shape`.
 pub(crate) fn refill(
     array: &Bound<'_, PyAny>,
     bytes: &[u8],
     descr: &Bound<'_, PyArrayDescr>,
     shape: &[usize],
-) -> bool {
+) -> Refill {
     // SAFETY: `array` is a live object (a bound reference) and the GIL is held.
     if unsafe { pyo3::ffi::Py_REFCNT(array.as_ptr()) } != 1 {
-        return false;
+        return Refill::InUse;
     }
-    let Ok(a) = array.cast::<PyUntypedArray>() else { return false };
+    let Ok(a) = array.cast::<PyUntypedArray>() else { return Refill::Unfit };
     let need = npyffi::NPY_ARRAY_C_CONTIGUOUS
         | npyffi::NPY_ARRAY_ALIGNED
         | npyffi::NPY_ARRAY_WRITEABLE
         | npyffi::NPY_ARRAY_OWNDATA;
     // SAFETY: `a` is a live ndarray (the cast checked its type) and the GIL is held, so its
     // object struct may be read.
-    let (flags, data) = unsafe {
+    let (flags, data, weakly_referred) = unsafe {
         let object = &*a.as_array_ptr();
-        (object.fields.flags, object.fields.data)
+        (object.fields.flags, object.fields.data, !object.fields.weakreflist.is_null())
     };
     let fits = a.shape() == shape
         && a.dtype().is_equiv_to(descr)
         && shape.iter().product::<usize>() * descr.itemsize() == bytes.len();
-    if flags & need != need || !fits {
-        return false;
+    // A weak reference is not counted, but through it the caller could still see the array.
+    if flags & need != need || !fits || weakly_referred {
+        return Refill::Unfit;
     }
     // SAFETY: the array owns `bytes.len()` bytes of writable, aligned, C-contiguous data at
-    // `data` (its flags, shape and dtype, checked above); no one else refers to the array or
-    // to its memory (one reference, the caller's), and the GIL is held. `bytes` (the region,
-    // or the extension's own memory) cannot overlap numpy's allocation.
+    // `data` (its flags, shape and dtype, checked above). No strong or weak reference but
+    // the recycler's reaches it (checked above; an address the caller kept as a plain
+    // integer is no claim on the memory, which without the recycler would be freed), and
+    // the GIL is held. `bytes` (the region, or the extension's own memory) cannot overlap
+    // numpy's allocation.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data as *mut u8, bytes.len()) };
-    true
+    Refill::Refilled
 }
 
 /// A new C-contiguous ndarray of `descr` elements shaped `shape`: over `data` with `flags`,

@@ -8,6 +8,7 @@ every test.)"""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -82,6 +83,39 @@ def test_an_array_held_only_through_something_else_is_not_refilled(holder):
     finally:
         envs.close()
         ref.close()
+
+
+def test_an_array_reachable_by_a_weak_reference_is_never_refilled_and_goes_when_dropped():
+    envs, ref = _pair()
+    try:
+        envs.reset()
+        ref.reset()
+        obs = envs.step(np.zeros(8, np.int64))[0]
+        want, weak = np.array(obs), weakref.ref(obs)
+        del obs
+        for t in range(10):
+            envs.step(np.full(8, t % 2))
+            array = weak()
+            assert array is None or np.array_equal(array, want), f"step {t}: a dropped array reachable weakly changed"
+            del array
+        assert weak() is None, "a dropped array with a weak reference is let go of, as without the pool's reuse"
+    finally:
+        envs.close()
+        ref.close()
+
+
+def test_closing_the_pool_lets_go_of_the_arrays_it_kept():
+    envs = shmenv.make_vec("CartPole-v1", 4, num_workers=1, seed=4)
+    envs.reset()
+    weak = []
+    for t in range(5):
+        obs = envs.step(np.zeros(4, np.int64))[0]
+        weak.append(weakref.ref(obs))
+        del obs
+    envs.close()
+    # The last arrays the pool handed out were weakly referenced: it let go of them.
+    gc.collect()
+    assert all(w() is None for w in weak)
 
 
 CHANGES = {
