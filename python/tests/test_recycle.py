@@ -165,3 +165,20 @@ def test_async_batches_refill_what_the_caller_dropped():
     finally:
         envs.close()
         ref.close()
+
+
+def test_a_tensor_sharing_an_array_keeps_it_from_being_refilled():
+    torch = pytest.importorskip("torch", reason="torch is not installed (too big for CI); run locally with torch")
+    envs = shmenv.make_vec("CartPole-v1", 8, num_workers=2, seed=4)
+    try:
+        envs.reset()
+        obs, rewards = envs.step(np.zeros(8, np.int64))[:2]
+        tensors = [torch.from_numpy(obs), torch.from_numpy(rewards)]
+        want = [t.clone() for t in tensors]
+        del obs, rewards
+        for t in range(20):
+            envs.step(np.full(8, t % 2))
+        for got, w in zip(tensors, want):
+            assert torch.equal(got, w)
+    finally:
+        envs.close()
