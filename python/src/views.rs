@@ -152,12 +152,14 @@ pub(crate) fn refill(
         | npyffi::NPY_ARRAY_OWNDATA;
     // SAFETY: `a` is a live ndarray (the cast checked its type) and the GIL is held, so its
     // object struct may be read.
-    let (flags, data, weakly_referred) = unsafe {
+    let (flags, data, weakly_referred, same_descr) = unsafe {
         let object = &*a.as_array_ptr();
-        (object.fields.flags, object.fields.data, !object.fields.weakreflist.is_null())
+        let same_descr = std::ptr::eq(object.fields.descr.cast(), descr.as_ptr());
+        (object.fields.flags, object.fields.data, !object.fields.weakreflist.is_null(), same_descr)
     };
+    // numpy's built-in dtypes are single objects: the same one is the common case.
     let fits = a.shape() == shape
-        && a.dtype().is_equiv_to(descr)
+        && (same_descr || a.dtype().is_equiv_to(descr))
         && shape.iter().product::<usize>() * descr.itemsize() == bytes.len();
     // A weak reference is not counted, but through it the caller could still see the array.
     if flags & need != need || !fits || weakly_referred {

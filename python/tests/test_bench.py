@@ -59,8 +59,10 @@ def test_infos_bench_compares_both_pools_and_times_the_merges(capsys, no_leaks):
 
     infos_main(["--envs", "4", "--rounds", "1", "--seconds", "0.1"])
     out = capsys.readouterr().out
-    for line in ("no info:", "infos every step:", "ratio:", "infos cost:", "merging infos:"):
+    for line in ("no info:", "infos every step:", "ratio:", "infos cost:", "merging infos:", "timer itself:"):
         assert line in out, out
+    gross, timer, net = (float(out.split(f"{k}:")[1].split()[0]) for k in ("merging infos", "timer itself", "net"))
+    assert timer > 0 and abs(gross - timer - net) < 0.11, out
     merging = out.split("merging infos:")[1]
     batches = int(merging.split("median of ")[1].split()[0])
     assert batches > 10, out  # every batch of the pool with infos merged some

@@ -182,3 +182,51 @@ def test_a_tensor_sharing_an_array_keeps_it_from_being_refilled():
             assert torch.equal(got, w)
     finally:
         envs.close()
+
+
+def _info_arrays(infos: dict, prefix: str = "") -> dict[str, np.ndarray]:
+    """The number arrays of a batch's infos by key, nested ones (``final_info``) included."""
+    out = {}
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            out.update(_info_arrays(value, f"{prefix}{key}."))
+        elif value.dtype != object:
+            out[prefix + key] = value
+    return out
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_hosted_envs_info_arrays_held_never_change_and_dropped_ones_come_back_refilled(mode):
+    """The info arrays of hosted envs (``lives``, ``episode_frame_number``, ..., their masks
+    and, under same-step auto-reset, ``final_info``'s) follow the same rule: each batch's
+    equal ``SyncVectorEnv``'s, the held ones never change, the dropped ones are reused."""
+    import gymnasium as gym
+    from shmenv_fixtures.infos import LivesEnv
+    from test_compat import assert_vector_infos_equal
+
+    n = 4
+    ref = gym.vector.SyncVectorEnv(
+        [LivesEnv for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode(mode.title().replace("_", ""))
+    )
+    envs = shmenv.make_vec("shmenv_fixtures.infos:LivesEnv", n, num_workers=2, autoreset_mode=mode)
+    try:
+        envs.reset(seed=1)
+        ref.reset(seed=1)
+        held, pointers, reused = [], set(), 0
+        for t in range(60):
+            actions = np.full(n, t % 3)
+            infos, want = envs.step(actions)[4], ref.step(actions)[4]
+            assert_vector_infos_equal(infos, want, f"step {t}")
+            arrays = _info_arrays(infos)
+            reused += sum(a.ctypes.data in pointers for a in arrays.values())
+            pointers.update(a.ctypes.data for a in arrays.values())
+            if t % 7 == 0:  # keep some batches' infos: they must never change
+                held.append((t, arrays, {k: np.array(v) for k, v in arrays.items()}))
+            del infos, arrays
+        for t, arrays, copies in held:
+            for key, copy in copies.items():
+                np.testing.assert_array_equal(arrays[key], copy, err_msg=f"held infos of step {t}, key {key}")
+        assert reused > 60, f"dropped info arrays are refilled: {reused} were"
+    finally:
+        envs.close()
+        ref.close()

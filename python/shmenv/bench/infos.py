@@ -6,7 +6,9 @@ warmed up). For each: steps/s, and the trainer's CPU time per batch (its thread'
 over the round, divided by the batches): the difference is what the infos cost the
 trainer, but it moves by tens of microseconds between runs, so the time the trainer spends
 merging the infos into each batch's (``ShmVectorEnv._merge_infos``, its thread's CPU time, median over
-the batches) is printed too. Medians of the rounds are printed: on a machine shared with
+the batches) is printed too, with what the timing itself costs there (the same timer
+around a call that does nothing, in place of every other merge, where the trainer's
+caches are as cold) and the difference. Medians of the rounds are printed: on a machine shared with
 other work a single round says little.
 
 - ``--workload cartpole``: Gymnasium's CartPole-v1 wrapped by :class:`LivesCartPole`,
@@ -120,22 +122,36 @@ def main(argv: list[str] | None = None) -> None:
     cost = statistics.median(cpus[names[1]]) - statistics.median(cpus[names[0]])
     print(f"{'ratio':>18}: {ratio:.2f}")
     print(f"{'infos cost':>18}: {cost:.1f} us of trainer CPU per batch")
-    merge = statistics.median(merge_ns[len(merge_ns) // 4 :]) / 1e3
-    print(f"{'merging infos':>18}: {merge:.1f} us of trainer CPU per batch (median of {len(merge_ns)} batches)")
+    merge, timer = (statistics.median(ns[len(ns) // 4 :]) / 1e3 for ns in merge_ns)
+    print(f"{'merging infos':>18}: {merge:.1f} us of trainer CPU per batch (median of {len(merge_ns[0])} batches)")
+    print(f"{'the timer itself':>18}: {timer:.1f} us (the same timing around a call that does nothing)")
+    print(f"{'merging, net':>18}: {merge - timer:.1f} us of trainer CPU per batch")
 
 
-def _time_merges(envs) -> list[int]:
-    """Times (thread CPU, ns) each merge of ``envs``' hosted infos into a batch's infos."""
+def _time_merges(envs) -> tuple[list[int], list[int]]:
+    """Times (thread CPU, ns) the merges of ``envs``' hosted infos into a batch's infos,
+    and, every other batch, the same timing around a call that does nothing before the
+    merge (so that no merge runs after a timing that warmed the caches for it)."""
     spent: list[int] = []
+    timer: list[int] = []
     merge = envs._merge_infos
 
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        pass
+
     def timed(*args: Any, **kwargs: Any) -> None:
+        if len(timer) < len(spent):
+            start = time.thread_time_ns()
+            nothing(*args, **kwargs)
+            timer.append(time.thread_time_ns() - start)
+            merge(*args, **kwargs)
+            return
         start = time.thread_time_ns()
         merge(*args, **kwargs)
         spent.append(time.thread_time_ns() - start)
 
     envs._merge_infos = timed
-    return spent
+    return spent, timer
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@
 //! and `infos["_key"]` masks in one call, whatever the number of rows or keys. In numpy the
 //! same work took two dozen calls of a few microseconds each per batch.
 
+mod filling;
+
+use crate::recycle::{Recycler, Slot};
 use crate::views;
+use filling::{merged, Filling, Fillings};
 use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -120,6 +124,14 @@ pub(crate) struct InfoReader {
     same_step: bool,
     tables: Tables,
     rows: Vec<Row>,
+    /// The info arrays handed out, refilled once the caller lets go of them.
+    recycler: Recycler,
+    /// The last batch's step (or reset) infos and final infos, one per output column:
+    /// kept to be filled again without allocating, as are `values` and `mask`, a key's
+    /// bytes on their way into its arrays.
+    fillings: Fillings,
+    values: Vec<u8>,
+    mask: Vec<u8>,
 }
 
 impl InfoReader {
@@ -152,6 +164,10 @@ impl InfoReader {
             same_step,
             tables: Tables::default(),
             rows: Vec::new(),
+            recycler: Recycler::default(),
+            fillings: Fillings::default(),
+            values: Vec::new(),
+            mask: Vec::new(),
         })
     }
 
@@ -191,36 +207,55 @@ impl InfoReader {
             return Ok(None);
         }
         self.read_tables(py)?;
-        let (infos, finals, pickled) = self.read_rows();
+        let pickled = self.read_rows();
+        // Lent out of `self` while `put` fills arrays from them, then kept for the next batch.
+        let fillings = std::mem::take(&mut self.fillings);
+        let taken = self.put_all(into, &fillings, pickled);
+        self.fillings = fillings;
+        taken
+    }
+
+    /// `take`'s output from the batch's `fillings` (see there).
+    fn put_all<'py>(
+        &mut self,
+        into: &Bound<'py, PyDict>,
+        fillings: &Fillings,
+        pickled: Vec<i64>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Vec<i64>)>> {
+        let py = into.py();
+        let finals = self.same_step && fillings.finals.iter().any(|c| c.first.is_some());
         if pickled.is_empty() {
-            self.put(into, &infos, true)?;
-            if let Some(finals) = finals.filter(|f| f.iter().any(|c| c.first.is_some())) {
+            self.put(into, &fillings.infos, Put::Keep)?;
+            if finals {
                 let out = match into.get_item("final_info")? {
                     Some(old) => old.cast_into::<PyDict>()?.copy()?,
                     None => PyDict::new(py),
                 };
-                self.put(&out, &finals, false)?;
+                self.put(&out, &fillings.finals, Put::Finals)?;
                 into.set_item("final_info", out)?;
             }
             return Ok(None);
         }
         let out = PyDict::new(py);
-        self.put(&out, &infos, false)?;
-        if let Some(finals) = finals.filter(|f| f.iter().any(|c| c.first.is_some())) {
+        self.put(&out, &fillings.infos, Put::Replace)?;
+        if finals {
             let final_info = PyDict::new(py);
-            self.put(&final_info, &finals, false)?;
+            self.put(&final_info, &fillings.finals, Put::Finals)?;
             out.set_item("final_info", final_info)?;
         }
         Ok(Some((out, pickled)))
     }
 
-    /// Reads, and clears, the flagged rows' cells: each output column's step or reset
-    /// infos, under SameStep auto-reset each column's final (step) infos of the rows that
-    /// ended, and the rows whose env kept values outside the columns.
-    fn read_rows(&mut self) -> (Vec<Filling>, Option<Vec<Filling>>, Vec<i64>) {
-        let (layout, size) = (self.layout, self.rows.len());
-        let fresh = || (0..self.tables.columns.len()).map(|_| Filling::new(size)).collect::<Vec<_>>();
-        let (mut infos, mut finals) = (fresh(), self.same_step.then(fresh));
+    /// Reads, and clears, the flagged rows' cells into `self.fillings`: each output
+    /// column's step or reset infos, under SameStep auto-reset each column's final (step)
+    /// infos of the rows that ended. Returns the rows whose env kept values outside the
+    /// columns.
+    fn read_rows(&mut self) -> Vec<i64> {
+        let (layout, size, columns) = (self.layout, self.rows.len(), self.tables.columns.len());
+        let Fillings { infos, finals } = &mut self.fillings;
+        Filling::reset_all(infos, columns, size);
+        Filling::reset_all(finals, if self.same_step { columns } else { 0 }, size);
+        let mut finals = self.same_step.then_some(finals);
         let mut pickled = Vec::new();
         for (row, r) in self.rows.iter().enumerate() {
             if self.area.take_byte(r.pos) == 0 {
@@ -241,7 +276,7 @@ impl InfoReader {
                 }
             }
         }
-        (infos, finals, pickled)
+        pickled
     }
 
     /// Reads the workers' key tables again when one of them named a key since: each
@@ -249,10 +284,11 @@ impl InfoReader {
     /// theirs.
     fn read_tables(&mut self, py: Python<'_>) -> PyResult<()> {
         let workers = self.layout.cells / self.stride;
-        let counts: Vec<u8> = (0..workers).map(|w| self.area.byte(self.layout.counts + w)).collect();
-        if counts == self.tables.counts {
+        let count = |w: usize| self.area.byte(self.layout.counts + w);
+        if self.tables.counts.len() == workers && (0..workers).all(|w| self.tables.counts[w] == count(w)) {
             return Ok(());
         }
+        let counts: Vec<u8> = (0..workers).map(count).collect();
         let mut tables = Tables::default();
         let mut pairs: Vec<(String, DType)> = Vec::new();
         for (w, &count) in counts.iter().enumerate() {
@@ -298,35 +334,57 @@ impl InfoReader {
 
     /// Sets `out[key]` (values) and `out["_key"]` (mask) for the keys some row has in
     /// `fillings` (one per output column), but not where `out` has the key already and
-    /// `keep` is set. A key that came in several dtypes takes that of the column holding
-    /// its lowest row, as `SyncVectorEnv` types a key by the first env that returns it.
-    fn put(&self, out: &Bound<'_, PyDict>, fillings: &[Filling], keep: bool) -> PyResult<()> {
+    /// `how` is [`Put::Keep`]. A key that came in several dtypes takes that of the column
+    /// holding its lowest row, as `SyncVectorEnv` types a key by the first env that returns
+    /// it. The arrays are the recycler's: refilled ones the caller let go of, or new.
+    fn put(&mut self, out: &Bound<'_, PyDict>, fillings: &[Filling], how: Put) -> PyResult<()> {
         let py = out.py();
+        // An empty dict (no pool infos asked for) has no key to keep.
+        let keep = how == Put::Keep && !out.is_empty();
         for (k, key) in self.tables.keys.iter().enumerate() {
-            let columns: Vec<(&Filling, DType)> = fillings
-                .iter()
-                .zip(&self.tables.columns)
-                .filter(|(f, c)| c.key == k && f.first.is_some())
-                .map(|(f, c)| (f, c.dtype))
-                .collect();
-            let Some(&(first, dtype)) = columns.iter().min_by_key(|(f, _)| f.first) else {
+            let columns = || {
+                fillings
+                    .iter()
+                    .zip(&self.tables.columns)
+                    .filter(move |(f, c)| c.key == k && f.first.is_some())
+                    .map(|(f, c)| (f, c.dtype))
+            };
+            let Some((first, dtype)) = columns().min_by_key(|(f, _)| f.first) else {
                 continue;
             };
-            let (values, mask) = if columns.len() == 1 {
-                (first.values(dtype), first.mask.clone())
+            let (values, mask) = (&mut self.values, &mut self.mask);
+            if columns().nth(1).is_none() {
+                first.values_into(dtype, values);
+                mask.clone_from(&first.mask);
             } else {
-                merged(&columns, dtype)
-            };
+                merged(&columns().collect::<Vec<_>>(), dtype, values, mask);
+            }
             let (name, mask_name, size) = (key.name.bind(py), key.mask.bind(py), [mask.len()]);
+            // Each key's arrays have slots of their own: values, then mask, of the step
+            // infos and of the final ones.
+            let slot = |part: usize| Slot::Info(4 * k + 2 * usize::from(how == Put::Finals) + part);
             if !(keep && out.contains(name)?) {
-                out.set_item(name, views::owned(py, &values, views::descr(py, dtype), &size)?)?;
+                let array = self.recycler.owned(py, slot(0), values, views::descr(py, dtype), &size)?;
+                out.set_item(name, array)?;
             }
             if !(keep && out.contains(mask_name)?) {
-                out.set_item(mask_name, views::owned(py, &mask, numpy::dtype::<bool>(py), &size)?)?;
+                let array = self.recycler.owned(py, slot(1), mask, numpy::dtype::<bool>(py), &size)?;
+                out.set_item(mask_name, array)?;
             }
         }
         Ok(())
     }
+}
+
+/// How [`InfoReader::put`] adds a batch's infos to a dict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Put {
+    /// Step infos, into a dict whose keys win (the batch's infos).
+    Keep,
+    /// Step infos, into a dict of their own.
+    Replace,
+    /// Final infos (SameStep auto-reset), into a dict of their own.
+    Finals,
 }
 
 /// The dtype of an info column named by numpy's `dtype.str` (`"<i8"`, `"|b1"`): a number
@@ -350,128 +408,6 @@ fn dtype_kind(dtype: DType) -> char {
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => 'i',
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => 'u',
         DType::F16 | DType::F32 | DType::F64 => 'f',
-    }
-}
-
-/// One output column being filled: each row's cell and whether it has one.
-struct Filling {
-    cells: Vec<[u8; 8]>,
-    /// 1 where the row has a value (numpy's bool bytes).
-    mask: Vec<u8>,
-    /// Its lowest row with a value.
-    first: Option<usize>,
-}
-
-impl Filling {
-    fn new(size: usize) -> Filling {
-        Filling { cells: vec![[0; 8]; size], mask: vec![0; size], first: None }
-    }
-
-    /// Row `row` takes `cell` (the worker wrote the value in its first bytes, in this
-    /// machine's byte order).
-    fn set(&mut self, row: usize, cell: [u8; 8]) {
-        self.cells[row] = cell;
-        self.mask[row] = 1;
-        self.first = Some(self.first.map_or(row, |f| f.min(row)));
-    }
-
-    /// The values' bytes as `dtype` elements (0 where absent).
-    fn values(&self, dtype: DType) -> Vec<u8> {
-        let k = dtype.size();
-        let mut out = vec![0; k * self.cells.len()];
-        for ((out, cell), &has) in out.chunks_exact_mut(k).zip(&self.cells).zip(&self.mask) {
-            if has != 0 {
-                out.copy_from_slice(&cell[..k]);
-            }
-        }
-        out
-    }
-}
-
-/// The values and mask of a key whose rows came in several columns, as `dtype`: numbers of
-/// another type are converted as numpy's assignment does for values in range (floats to
-/// integers truncate, integers wrap into narrower ones); a float out of an integer type's
-/// range saturates and NaN becomes 0, where numpy's result depends on the platform.
-fn merged(columns: &[(&Filling, DType)], dtype: DType) -> (Vec<u8>, Vec<u8>) {
-    let size = columns[0].0.mask.len();
-    let (mut values, mut mask) = (vec![0; dtype.size() * size], vec![0; size]);
-    for (filling, from) in columns {
-        for (row, cell) in filling.cells.iter().enumerate().filter(|(row, _)| filling.mask[*row] != 0) {
-            let at = row * dtype.size();
-            values[at..at + dtype.size()]
-                .copy_from_slice(&Number::read(*from, cell).write(dtype)[..dtype.size()]);
-            mask[row] = 1;
-        }
-    }
-    (values, mask)
-}
-
-/// A value of an info column, wide enough for any of them.
-#[derive(Clone, Copy)]
-enum Number {
-    Int(i128),
-    Float(f64),
-}
-
-impl Number {
-    /// The `dtype` value in the first bytes of `cell`.
-    fn read(dtype: DType, cell: &[u8; 8]) -> Number {
-        let b = |n: usize| -> [u8; 8] {
-            let mut out = [0; 8];
-            out[..n].copy_from_slice(&cell[..n]);
-            out
-        };
-        let (b2, b4) = ([cell[0], cell[1]], [cell[0], cell[1], cell[2], cell[3]]);
-        match dtype {
-            DType::Bool => Number::Int(i128::from(cell[0] != 0)),
-            DType::U8 => Number::Int(cell[0].into()),
-            DType::I8 => Number::Int((cell[0] as i8).into()),
-            DType::U16 => Number::Int(u16::from_ne_bytes(b2).into()),
-            DType::I16 => Number::Int(i16::from_ne_bytes(b2).into()),
-            DType::U32 => Number::Int(u32::from_ne_bytes(b4).into()),
-            DType::I32 => Number::Int(i32::from_ne_bytes(b4).into()),
-            DType::U64 => Number::Int(u64::from_ne_bytes(b(8)).into()),
-            DType::I64 => Number::Int(i64::from_ne_bytes(b(8)).into()),
-            DType::F16 => Number::Float(half::f16::from_ne_bytes(b2).to_f64()),
-            DType::F32 => Number::Float(f32::from_ne_bytes(b4).into()),
-            DType::F64 => Number::Float(f64::from_ne_bytes(b(8))),
-        }
-    }
-
-    /// The value as a `dtype` element, in the first bytes of the result.
-    fn write(self, dtype: DType) -> [u8; 8] {
-        // An integer wraps into a narrower integer type, as numpy's assignment of an
-        // in-range array does; a float converts straight into the target type.
-        macro_rules! to {
-            ($t:ty) => {
-                match self {
-                    Number::Int(i) => i as $t,
-                    Number::Float(f) => f as $t,
-                }
-                .to_ne_bytes()
-            };
-        }
-        let float = match self {
-            Number::Int(i) => i as f64,
-            Number::Float(f) => f,
-        };
-        let mut out = [0; 8];
-        let mut put = |bytes: &[u8]| out[..bytes.len()].copy_from_slice(bytes);
-        match dtype {
-            DType::Bool => put(&[u8::from(float != 0.0)]),
-            DType::U8 => put(&to!(u8)),
-            DType::I8 => put(&to!(i8)),
-            DType::U16 => put(&to!(u16)),
-            DType::I16 => put(&to!(i16)),
-            DType::U32 => put(&to!(u32)),
-            DType::I32 => put(&to!(i32)),
-            DType::U64 => put(&to!(u64)),
-            DType::I64 => put(&to!(i64)),
-            DType::F16 => put(&half::f16::from_f64(float).to_ne_bytes()),
-            DType::F32 => put(&(float as f32).to_ne_bytes()),
-            DType::F64 => put(&float.to_ne_bytes()),
-        }
-        out
     }
 }
 
