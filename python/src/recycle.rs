@@ -23,7 +23,9 @@ pub(crate) enum Slot {
     Obs(usize),
     /// Final-observation array `k` (SameStep auto-reset).
     FinalObs(usize),
-    /// Info array `k` of hosted envs' infos (`info_columns`, which numbers them).
+    /// Info array `k` of hosted envs' infos (`info_columns`, which numbers them). Only
+    /// the info reader's recycler, which keeps nothing else, holds these: their indices
+    /// start at 0.
     Info(usize),
 }
 
@@ -32,9 +34,9 @@ impl Slot {
         match self {
             Slot::Column(c) => c as usize,
             Slot::Done => Column::COUNT,
-            Slot::Obs(k) => Column::COUNT + 1 + 3 * k,
-            Slot::FinalObs(k) => Column::COUNT + 2 + 3 * k,
-            Slot::Info(k) => Column::COUNT + 3 + 3 * k,
+            Slot::Obs(k) => Column::COUNT + 1 + 2 * k,
+            Slot::FinalObs(k) => Column::COUNT + 2 + 2 * k,
+            Slot::Info(k) => k,
         }
     }
 }

@@ -57,7 +57,7 @@ def test_call_overhead_leaves_out_the_env_work():
 def test_infos_bench_compares_both_pools_and_times_the_merges(capsys, no_leaks):
     from shmenv.bench.infos import main as infos_main
 
-    infos_main(["--envs", "4", "--rounds", "1", "--seconds", "0.1"])
+    infos_main(["--envs", "4", "--rounds", "1", "--seconds", "0.1", "--pairs", "40"])
     out = capsys.readouterr().out
     for line in ("no info:", "infos every step:", "ratio:", "infos cost:", "merging infos:", "timer itself:"):
         assert line in out, out
@@ -66,4 +66,5 @@ def test_infos_bench_compares_both_pools_and_times_the_merges(capsys, no_leaks):
     merging = out.split("merging infos:")[1]
     batches = int(merging.split("median of ")[1].split()[0])
     assert batches > 10, out  # every batch of the pool with infos merged some
+    assert "medians of 40 paired batches" in out, out
     assert float(merging.split()[0]) > 0, out

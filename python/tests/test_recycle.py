@@ -27,6 +27,19 @@ def _copies(result):
     return [np.array(x) for x in (obs, rew, term, trunc)]
 
 
+def _marks(arrays) -> set[tuple[int, int]]:
+    """Each array's object and memory."""
+    return {(id(a), a.ctypes.data) for a in arrays}
+
+
+def _take_what_was_freed() -> list[np.ndarray]:
+    """Small arrays of the result dtypes, to be kept until the next batch: they take the
+    objects and memory that arrays freed just before had (numpy and CPython hand those back
+    first), so a new array of the next batch with the object and memory of a dropped one
+    can only be that array, refilled."""
+    return [np.empty(k, dt) for dt in (np.float32, np.float64, np.int64, np.int32, bool) for k in (4, 8) * 20]
+
+
 @pytest.mark.parametrize("path", ["one call", "general"])
 def test_arrays_the_caller_holds_never_change_and_dropped_ones_come_back_refilled(path):
     envs, ref = _pair(pool_infos=True)
@@ -35,24 +48,25 @@ def test_arrays_the_caller_holds_never_change_and_dropped_ones_come_back_refille
     try:
         envs.reset()
         ref.reset()
-        held, held_copies, pointers, reused = [], [], set(), 0
+        held, held_copies, dropped, reused = [], [], set(), 0
         for t in range(300):
             actions = np.full(8, t % 2)
             result, want = envs.step(actions), _copies(ref.step(actions))
             for got, w in zip(result[:4], want):
                 np.testing.assert_array_equal(got, w, err_msg=f"step {t}")
                 assert got.flags.writeable and got.flags.owndata
-            reused += result[0].ctypes.data in pointers
-            pointers.add(result[0].ctypes.data)
+            reused += len(_marks(result[:4]) & dropped)
             result[1][:] = -7.0  # writing into a returned array is allowed and changes nothing else
             if t % 10 == 0:  # keep some batches: they must never change
                 held.append(result)
                 held_copies.append(_copies(result))
+            dropped = set() if t % 10 == 0 else _marks(result[:4])
             del result
+            sink = _take_what_was_freed()  # noqa: F841 (kept until the next batch)
         for t, (result, copies) in enumerate(zip(held, held_copies)):
             for got, w in zip(result[:4], copies):
                 np.testing.assert_array_equal(got, w, err_msg=f"held batch {t}")
-        assert reused > 100, f"dropped arrays are refilled: {reused} of 300 observation arrays were"
+        assert reused > 400, f"dropped arrays are refilled: {reused} of 1200 result arrays were"
     finally:
         envs.close()
         ref.close()
@@ -196,37 +210,42 @@ def _info_arrays(infos: dict, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
-def test_hosted_envs_info_arrays_held_never_change_and_dropped_ones_come_back_refilled(mode):
+@pytest.mark.parametrize("config", [{}, {"mixed": True, "many": 20}], ids=["columns", "several dtypes and pickled"])
+def test_hosted_envs_info_arrays_held_never_change_and_dropped_ones_come_back_refilled(mode, config):
     """The info arrays of hosted envs (``lives``, ``episode_frame_number``, ..., their masks
     and, under same-step auto-reset, ``final_info``'s) follow the same rule: each batch's
-    equal ``SyncVectorEnv``'s, the held ones never change, the dropped ones are reused."""
+    equal ``SyncVectorEnv``'s, the held ones never change, the dropped ones are reused.
+    Also with a key whose values change type (merged from a column per type) and with more
+    keys than a worker's columns (the rest fetched pickled, into the arrays' dict)."""
     import gymnasium as gym
     from shmenv_fixtures.infos import LivesEnv
     from test_compat import assert_vector_infos_equal
 
     n = 4
     ref = gym.vector.SyncVectorEnv(
-        [LivesEnv for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode(mode.title().replace("_", ""))
+        [lambda: LivesEnv(**config) for _ in range(n)],
+        autoreset_mode=gym.vector.AutoresetMode(mode.title().replace("_", "")),
     )
-    envs = shmenv.make_vec("shmenv_fixtures.infos:LivesEnv", n, num_workers=2, autoreset_mode=mode)
+    envs = shmenv.make_vec("shmenv_fixtures.infos:LivesEnv", n, num_workers=2, autoreset_mode=mode, config=config)
     try:
         envs.reset(seed=1)
         ref.reset(seed=1)
-        held, pointers, reused = [], set(), 0
+        held, dropped, reused = [], set(), 0
         for t in range(60):
             actions = np.full(n, t % 3)
             infos, want = envs.step(actions)[4], ref.step(actions)[4]
             assert_vector_infos_equal(infos, want, f"step {t}")
             arrays = _info_arrays(infos)
-            reused += sum(a.ctypes.data in pointers for a in arrays.values())
-            pointers.update(a.ctypes.data for a in arrays.values())
+            reused += len(_marks(arrays.values()) & dropped)
             if t % 7 == 0:  # keep some batches' infos: they must never change
                 held.append((t, arrays, {k: np.array(v) for k, v in arrays.items()}))
+            dropped = set() if t % 7 == 0 else _marks(arrays.values())
             del infos, arrays
+            sink = _take_what_was_freed()  # noqa: F841 (kept until the next batch)
         for t, arrays, copies in held:
             for key, copy in copies.items():
                 np.testing.assert_array_equal(arrays[key], copy, err_msg=f"held infos of step {t}, key {key}")
-        assert reused > 60, f"dropped info arrays are refilled: {reused} were"
+        assert reused > 100, f"dropped info arrays are refilled: {reused} were"
     finally:
         envs.close()
         ref.close()

@@ -339,8 +339,7 @@ impl InfoReader {
     /// it. The arrays are the recycler's: refilled ones the caller let go of, or new.
     fn put(&mut self, out: &Bound<'_, PyDict>, fillings: &[Filling], how: Put) -> PyResult<()> {
         let py = out.py();
-        // An empty dict (no pool infos asked for) has no key to keep.
-        let keep = how == Put::Keep && !out.is_empty();
+        let keep = how == Put::Keep;
         for (k, key) in self.tables.keys.iter().enumerate() {
             let columns = || {
                 fillings
