@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the binary wheel of the shmenv Python package: the extension and the `shmenv`
 # command-line program, for glibc 2.28 and newer (manylinux_2_28: Debian 10+, Ubuntu 20.04+,
-# RHEL/Rocky 8+), one abi3 wheel for CPython 3.9 and newer. Installing it needs no Rust.
+# RHEL/Rocky 8+), one abi3 wheel for CPython 3.10 and newer. Installing it needs no Rust.
 #
-#   bash python/build_wheel.sh           # -> target/wheels/shmenv-VERSION-cp39-abi3-manylinux_2_28_ARCH.whl
+#   bash python/build_wheel.sh           # -> target/wheels/shmenv-VERSION-cp310-abi3-manylinux_2_28_ARCH.whl
 #   bash python/build_wheel.sh --check   # the same, then audit it and try it as a user without Rust would
 #
-# Needs Rust 1.85+, Python 3.9+ and PyPI. The build tools (maturin, the Zig toolchain from the
+# Needs Rust 1.85+, Python 3.10+ and PyPI. The build tools (maturin, the Zig toolchain from the
 # `ziglang` package, which links against an old glibc without a container, cargo-zigbuild,
 # auditwheel) go into a virtualenv under target/. About 4-8 minutes on 2 cores, most of it
 # compiling the extension and the program in release mode, into target/ARCH-unknown-linux-gnu/.
