@@ -241,6 +241,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self._pending is not None or self._abandoned is not None:
             self._refuse_if_pending("step")
         if self.is_async:
+            if self._one_call:
+                return self._pool.send_recv_gym(actions, env_ids, self.pool_infos, self._stats_key)
             self.send(actions, env_ids)
             return self.recv()
         if self._one_call:

@@ -374,6 +374,20 @@ impl PyPool {
         this.results.make_tuple(py, result, form)
     }
 
+    /// Async mode, `step_gym`'s pool: `send_gym` then `recv_gym`, in one call (EnvPool's
+    /// `step(action, env_id)`, `ShmVectorEnv.step` in async mode).
+    #[pyo3(signature = (actions, env_ids, pool_infos, stats_key))]
+    fn send_recv_gym<'py>(
+        slf: &Bound<'py, Self>,
+        actions: &Bound<'py, PyAny>,
+        env_ids: Option<&Bound<'py, PyAny>>,
+        pool_infos: &Bound<'py, PyAny>,
+        stats_key: &str,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        Self::send_gym(slf, actions, env_ids)?;
+        Self::recv_gym(slf, pool_infos, stats_key)
+    }
+
     /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
     /// array over the trainer's mapping, kept alive by the pool until it closes) laid out
     /// as `layout` (`shmenv.infos._Area.layout`): worker `w`'s envs have the cells from

@@ -148,21 +148,26 @@ def test_async_batches_return_what_the_general_path_returns(form):
     try:
         one.async_reset()
         general.async_reset()
+        got, want = one.recv(), general.recv()
         for t in range(100):
-            got, want = one.recv(), general.recv()
             _same(got, want, f"{form} batch {t}")
             ids = got[4]["env_id"]
             actions = (ids + t) % 2
+            if t % 2:  # EnvPool's step(action, env_id): send and recv in one call
+                got, want = one.step(actions, ENV_IDS[form](ids)), general.step(actions, ids)
+                continue
             one.send(actions, ENV_IDS[form](ids))
             general.send(actions, ids)
+            got, want = one.recv(), general.recv()
     finally:
         one.close()
         general.close()
 
 
+@pytest.mark.parametrize("call", ["send", "step"])
 @pytest.mark.parametrize("bad_actions", [False, True])
 @pytest.mark.parametrize("ids", [[-1, 0, 1, 2], [0, 1, 2, 8], [0.5, 1, 2, 3], np.array([0, 1, 2, 9], np.int32), [0, 0, 1, 2]])
-def test_bad_env_ids_raise_what_the_general_path_raises(ids, bad_actions):
+def test_bad_env_ids_raise_what_the_general_path_raises(ids, bad_actions, call):
     pools = _pools(num_envs=8, num_workers=1, batch_size=4)
     try:
         messages = []
@@ -170,7 +175,7 @@ def test_bad_env_ids_raise_what_the_general_path_raises(ids, bad_actions):
             envs.async_reset()
             back = envs.recv()[4]["env_id"]
             with pytest.raises(Error) as info:
-                envs.send(np.full(4, 7 if bad_actions else 0), ids)
+                getattr(envs, call)(np.full(4, 7 if bad_actions else 0), ids)
             messages.append((type(info.value), str(info.value)))
             # Nothing was sent: the pool takes a good send and answers it.
             envs.send(np.zeros(4, dtype=np.int64), back)
