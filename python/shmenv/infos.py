@@ -50,7 +50,7 @@ class _Area:
     infos) an 8-byte value cell and a presence byte per env."""
 
     def __init__(self, mm: mmap.mmap, workers: int, stride: int):
-        self.mm, self.stride, self.n = mm, stride, workers * stride
+        self.mm, self.n = mm, workers * stride
         n8 = -(-self.n // 8) * 8
         self.flags = np.frombuffer(mm, np.uint8, self.n, 0)
         self.pickled = np.frombuffer(mm, np.uint8, self.n, n8)

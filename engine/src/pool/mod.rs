@@ -411,13 +411,15 @@ impl Core {
 
     /// Ends a pool call that began at `entered` and waited `waited` ns for workers: its
     /// stats, and the wait tuner's measurement (`steps`: it returned a batch of steps).
-    fn end_call(&mut self, entered: u64, waited: u64, batch: bool, steps: bool) {
+    /// Records a call from `entered` to now (returned) that waited `waited` ns.
+    fn end_call(&mut self, entered: u64, waited: u64, batch: bool, steps: bool) -> u64 {
         let now = crate::stats::now_ns();
         self.pool_stats().add_call(now - entered, waited, batch);
         if batch && self.tuner.is_some() && self.waiter.mode() == WaitMode::Sleep {
             self.pool_stats().add_sleep_batch();
         }
         self.tune(now, now - entered, steps);
+        now
     }
 
     fn check_open(&self) -> Result<(), PoolFailure> {

@@ -119,7 +119,10 @@ impl Core {
         let sem = trainer_semaphore(&self.region);
         let sup = &self.supervisor;
         let interrupt = &mut self.interrupt;
-        let waited_from = now_ns();
+        // Workers done already (the trainer's own shard took longer): no clock reads for a
+        // wait of 0.
+        let done = sem.count() >= w;
+        let waited_from = if done { entered } else { now_ns() };
         let deadline = self.step_timeout.map(|t| Instant::now() + t);
         let outcome = sem.acquire(w, &mut self.waiter, deadline, || {
             if let Some((worker, exit)) = sup.exited_worker() {
@@ -127,7 +130,7 @@ impl Core {
             }
             interrupt.as_mut().is_some_and(|f| (f.0)()).then_some(Abort::Interrupted)
         });
-        let waited = now_ns() - waited_from;
+        let waited = if done { 0 } else { now_ns() - waited_from };
         match outcome {
             Ok(()) => {}
             Err(WaitOutcome::Aborted(Abort::Died(worker, exit))) if self.may_restart(1) => {
@@ -148,9 +151,9 @@ impl Core {
         }
         self.has_reset = true;
         self.note_ended(command, j);
-        self.end_call(entered, waited, true, command == Command::Step);
+        let now = self.end_call(entered, waited, true, command == Command::Step);
         let name = if command == Command::Step { "step" } else { "reset" };
-        self.record_spans(&[(name, entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
+        self.record_spans(&[(name, entered, now), ("wait", waited_from, waited_from + waited)]);
         let n = self.params.num_envs;
         Ok(Batch { view: self.batch_view(j, 0..n) })
     }

@@ -149,8 +149,8 @@ impl Core {
         order.send(env_ids, |e| ring.enqueue(&self.region, &a.layout, e, protocol::queue_entry::STEP, 0));
         ring.order = order;
         ring.publish_queues(&self.region, self.params.num_workers);
-        self.end_call(entered, 0, false, false);
-        self.record_spans(&[("send", entered, now_ns())]);
+        let now = self.end_call(entered, 0, false, false);
+        self.record_spans(&[("send", entered, now)]);
         Ok(())
     }
 
@@ -213,14 +213,17 @@ impl Core {
         let full =
             a.layout.committed.iter().filter(|&&c| self.region.semaphore(c).count() as usize >= b).count();
         PoolStats::new(&self.region, self.params.num_workers).add_ring_sample(full as u64);
-        let waited_from = now_ns();
+        // A batch complete already is taken without waiting (`wait_batch` still looks for
+        // dead and overdue workers): no clock reads for a wait of 0.
+        let complete = self.region.semaphore(a.layout.committed[j]).count() as usize >= b;
+        let waited_from = if complete { entered } else { now_ns() };
         self.wait_batch(a, q)?;
-        let waited = now_ns() - waited_from;
+        let waited = if complete { 0 } else { now_ns() - waited_from };
         self.take_batch(a, j, b)?;
         // The received envs are no longer the oldest out: actions held back for them go now.
         a.pass_on(self, false);
-        self.end_call(entered, waited, true, true);
-        self.record_spans(&[("recv", entered, now_ns()), ("wait", waited_from, waited_from + waited)]);
+        let now = self.end_call(entered, waited, true, true);
+        self.record_spans(&[("recv", entered, now), ("wait", waited_from, waited_from + waited)]);
         Ok(Batch { view: self.batch_view(j, 0..b) })
     }
 
