@@ -494,16 +494,16 @@ pub(crate) fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult
     ) -> PyResult<Vec<usize>> {
         let ro = array.try_readonly().map_err(|e| PyValueError::new_err(e.to_string()))?;
         let slice = ro.as_slice().map_err(|_| PyValueError::new_err("env_ids must be C-contiguous"))?;
-        slice
-            .iter()
-            .map(|&e| {
-                let e: i64 = e.into();
-                usize::try_from(e)
-                    .ok()
-                    .filter(|&u| u < num_envs)
-                    .ok_or_else(|| invalid_argument(shmenv_engine::error::env_id_out_of_range(e, num_envs)))
-            })
-            .collect()
+        // Allocated once (collecting results would grow the vector as it goes).
+        let mut ids = Vec::with_capacity(slice.len());
+        for &e in slice {
+            let e: i64 = e.into();
+            let id = usize::try_from(e).ok().filter(|&u| u < num_envs);
+            ids.push(
+                id.ok_or_else(|| invalid_argument(shmenv_engine::error::env_id_out_of_range(e, num_envs)))?,
+            );
+        }
+        Ok(ids)
     }
     if let Ok(a) = array.cast::<PyArrayDyn<i64>>() {
         convert(a, num_envs)
