@@ -275,8 +275,7 @@ impl<'a> BatchData<'a> {
             });
         }
         let rows = slot.rows(self.rows.clone());
-        let mut shape = vec![self.rows.len()];
-        shape.extend(space.shape());
+        let shape = [&[self.rows.len()][..], space.dims()].concat();
         // SAFETY: same argument as in `Pool::batch_view`: the views borrow the pool, and no
         // worker writes result rows between its completion post and the next command.
         let data = unsafe { self.region.slice::<T>(rows.start, rows.len() / T::DTYPE.size()) };

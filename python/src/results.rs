@@ -160,15 +160,19 @@ impl ResultsMaker {
         form: InfoForm<'_>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let batch = self.checked(py, result)?;
-        let (obs, _) = self.observations(py, &batch)?;
-        let obs = obs.bind(py);
-        if obs.len() != 1 {
+        let count = batch.spec().observations.len();
+        if count != 1 {
             return Err(PyValueError::new_err(format!(
-                "internal error: the one-call step needs one observation array, this pool has {}",
-                obs.len()
+                "internal error: the one-call step needs one observation array, this pool has {count}"
             )));
         }
-        gym_tuple::step_tuple(py, obs.get_item(0)?, &batch, form, &mut self.recycler)
+        let obs = if self.copy {
+            let lease = self.lease.bind(py);
+            obs_array(lease, Some(&mut self.recycler), &batch, 0, false)?.expect("observations")
+        } else {
+            self.observations(py, &batch)?.0.bind(py).get_item(0)?
+        };
+        gym_tuple::step_tuple(py, obs, &batch, form, &mut self.recycler)
     }
 
     /// Lets go of the arrays kept for refilling (the pool is closing).
@@ -240,20 +244,35 @@ fn obs_arrays<'py>(
     batch: &Batch<'_>,
     final_obs: bool,
 ) -> PyResult<Option<Py<PyTuple>>> {
-    let py = lease.py();
-    let spec = batch.spec();
-    let mut out = Vec::with_capacity(spec.observations.len());
-    for (k, o) in spec.observations.iter().enumerate() {
-        let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
-        let Some(bytes) = bytes else { return Ok(None) };
-        let mut shape = vec![batch.len()];
-        shape.extend(o.space.shape());
-        let descr = views::descr(py, o.space.dtype());
-        let slot = if final_obs { Slot::FinalObs(k) } else { Slot::Obs(k) };
-        out.push(match copies.as_deref_mut() {
-            Some(recycler) => recycler.owned(py, slot, bytes, descr, &shape)?,
-            None => views::array(lease, bytes, descr, &shape)?,
-        });
+    let count = batch.spec().observations.len();
+    let mut out = Vec::with_capacity(count);
+    for k in 0..count {
+        let Some(array) = obs_array(lease, copies.as_deref_mut(), batch, k, final_obs)? else {
+            return Ok(None);
+        };
+        out.push(array);
     }
-    Ok(Some(PyTuple::new(py, out)?.unbind()))
+    Ok(Some(PyTuple::new(lease.py(), out)?.unbind()))
+}
+
+/// Observation array `k` of `batch`, as [`obs_arrays`] makes them (`None` when the pool
+/// has no such column).
+fn obs_array<'py>(
+    lease: &Bound<'py, Lease>,
+    copies: Option<&mut Recycler>,
+    batch: &Batch<'_>,
+    k: usize,
+    final_obs: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = lease.py();
+    let bytes = if final_obs { batch.final_obs_bytes(k) } else { batch.obs_bytes(k) };
+    let Some(bytes) = bytes else { return Ok(None) };
+    let space = &batch.spec().observations[k].space;
+    let shape = [&[batch.len()][..], space.dims()].concat();
+    let descr = views::descr(py, space.dtype());
+    let slot = if final_obs { Slot::FinalObs(k) } else { Slot::Obs(k) };
+    Ok(Some(match copies {
+        Some(recycler) => recycler.owned(py, slot, bytes, descr, &shape)?,
+        None => views::array(lease, bytes, descr, &shape)?,
+    }))
 }

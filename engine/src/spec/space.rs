@@ -193,13 +193,18 @@ impl Space {
         }
     }
 
-    /// Shape of one value of the space.
+    /// Shape of one value of the space, as a new vector ([`dims`](Self::dims) borrows it).
     pub fn shape(&self) -> Vec<usize> {
+        self.dims().to_vec()
+    }
+
+    /// Shape of one value of the space, outermost first (`[]`: a scalar).
+    pub fn dims(&self) -> &[usize] {
         match self {
             Space::Box { shape, .. }
             | Space::MultiDiscrete { shape, .. }
-            | Space::MultiBinary { shape, .. } => shape.clone(),
-            Space::Discrete { .. } => vec![],
+            | Space::MultiBinary { shape, .. } => shape,
+            Space::Discrete { .. } => &[],
         }
     }
 
@@ -246,7 +251,7 @@ impl Space {
 
     /// Number of elements in one value of the space.
     pub fn num_elements(&self) -> usize {
-        self.shape().iter().product()
+        self.dims().iter().product()
     }
 
     /// Bytes of one value of the space.
@@ -258,7 +263,7 @@ impl Space {
     /// [`MAX_VALUE_BYTES`]), bounds (numbers the dtype can hold, `low <= high`, no NaN),
     /// positive counts.
     pub fn validate(&self) -> Result<(), String> {
-        checked_value_bytes(&self.shape(), self.dtype())?;
+        checked_value_bytes(self.dims(), self.dtype())?;
         match self {
             Space::Box { .. } => self.validate_box(),
             Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
