@@ -167,8 +167,8 @@ impl PyEnv {
         if let Space::Discrete { .. } = space {
             return Ok(action.discrete().into_pyobject(py)?.into_any());
         }
-        let shape = space.shape();
-        let array = views::owned(py, action.bytes(), views::descr(py, space.dtype()), &shape)?;
+        let shape = space.dims();
+        let array = views::owned(py, action.bytes(), views::descr(py, space.dtype()), shape)?;
         match &self.unpack_action {
             Some(unpack) => unpack.bind(py).call1((array,)),
             // A scalar space (`Box(shape=())`): the numpy scalar, as `SyncVectorEnv` hands it out.

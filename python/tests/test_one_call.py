@@ -159,6 +159,7 @@ def test_async_batches_return_what_the_general_path_returns(form):
             one.send(actions, ENV_IDS[form](ids))
             general.send(actions, ids)
             got, want = one.recv(), general.recv()
+        _same(got, want, f"{form} last batch")
     finally:
         one.close()
         general.close()

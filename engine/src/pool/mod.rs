@@ -411,7 +411,7 @@ impl Core {
 
     /// Ends a pool call that began at `entered` and waited `waited` ns for workers: its
     /// stats, and the wait tuner's measurement (`steps`: it returned a batch of steps).
-    /// Records a call from `entered` to now (returned) that waited `waited` ns.
+    /// Returns the time it ended at (its clock read, for the caller's trace span).
     fn end_call(&mut self, entered: u64, waited: u64, batch: bool, steps: bool) -> u64 {
         let now = crate::stats::now_ns();
         self.pool_stats().add_call(now - entered, waited, batch);

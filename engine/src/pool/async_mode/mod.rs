@@ -213,12 +213,15 @@ impl Core {
         let full =
             a.layout.committed.iter().filter(|&&c| self.region.semaphore(c).count() as usize >= b).count();
         PoolStats::new(&self.region, self.params.num_workers).add_ring_sample(full as u64);
-        // A batch complete already is taken without waiting (`wait_batch` still looks for
-        // dead and overdue workers): no clock reads for a wait of 0.
-        let complete = self.region.semaphore(a.layout.committed[j]).count() as usize >= b;
+        // A batch complete already is taken without waiting: no clock reads for a wait of 0,
+        // unless `wait_batch`, which still looks for dead and overdue workers first,
+        // replaced some (their posts taken back, the batch was waited for after all), or a
+        // trace wants the wait's span where it was.
+        let complete =
+            self.trace.is_none() && self.region.semaphore(a.layout.committed[j]).count() as usize >= b;
         let waited_from = if complete { entered } else { now_ns() };
-        self.wait_batch(a, q)?;
-        let waited = if complete { 0 } else { now_ns() - waited_from };
+        let replaced = self.wait_batch(a, q)?;
+        let waited = if complete && !replaced { 0 } else { now_ns() - waited_from };
         self.take_batch(a, j, b)?;
         // The received envs are no longer the oldest out: actions held back for them go now.
         a.pass_on(self, false);
@@ -263,21 +266,24 @@ impl Core {
     }
 
     /// Waits until batch `q` is complete; under the restart policy, replaces dead and hung
-    /// workers meanwhile and waits on.
-    fn wait_batch(&mut self, a: &mut AsyncState, q: u64) -> Result<(), PoolFailure> {
+    /// workers meanwhile and waits on. Returns whether it replaced any.
+    fn wait_batch(&mut self, a: &mut AsyncState, q: u64) -> Result<bool, PoolFailure> {
         let restarting = self.failure_policy != FailurePolicy::Fail;
+        let mut replaced = false;
         loop {
             match self.wait_once(a, q) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(replaced),
                 // Restart policy: replace the dead, or kill and replace the hung, then wait on.
                 Err(WaitOutcome::Aborted(RecvAbort::Wait(Abort::Died(..)))) if restarting => {
-                    self.recover_async(a)?
+                    self.recover_async(a)?;
+                    replaced = true;
                 }
                 Err(WaitOutcome::Aborted(RecvAbort::Overdue(hung)))
                     if restarting && self.may_restart(hung.len() as u32) =>
                 {
                     self.kill_hung(&hung)?;
                     self.recover_async(a)?;
+                    replaced = true;
                 }
                 Err(WaitOutcome::Aborted(RecvAbort::Wait(abort))) => return Err(self.abort(abort)),
                 Err(WaitOutcome::Aborted(RecvAbort::Overdue(workers))) => {
@@ -301,6 +307,7 @@ impl Core {
                     }
                     self.kill_hung(&hung)?;
                     self.recover_async(a)?;
+                    replaced = true;
                 }
             }
         }
