@@ -78,17 +78,15 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
     // Idle: waiting actively is much faster for this pool, so it stays the choice.
     let (idle, _) = step_for(&mut pool, 2.0, usize::MAX);
     assert!(idle.wait_probes >= 1, "the tuner probes the other mode: {idle:?}");
-    // (Unless the kernel says other processes held the cores meanwhile: then the machine
-    // was not idle, and sleeping may well have been the faster choice.)
-    // Any process of the pool (trainer included) waiting for a CPU counts.
-    let workers = idle.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / idle.workers.len() as f64;
-    let runqueue = workers.max(idle.trainer_runqueue_share);
-    if runqueue < shmenv::engine::stats::CONTENDED_RUNQUEUE / 2.0 {
+    // (Unless the kernel says other tasks held the cores meanwhile: then the machine was not
+    // idle, and sleeping may well have been the faster choice.)
+    let others = idle.others_share.expect("/proc/stat is readable");
+    if others < shmenv::engine::stats::CONTENDED_OTHERS {
         assert!(idle.sleep_share < 0.5, "an idle pool mostly waits actively: {idle:?}");
     } else {
         eprintln!(
-            "the machine was busy (workers waited for a CPU {:.0}% of the time): idle check skipped",
-            100.0 * runqueue
+            "the machine was busy (other tasks took {:.0}% of its CPU time): idle check skipped",
+            100.0 * others
         );
     }
 

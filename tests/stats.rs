@@ -5,7 +5,9 @@ mod common;
 
 use common::{builder, Watchdog};
 use serde_json::json;
-use std::time::Duration;
+use shmenv::engine::stats::{CONTENDED_OTHERS, CONTENDED_RUNQUEUE};
+use shmenv::WaitStrategy;
+use std::time::{Duration, Instant};
 
 #[test]
 fn sync_stats_count_exactly_what_the_pool_did() {
@@ -44,7 +46,8 @@ fn sync_stats_count_exactly_what_the_pool_did() {
     assert_eq!(snap.workers.iter().map(|w| w.hist.iter().sum::<u64>()).sum::<u64>(), sampled);
     assert!(report.trainer_wait_share > 0.0 && report.trainer_wait_share <= report.trainer_call_share);
     assert!(report.trainer_call_share <= 1.0);
-    assert!(["contended", "env-bound", "trainer-bound", "sync-bound"].contains(&report.verdict()));
+    let verdicts = ["contended", "oversubscribed", "env-bound", "trainer-bound", "sync-bound"];
+    assert!(verdicts.contains(&report.verdict()));
     // Intervals: nothing happened between two snapshots taken back to back.
     let later = pool.stats_snapshot();
     let idle = later.since(Some(&snap));
@@ -126,4 +129,56 @@ fn trace_export_is_chrome_json_with_every_process_named() {
     let plain = builder("Burn-v0").num_envs(2).num_workers(1).build().unwrap();
     let err = plain.write_trace(&path).unwrap_err();
     assert!(err.to_string().contains(".trace(true)"), "{err}");
+}
+
+/// This thread's CPU mask (`sched_getaffinity`), to restore it.
+fn thread_mask() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; the call fills the set of the size passed.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        set
+    }
+}
+
+fn set_thread_mask(set: &libc::cpu_set_t) {
+    // SAFETY: `set` is a valid cpu_set_t of the size passed, for this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_pool_with_more_workers_than_cores_is_oversubscribed_not_contended() {
+    let _w = Watchdog::new("oversubscribed", Duration::from_secs(60));
+    // This thread on one core: the pool counts 1 core, and its workers inherit the mask,
+    // so 2 workers and the trainer take turns on it whatever the machine has.
+    let mask = thread_mask();
+    // SAFETY: plain bit operations on a valid cpu_set_t.
+    let core = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &mask) }).unwrap();
+    // SAFETY: as above; `core` < CPU_SETSIZE.
+    let one = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        set
+    };
+    set_thread_mask(&one);
+    let built = builder("Burn-v0").num_envs(4).num_workers(2).wait(WaitStrategy::Yield).build();
+    let report = built.map(|mut pool| {
+        pool.reset().unwrap();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(300) {
+            pool.step(&[0i64; 4]).unwrap();
+        }
+        pool.stats()
+    });
+    set_thread_mask(&mask);
+    let report = report.unwrap();
+    assert_eq!(report.cores, 1);
+    let n = report.workers.len() as f64;
+    assert!(report.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n >= CONTENDED_RUNQUEUE);
+    // Tests running beside this one may take the machine's other cores: then "contended"
+    // is the truth.
+    let others = report.others_share.expect("/proc/stat is readable");
+    let expected = if others >= CONTENDED_OTHERS { "contended" } else { "oversubscribed" };
+    assert_eq!(report.verdict(), expected, "{report:#?}");
 }

@@ -49,7 +49,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Affinity::Auto)]
     affinity: Affinity,
     /// After the run, show where the pool's time went (env work, waiting, publishing) and
-    /// a one-line verdict: env-bound, trainer-bound or sync-bound.
+    /// a one-line verdict: env-bound, trainer-bound, sync-bound, contended or oversubscribed.
     #[arg(long)]
     profile: bool,
     /// Live stats in the region: on (default) or off (to measure their cost).
@@ -322,6 +322,12 @@ fn print_profile(p: &StatsReport) {
         per_worker(|w| w.runqueue_share),
         pct(p.trainer_runqueue_share).trim()
     );
+    if let Some(others) = p.others_share {
+        println!(
+            "    other tasks' CPU         {}   (of the machine's CPU time: other processes, the kernel, steal)",
+            pct(others)
+        );
+    }
     println!(
         "    wait mode                {:>6}   (batches asleep: {}; tuner probes {}, switches {})",
         p.wait_mode.name(),
@@ -335,6 +341,7 @@ fn print_profile(p: &StatsReport) {
     println!("    env step p50 / p99 (us)  {} / {}", us(|w| w.step_p50_us), us(|w| w.step_p99_us));
     let why = match p.verdict() {
         "contended" => "other processes hold the cores the pool needs: the default wait (auto) sleeps then; with a fixed --wait, try --wait block --affinity none, or free cores",
+        "oversubscribed" => "the pool's workers outnumber the cores, and every batch waits until each of them has had a core: use at most as many workers as cores (or one fewer with --trainer-shard), with more envs each",
         "env-bound" => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
         "trainer-bound" => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
         _ => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",

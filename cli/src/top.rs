@@ -90,12 +90,13 @@ fn print_pool(pid: u32, p: &AttachedPool, r: &StatsReport) {
         r.verdict()
     );
     println!(
-        "  wait mode {} (batches asleep {:.0}%, tuner probes {}, switches {}); trainer waits for a CPU {:.1}% of its time",
+        "  wait mode {} (batches asleep {:.0}%, tuner probes {}, switches {}); trainer waits for a CPU {:.1}% of its time; other tasks' CPU {}",
         r.wait_mode.name(),
         100.0 * r.sleep_share,
         r.wait_probes,
         r.wait_switches,
-        100.0 * r.trainer_runqueue_share
+        100.0 * r.trainer_runqueue_share,
+        r.others_share.map_or("unknown".into(), |s| format!("{:.1}%", 100.0 * s))
     );
     if r.shard_steps > 0 {
         let rate = fmt_rate(r.shard_steps as f64 / r.seconds);

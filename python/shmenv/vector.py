@@ -372,7 +372,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         worker steps, utilization (share of time in env code), wait share, run-queue share
         (time waiting for a CPU), env-step p50/p99; the trainer's wait share; the wait mode
         the default ``wait="auto"`` chose ("active" or, under contention, "sleep"), with the
-        share of batches that slept; and a verdict ("contended", "env-bound",
+        share of batches that slept; the share of the machine's CPU time other tasks took
+        (``others_share``); and a verdict ("contended", "oversubscribed", "env-bound",
         "trainer-bound", "sync-bound"). See docs/profiling.md; ``shmenv top --pid <this
         pid>`` shows the same live."""
         return json.loads(self._pool.stats_json())

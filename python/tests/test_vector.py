@@ -235,4 +235,5 @@ def test_stats_report_what_the_pool_did(no_leaks):
         assert [w["steps"] for w in stats["workers"]] == [40, 40]
         assert [w["pid"] for w in stats["workers"]] == envs.worker_pids
         assert 0 < stats["trainer_wait_share"] <= 1
-        assert stats["verdict"] in ("contended", "env-bound", "trainer-bound", "sync-bound")
+        assert stats["verdict"] in ("contended", "oversubscribed", "env-bound", "trainer-bound", "sync-bound")
+        assert stats["cores"] >= 1 and 0 <= stats["others_share"] <= 1

@@ -371,7 +371,7 @@ impl Pool {
 
     /// The raw counters now; `later.since(Some(&earlier))` gives an interval's figures.
     pub fn stats_snapshot(&self) -> StatsSnapshot {
-        StatsSnapshot::read(&self.core.region, self.core.params.num_workers)
+        StatsSnapshot::read(&self.core.region, &self.core.params)
     }
 
     /// The envs whose worker was restarted during the last call (see

@@ -20,7 +20,7 @@ impl Pool {
         let Some(trainer) = &self.core.trace else {
             return Err(std::io::Error::other("tracing is off: build the pool with .trace(true)"));
         };
-        let t0 = StatsSnapshot::read(&self.core.region, self.core.params.num_workers).started_ns;
+        let t0 = StatsSnapshot::read(&self.core.region, &self.core.params).started_ns;
         let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1e3;
         let me = std::process::id();
         let mut events = vec![serde_json::json!({

@@ -53,8 +53,13 @@ pub struct PoolBlock {
     pub shard_resets: u64,
     /// Time the trainer spent stepping its own shard.
     pub shard_env_ns: u64,
+    /// The trainer's CPU time (`/proc/PID/schedstat`) when the pool started.
+    pub trainer_cpu_at_start: u64,
+    /// The whole machine's busy CPU time (`/proc/stat`, ns) when the pool started; 0 when
+    /// it could not be read.
+    pub machine_busy_at_start: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 17],
+    pub reserved: [u64; 15],
 }
 
 /// A worker's block (written by that worker).
@@ -136,6 +141,10 @@ pub mod pool {
     pub const SHARD_RESETS: usize = offset_of!(PoolBlock, shard_resets);
     /// u64: [`PoolBlock::shard_env_ns`].
     pub const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
+    /// u64: [`PoolBlock::trainer_cpu_at_start`].
+    pub const TRAINER_CPU_AT_START: usize = offset_of!(PoolBlock, trainer_cpu_at_start);
+    /// u64: [`PoolBlock::machine_busy_at_start`].
+    pub const MACHINE_BUSY_AT_START: usize = offset_of!(PoolBlock, machine_busy_at_start);
 }
 
 /// Offsets of a worker block's words ([`WorkerBlock`]).

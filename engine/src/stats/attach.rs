@@ -66,7 +66,7 @@ pub struct AttachedPool {
 impl AttachedPool {
     /// The pool's live counters now.
     pub fn snapshot(&self) -> StatsSnapshot {
-        StatsSnapshot::read(&self.region, self.params.num_workers)
+        StatsSnapshot::read(&self.region, &self.params)
     }
 
     /// Whether the pool finished starting (its data part is laid out).

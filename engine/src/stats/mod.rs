@@ -9,17 +9,19 @@
 //! (no locked instruction); readers see each word whole, and a snapshot is a set of
 //! independent relaxed loads (totals may be a few nanoseconds apart, never torn).
 
-use crate::protocol::{self, stats};
+use crate::protocol::{self, stats, PoolParams};
 use crate::region::Region;
 use crate::sync::WaitMode;
 
 pub mod attach;
+pub mod machine;
 mod trace_ring;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 mod report;
 pub use report::{
-    quantile, StatsReport, WorkerActivity, CONTENDED_RUNQUEUE, ENV_BOUND_UTILIZATION, TRAINER_BOUND_OUTSIDE,
+    quantile, StatsReport, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE, ENV_BOUND_UTILIZATION,
+    TRAINER_BOUND_OUTSIDE,
 };
 pub use trace_ring::{Span, TraceRing};
 
@@ -147,8 +149,11 @@ impl<'a> PoolStats<'a> {
             .atomic_u32(self.base + stats::pool::TRAINER_PID)
             .store(std::process::id(), Ordering::Relaxed);
         self.word(stats::pool::STARTED_NS).store(now_ns(), Ordering::Relaxed);
-        let runqueue = sched_times(std::process::id()).1;
+        let (cpu, runqueue) = sched_times(std::process::id());
         self.word(stats::pool::TRAINER_RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
+        self.word(stats::pool::TRAINER_CPU_AT_START).store(cpu, Ordering::Relaxed);
+        let machine = machine::busy_ns().unwrap_or(0);
+        self.word(stats::pool::MACHINE_BUSY_AT_START).store(machine, Ordering::Relaxed);
     }
 
     /// Records one call that returned a batch: its total time and the part spent waiting.
@@ -251,20 +256,30 @@ pub struct StatsSnapshot {
     /// The trainer's time runnable but waiting for a CPU since the pool started
     /// ([`sched_times`]).
     pub trainer_runqueue_ns: u64,
+    /// The trainer's time on a CPU since the pool started ([`sched_times`]).
+    pub trainer_cpu_ns: u64,
+    /// The whole machine's busy CPU time since the pool started ([`machine::busy_ns`]);
+    /// `None` when unknown.
+    pub machine_busy_ns: Option<u64>,
+    /// The CPUs the machine's busy time is of ([`machine::cpus`]).
+    pub machine_cpus: usize,
     /// Env steps of the trainer's own shard.
     pub shard_steps: u64,
     /// Episodes the trainer's own shard began.
     pub shard_resets: u64,
     /// Trainer time stepping its own shard.
     pub shard_env_ns: u64,
+    /// The cores the pool's processes count ([`PoolParams::policy_cores`]).
+    pub cores: usize,
     /// Per worker.
     pub workers: Vec<WorkerCounters>,
 }
 
 impl StatsSnapshot {
-    /// Reads the stats area of `region`, which has `num_workers` workers (validated by the
-    /// caller against the region's size, e.g. by `Header::validate`).
-    pub fn read(region: &Region, num_workers: usize) -> StatsSnapshot {
+    /// Reads the stats area of `region`, the region of a pool with `params` (whose worker
+    /// count the caller validated against the region's size, e.g. by `Header::validate`).
+    pub fn read(region: &Region, params: &PoolParams) -> StatsSnapshot {
+        let num_workers = params.num_workers;
         let load = |offset: usize| region.atomic_u64(offset).load(Ordering::Relaxed);
         let base = protocol::stats_offset(num_workers);
         let workers = (0..num_workers)
@@ -291,6 +306,8 @@ impl StatsSnapshot {
             })
             .collect();
         let trainer_pid = region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed);
+        let (trainer_cpu, trainer_runqueue) = sched_times(trainer_pid);
+        let machine_at_start = load(base + stats::pool::MACHINE_BUSY_AT_START);
         StatsSnapshot {
             taken_ns: now_ns(),
             started_ns: load(base + stats::pool::STARTED_NS),
@@ -300,9 +317,14 @@ impl StatsSnapshot {
             sleep_batches: load(base + stats::pool::SLEEP_BATCHES),
             wait_probes: load(base + stats::pool::WAIT_PROBES),
             wait_switches: load(base + stats::pool::WAIT_SWITCHES),
-            trainer_runqueue_ns: sched_times(trainer_pid)
-                .1
+            trainer_runqueue_ns: trainer_runqueue
                 .saturating_sub(load(base + stats::pool::TRAINER_RUNQUEUE_AT_START)),
+            trainer_cpu_ns: trainer_cpu.saturating_sub(load(base + stats::pool::TRAINER_CPU_AT_START)),
+            machine_busy_ns: (machine_at_start > 0)
+                .then(machine::busy_ns)
+                .flatten()
+                .map(|now| now.saturating_sub(machine_at_start)),
+            machine_cpus: machine::cpus(),
             batches: load(base + stats::pool::BATCHES),
             trainer_wait_ns: load(base + stats::pool::TRAINER_WAIT_NS),
             trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
@@ -311,6 +333,7 @@ impl StatsSnapshot {
             shard_steps: load(base + stats::pool::SHARD_STEPS),
             shard_resets: load(base + stats::pool::SHARD_RESETS),
             shard_env_ns: load(base + stats::pool::SHARD_ENV_NS),
+            cores: params.policy_cores(),
             workers,
         }
     }
@@ -335,9 +358,13 @@ impl StatsSnapshot {
             wait_probes: d(self.wait_probes, earlier.wait_probes),
             wait_switches: d(self.wait_switches, earlier.wait_switches),
             trainer_runqueue_ns: d(self.trainer_runqueue_ns, earlier.trainer_runqueue_ns),
+            trainer_cpu_ns: d(self.trainer_cpu_ns, earlier.trainer_cpu_ns),
+            machine_busy_ns: self.machine_busy_ns.zip(earlier.machine_busy_ns).map(|(a, b)| d(a, b)),
+            machine_cpus: self.machine_cpus,
             shard_steps: d(self.shard_steps, earlier.shard_steps),
             shard_resets: d(self.shard_resets, earlier.shard_resets),
             shard_env_ns: d(self.shard_env_ns, earlier.shard_env_ns),
+            cores: self.cores,
             workers: self
                 .workers
                 .iter()
@@ -376,6 +403,8 @@ impl StatsSnapshot {
         self.wait_probes += other.wait_probes;
         self.wait_switches += other.wait_switches;
         self.trainer_runqueue_ns += other.trainer_runqueue_ns;
+        self.trainer_cpu_ns += other.trainer_cpu_ns;
+        self.machine_busy_ns = self.machine_busy_ns.zip(other.machine_busy_ns).map(|(a, b)| a + b);
         self.shard_steps += other.shard_steps;
         self.shard_resets += other.shard_resets;
         self.shard_env_ns += other.shard_env_ns;
@@ -402,6 +431,7 @@ impl StatsSnapshot {
                 .iter()
                 .map(|w| WorkerCounters { hist: vec![0; w.hist.len()], ..Default::default() })
                 .collect(),
+            machine_busy_ns: Some(0),
             ..Default::default()
         };
         let e = earlier.unwrap_or(&zero);
@@ -433,6 +463,12 @@ impl StatsSnapshot {
         let steps: u64 = workers.iter().map(|w| w.steps).sum::<u64>() + shard_steps;
         let samples = d(self.ring_samples, e.ring_samples);
         let batches = d(self.batches, e.batches);
+        // What the machine's CPUs did beside the pool's trainer (its main thread) and workers.
+        let pool_cpu_ns = d(self.trainer_cpu_ns, e.trainer_cpu_ns)
+            + self.workers.iter().zip(&e.workers).map(|(a, b)| kernel_delta(a, b, |w| w.cpu_ns)).sum::<u64>();
+        let others_share = self.machine_busy_ns.zip(e.machine_busy_ns).map(|(now, then)| {
+            d(now, then).saturating_sub(pool_cpu_ns) as f64 / 1e9 / secs / self.machine_cpus.max(1) as f64
+        });
         StatsReport {
             seconds: secs,
             enabled: self.enabled,
@@ -444,6 +480,7 @@ impl StatsSnapshot {
             ring_full_blocks: (samples > 0)
                 .then(|| d(self.ring_full_sum, e.ring_full_sum) as f64 / samples as f64),
             trainer_runqueue_share: d(self.trainer_runqueue_ns, e.trainer_runqueue_ns) as f64 / 1e9 / secs,
+            others_share,
             wait_mode: self.wait_mode,
             sleep_share: d(self.sleep_batches, e.sleep_batches) as f64 / batches.max(1) as f64,
             wait_probes: d(self.wait_probes, e.wait_probes),
@@ -451,6 +488,7 @@ impl StatsSnapshot {
             shard_steps,
             shard_resets: d(self.shard_resets, e.shard_resets),
             shard_share: d(self.shard_env_ns, e.shard_env_ns) as f64 / 1e9 / secs,
+            cores: self.cores,
             workers,
         }
     }
