@@ -8,6 +8,13 @@
 //! processes than cores: the case where spinning is ruinous). Each row prints the median
 //! round trip of 5 runs of ~0.3 s and the spread of those runs.
 //!
+//! The second table is a sync pool's handoff with no env and no engine around it: a
+//! trainer posts a command semaphore of each of `n` workers, each worker acquires its own,
+//! posts a shared one, and the trainer acquires `n` posts of it. Its rows with more
+//! processes than cores give the floor an oversubscribed pool cannot go below with one
+//! context switch per process and batch: the "one core" row divided by the processes is
+//! what one switch between processes costs here.
+//!
 //! `cargo bench --bench wakeup`. Needs 2 cores for the "own cores" rows.
 
 use shmenv::engine::sync::atomic::AtomicU32;
@@ -16,7 +23,8 @@ use shmenv::WaitStrategy;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// The shared words: ping (count, want), pong (count, want), stop; a cache line each.
+/// The shared words, a cache line each: ping (count, want), pong (count, want), stop; for
+/// the rounds, the done semaphore (line 3) and each worker's command semaphore (lines 4..).
 struct Shared {
     base: *mut u8,
 }
@@ -59,7 +67,18 @@ impl Shared {
     fn stop(&self) -> &AtomicU32 {
         self.word(2, 0)
     }
+
+    fn done(&self) -> Semaphore<'_> {
+        Semaphore::new(self.word(3, 0), self.word(3, 1))
+    }
+
+    fn command(&self, worker: usize) -> Semaphore<'_> {
+        Semaphore::new(self.word(4 + worker, 0), self.word(4 + worker, 1))
+    }
 }
+
+/// The most workers a round may have: one command line each after the first four lines.
+const MAX_WORKERS: usize = 4096 / LINE - 4;
 
 fn pin_to(core: usize) {
     // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET writes bit
@@ -116,6 +135,103 @@ fn run(strategy: WaitStrategy, cores: (usize, usize), slice: Duration) -> Durati
     elapsed / trips
 }
 
+/// Where a round's processes run: all on one core, or the workers spread over two cores
+/// (worker `w` on core `w % 2`) with the trainer unpinned, or nobody pinned.
+#[derive(Clone, Copy)]
+enum Placement {
+    OneCore,
+    Spread,
+    Unpinned,
+}
+
+/// One run of rounds: the trainer posts each of `workers` workers' command semaphore and
+/// acquires as many posts of the done semaphore; returns the mean round. With `chains`
+/// `k`, the trainer posts only workers `0..k` and worker `w` posts worker `w + k` before
+/// it posts back (one wake-up that goes through the workers, `k` at a time; spread over
+/// two cores with `k` 2, each chain stays on one core).
+fn run_rounds(
+    strategy: WaitStrategy,
+    workers: usize,
+    chains: Option<usize>,
+    placement: Placement,
+    slice: Duration,
+) -> Duration {
+    assert!((1..=MAX_WORKERS).contains(&workers));
+    let shared = Shared::new();
+    let policy = strategy.policy(workers + 1, if let Placement::OneCore = placement { 1 } else { 2 });
+    let mut children = Vec::with_capacity(workers);
+    for worker in 0..workers {
+        // SAFETY: as in `run`: no other threads when forking; the child leaves with _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            match placement {
+                Placement::OneCore => pin_to(0),
+                Placement::Spread => pin_to(worker % 2),
+                Placement::Unpinned => {}
+            }
+            let mut waiter = Waiter::new(policy);
+            loop {
+                acquire(shared.command(worker), &mut waiter);
+                if let Some(next) = chains.map(|k| worker + k).filter(|&next| next < workers) {
+                    shared.command(next).post();
+                }
+                if shared.stop().load(Ordering::Acquire) != 0 {
+                    // SAFETY: _exit ends the child without running the parent's atexit state.
+                    unsafe { libc::_exit(0) };
+                }
+                shared.done().post();
+            }
+        }
+        children.push(child);
+    }
+    if let Placement::OneCore = placement {
+        pin_to(0);
+    }
+    let mut waiter = Waiter::new(policy);
+    let (start, mut rounds) = (Instant::now(), 0u32);
+    let heads = chains.unwrap_or(workers).min(workers);
+    while start.elapsed() < slice || rounds == 0 {
+        (0..heads).for_each(|w| shared.command(w).post());
+        match shared.done().acquire(workers as u32, &mut waiter, None, || None::<()>) {
+            Ok(()) => {}
+            Err(_) => unreachable!("no deadline, no check"),
+        }
+        rounds += 1;
+    }
+    let elapsed = start.elapsed();
+    shared.stop().store(1, Ordering::Release);
+    (0..heads).for_each(|w| shared.command(w).post());
+    for child in children {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+    }
+    if let Placement::OneCore = placement {
+        unpin();
+    }
+    elapsed / rounds
+}
+
+/// Lets this process run on every core again (the trainer pins itself for the one-core
+/// row; `available_parallelism` would count only that core then).
+fn unpin() {
+    // SAFETY: as in `pin_to`, with every bit of the set on; the kernel keeps the cores
+    // that exist.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for core in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(core, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn median_and_spread(mut runs: Vec<Duration>) -> (Duration, Duration, Duration) {
+    runs.sort();
+    (runs[runs.len() / 2], runs[0], runs[runs.len() - 1])
+}
+
 fn show(d: Duration) -> String {
     let ns = d.as_nanos() as f64;
     if ns >= 1e6 {
@@ -140,9 +256,42 @@ fn main() {
     rows.push(("same core, futex (block)", WaitStrategy::Block, (0, 0)));
     rows.push(("same core, spin", WaitStrategy::Spin, (0, 0)));
     for (label, strategy, pins) in rows {
-        let mut runs: Vec<Duration> =
-            (0..5).map(|_| run(strategy, pins, Duration::from_millis(300))).collect();
-        runs.sort();
-        println!("  {label:<26} {:>10}   [{} - {}]", show(runs[2]), show(runs[0]), show(runs[4]));
+        let runs = (0..5).map(|_| run(strategy, pins, Duration::from_millis(300))).collect();
+        let (median, low, high) = median_and_spread(runs);
+        println!("  {label:<26} {:>10}   [{} - {}]", show(median), show(low), show(high));
+    }
+    rounds(cores);
+}
+
+/// The second table: a sync round of a trainer and 8 workers (9 processes), and of 1.
+fn rounds(cores: usize) {
+    println!(
+        "a round: the trainer posts each worker, each worker posts back once, median of 5 runs [spread]"
+    );
+    use Placement::{OneCore, Spread, Unpinned};
+    use WaitStrategy::{Block, Yield};
+    let mut rows: Vec<(&str, WaitStrategy, usize, Option<usize>, Placement)> = vec![
+        ("1 worker, one core, yield", Yield, 1, None, OneCore),
+        ("8 workers, one core, yield", Yield, 8, None, OneCore),
+    ];
+    if cores >= 2 {
+        rows.extend([
+            ("8 workers, 2 cores, yield", Yield, 8, None, Unpinned),
+            ("8 workers, spread, yield", Yield, 8, None, Spread),
+            ("8 workers, 2 cores, futex", Block, 8, None, Unpinned),
+            ("8 workers, a chain, futex", Block, 8, Some(1), Unpinned),
+            ("8 workers, spread, 2 chains, futex", Block, 8, Some(2), Spread),
+            ("8 workers, spread, 2 chains, yield", Yield, 8, Some(2), Spread),
+        ]);
+    }
+    for (label, strategy, workers, chains, placement) in rows {
+        let slice = Duration::from_millis(300);
+        let runs = (0..5).map(|_| run_rounds(strategy, workers, chains, placement, slice)).collect();
+        let (median, low, high) = median_and_spread(runs);
+        let per_switch = match placement {
+            OneCore => format!("   {} a process", show(median / (workers as u32 + 1))),
+            _ => String::new(),
+        };
+        println!("  {label:<34} {:>10}   [{} - {}]{per_switch}", show(median), show(low), show(high));
     }
 }
