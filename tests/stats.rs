@@ -182,3 +182,38 @@ fn a_pool_with_more_workers_than_cores_is_oversubscribed_not_contended() {
     let expected = if others >= CONTENDED_OTHERS { "contended" } else { "oversubscribed" };
     assert_eq!(report.verdict(), expected, "{report:#?}");
 }
+
+#[test]
+fn the_trainer_figures_are_of_the_thread_that_calls_the_pool() {
+    let _w = Watchdog::new("caller thread", Duration::from_secs(60));
+    // Built here, stepped on another thread that spins while it waits (1 worker: a core
+    // each), so that thread's CPU time is about the stepping time and this one's about 0.
+    let pool = builder("CartPole-v1").num_envs(8).num_workers(1).wait(WaitStrategy::Spin).build().unwrap();
+    let before = pool.stats_snapshot();
+    let (to_main, from_stepper) = std::sync::mpsc::channel();
+    let (to_stepper, from_main) = std::sync::mpsc::channel::<()>();
+    let stepper = std::thread::spawn(move || {
+        let mut pool = pool;
+        pool.reset().unwrap();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(400) {
+            pool.step(&[0i64; 8]).unwrap();
+        }
+        let stepped = started.elapsed();
+        to_main.send((pool, stepped)).unwrap();
+        // Alive until the pool's calls have moved back, so its figures can be handed on.
+        from_main.recv().unwrap();
+    });
+    let (mut pool, stepped) = from_stepper.recv().unwrap();
+    let after = pool.stats_snapshot();
+    let cpu = Duration::from_nanos(after.trainer_cpu_ns.unwrap() - before.trainer_cpu_ns.unwrap());
+    assert!(cpu >= stepped / 4 && cpu <= stepped + Duration::from_millis(100), "{cpu:?} of {stepped:?}");
+    // Back on this thread: the figures go on from what the other thread had (the total
+    // does not drop to this thread's own CPU time).
+    pool.step(&[0i64; 8]).unwrap();
+    to_stepper.send(()).unwrap();
+    stepper.join().unwrap();
+    let (had, last) = (after.trainer_cpu_ns.unwrap(), pool.stats_snapshot().trainer_cpu_ns.unwrap());
+    assert!(last >= had && last - had < 50_000_000, "{had} then {last}");
+    assert!(pool.stats().others_share.is_some());
+}

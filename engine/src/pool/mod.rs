@@ -96,6 +96,8 @@ struct Core {
     /// `WaitStrategy::Auto`: chooses between waiting actively and sleeping (see
     /// [`wait_tuner`]).
     tuner: Option<wait_tuner::WaitTuner>,
+    /// The thread that made the latest call (the stats count its CPU time as the trainer's).
+    caller_tid: u32,
     /// `CpuAffinity::Auto`: each worker's core while the pool waits actively (workers
     /// sleeping under contention are unpinned).
     pinned: Vec<Option<usize>>,
@@ -414,6 +416,11 @@ impl Core {
     /// Returns the time it ended at (its clock read, for the caller's trace span).
     fn end_call(&mut self, entered: u64, waited: u64, batch: bool, steps: bool) -> u64 {
         let now = crate::stats::now_ns();
+        let tid = crate::stats::current_tid();
+        if tid != self.caller_tid {
+            self.caller_tid = tid;
+            self.pool_stats().follow_caller(tid);
+        }
         self.pool_stats().add_call(now - entered, waited, batch);
         if batch && self.tuner.is_some() && self.waiter.mode() == WaitMode::Sleep {
             self.pool_stats().add_sleep_batch();

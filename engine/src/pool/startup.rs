@@ -98,6 +98,8 @@ impl Pool {
             seed: b.seed.unwrap_or_else(default_seed),
             waiter,
             tuner,
+            // `PoolStats::start` (below, in this thread) records this thread.
+            caller_tid: crate::stats::current_tid(),
             pinned,
             placed_for,
             busy_until_ns: 0,

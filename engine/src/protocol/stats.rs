@@ -45,7 +45,8 @@ pub struct PoolBlock {
     pub wait_probes: u64,
     /// Times the wait tuner changed the mode.
     pub wait_switches: u64,
-    /// The trainer's run-queue delay (`/proc/PID/schedstat`) when the pool started.
+    /// The trainer thread's run-queue delay when the pool started, as
+    /// [`PoolBlock::trainer_cpu_at_start`].
     pub trainer_runqueue_at_start: u64,
     /// Env steps of the trainer's own shard (`PoolBuilder::trainer_shard`).
     pub shard_steps: u64,
@@ -53,13 +54,18 @@ pub struct PoolBlock {
     pub shard_resets: u64,
     /// Time the trainer spent stepping its own shard.
     pub shard_env_ns: u64,
-    /// The trainer's CPU time (`/proc/PID/schedstat`) when the pool started.
+    /// The thread of the trainer that made the pool's latest call (its tid): the trainer's
+    /// CPU time and run-queue delay are that thread's.
+    pub trainer_tid: u64,
+    /// The trainer thread's CPU time (`/proc/PID/task/TID/schedstat`) when the pool
+    /// started, less what other threads that called the pool before it had used since
+    /// (wrapping): its CPU time less this is the trainer's since the start.
     pub trainer_cpu_at_start: u64,
     /// The whole machine's busy CPU time (`/proc/stat`, ns) when the pool started; 0 when
     /// it could not be read.
     pub machine_busy_at_start: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 15],
+    pub reserved: [u64; 14],
 }
 
 /// A worker's block (written by that worker).
@@ -141,6 +147,8 @@ pub mod pool {
     pub const SHARD_RESETS: usize = offset_of!(PoolBlock, shard_resets);
     /// u64: [`PoolBlock::shard_env_ns`].
     pub const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
+    /// u64: [`PoolBlock::trainer_tid`].
+    pub const TRAINER_TID: usize = offset_of!(PoolBlock, trainer_tid);
     /// u64: [`PoolBlock::trainer_cpu_at_start`].
     pub const TRAINER_CPU_AT_START: usize = offset_of!(PoolBlock, trainer_cpu_at_start);
     /// u64: [`PoolBlock::machine_busy_at_start`].

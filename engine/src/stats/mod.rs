@@ -38,9 +38,28 @@ pub fn now_ns() -> u64 {
 /// CPU and time runnable but waiting for one (run-queue delay), both in ns. Zeros when the
 /// file cannot be read (the process is gone, or the kernel lacks schedstats).
 pub fn sched_times(pid: u32) -> (u64, u64) {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) else { return (0, 0) };
+    read_sched_times(&format!("/proc/{pid}/schedstat")).unwrap_or((0, 0))
+}
+
+/// [`sched_times`] of thread `tid` of process `pid`; `None` when it cannot be read (the
+/// thread is gone).
+pub fn thread_sched_times(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    read_sched_times(&format!("/proc/{pid}/task/{tid}/schedstat"))
+}
+
+fn read_sched_times(path: &str) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
     let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
-    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
+    Some((fields.next().unwrap_or(0), fields.next().unwrap_or(0)))
+}
+
+/// The calling thread's id (`gettid`), asked of the kernel once per thread.
+pub fn current_tid() -> u32 {
+    thread_local! {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        static TID: u32 = unsafe { libc::gettid() } as u32;
+    }
+    TID.with(|tid| *tid)
 }
 
 /// The histogram bucket of a duration (see [`stats::HIST_BUCKETS`]).
@@ -142,18 +161,40 @@ impl<'a> PoolStats<'a> {
         self.region.atomic_u64(self.base + offset)
     }
 
-    /// Marks the start: enabled flag, trainer pid, start time.
+    /// Marks the start: enabled flag, trainer pid and thread, start time, and the
+    /// kernel's figures the intervals are counted from.
     pub fn start(&self, enabled: bool) {
         self.region.atomic_u32(self.base + stats::pool::ENABLED).store(enabled as u32, Ordering::Relaxed);
         self.region
             .atomic_u32(self.base + stats::pool::TRAINER_PID)
             .store(std::process::id(), Ordering::Relaxed);
         self.word(stats::pool::STARTED_NS).store(now_ns(), Ordering::Relaxed);
-        let (cpu, runqueue) = sched_times(std::process::id());
+        let tid = current_tid();
+        let (cpu, runqueue) = thread_sched_times(std::process::id(), tid).unwrap_or((0, 0));
+        self.word(stats::pool::TRAINER_TID).store(tid.into(), Ordering::Relaxed);
         self.word(stats::pool::TRAINER_RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
         self.word(stats::pool::TRAINER_CPU_AT_START).store(cpu, Ordering::Relaxed);
         let machine = machine::busy_ns().unwrap_or(0);
         self.word(stats::pool::MACHINE_BUSY_AT_START).store(machine, Ordering::Relaxed);
+    }
+
+    /// The pool's calls now come from thread `tid`: its CPU time and run-queue delay are
+    /// the trainer's from now on, added to what the thread before it had (two reads of
+    /// `/proc`, only when the calling thread changes).
+    pub fn follow_caller(&self, tid: u32) {
+        let pid = std::process::id();
+        let before = self.word(stats::pool::TRAINER_TID).load(Ordering::Relaxed) as u32;
+        // What the trainer had so far (0 if the thread before is gone), and the new
+        // thread's figures now: its figures less the new bases are the trainer's totals.
+        let (cpu_base, rq_base) = (stats::pool::TRAINER_CPU_AT_START, stats::pool::TRAINER_RUNQUEUE_AT_START);
+        let (cpu_had, rq_had) = thread_sched_times(pid, before).map_or((0, 0), |(cpu, rq)| {
+            let load = |offset| self.word(offset).load(Ordering::Relaxed);
+            (cpu.wrapping_sub(load(cpu_base)), rq.wrapping_sub(load(rq_base)))
+        });
+        let (cpu, rq) = thread_sched_times(pid, tid).unwrap_or((0, 0));
+        self.word(cpu_base).store(cpu.wrapping_sub(cpu_had), Ordering::Relaxed);
+        self.word(rq_base).store(rq.wrapping_sub(rq_had), Ordering::Relaxed);
+        self.word(stats::pool::TRAINER_TID).store(tid.into(), Ordering::Relaxed);
     }
 
     /// Records one call that returned a batch: its total time and the part spent waiting.
@@ -253,11 +294,12 @@ pub struct StatsSnapshot {
     pub wait_probes: u64,
     /// The wait tuner's switches.
     pub wait_switches: u64,
-    /// The trainer's time runnable but waiting for a CPU since the pool started
-    /// ([`sched_times`]).
+    /// The trainer's time runnable but waiting for a CPU since the pool started: of the
+    /// thread that calls the pool ([`thread_sched_times`], [`PoolStats::follow_caller`]).
     pub trainer_runqueue_ns: u64,
-    /// The trainer's time on a CPU since the pool started ([`sched_times`]).
-    pub trainer_cpu_ns: u64,
+    /// The trainer's time on a CPU since the pool started, as `trainer_runqueue_ns`;
+    /// `None` when that thread has ended (until the next call, from a live thread).
+    pub trainer_cpu_ns: Option<u64>,
     /// The whole machine's busy CPU time since the pool started ([`machine::busy_ns`]);
     /// `None` when unknown.
     pub machine_busy_ns: Option<u64>,
@@ -306,7 +348,16 @@ impl StatsSnapshot {
             })
             .collect();
         let trainer_pid = region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed);
-        let (trainer_cpu, trainer_runqueue) = sched_times(trainer_pid);
+        // The thread that calls the pool (written by a build from before it was recorded:
+        // 0, the main thread). Gone (the pool's calls moved, or the process ended): zeros.
+        let trainer_tid = match load(base + stats::pool::TRAINER_TID) as u32 {
+            0 => trainer_pid,
+            tid => tid,
+        };
+        let trainer = thread_sched_times(trainer_pid, trainer_tid).map(|(cpu, rq)| {
+            let since = |now: u64, offset| now.wrapping_sub(load(base + offset));
+            (since(cpu, stats::pool::TRAINER_CPU_AT_START), since(rq, stats::pool::TRAINER_RUNQUEUE_AT_START))
+        });
         let machine_at_start = load(base + stats::pool::MACHINE_BUSY_AT_START);
         StatsSnapshot {
             taken_ns: now_ns(),
@@ -317,9 +368,8 @@ impl StatsSnapshot {
             sleep_batches: load(base + stats::pool::SLEEP_BATCHES),
             wait_probes: load(base + stats::pool::WAIT_PROBES),
             wait_switches: load(base + stats::pool::WAIT_SWITCHES),
-            trainer_runqueue_ns: trainer_runqueue
-                .saturating_sub(load(base + stats::pool::TRAINER_RUNQUEUE_AT_START)),
-            trainer_cpu_ns: trainer_cpu.saturating_sub(load(base + stats::pool::TRAINER_CPU_AT_START)),
+            trainer_runqueue_ns: trainer.map_or(0, |(_, rq)| rq),
+            trainer_cpu_ns: trainer.map(|(cpu, _)| cpu),
             machine_busy_ns: (machine_at_start > 0)
                 .then(machine::busy_ns)
                 .flatten()
@@ -357,9 +407,12 @@ impl StatsSnapshot {
             sleep_batches: d(self.sleep_batches, earlier.sleep_batches),
             wait_probes: d(self.wait_probes, earlier.wait_probes),
             wait_switches: d(self.wait_switches, earlier.wait_switches),
-            trainer_runqueue_ns: d(self.trainer_runqueue_ns, earlier.trainer_runqueue_ns),
-            trainer_cpu_ns: d(self.trainer_cpu_ns, earlier.trainer_cpu_ns),
-            machine_busy_ns: self.machine_busy_ns.zip(earlier.machine_busy_ns).map(|(a, b)| d(a, b)),
+            trainer_runqueue_ns: self.trainer_runqueue_ns.saturating_sub(earlier.trainer_runqueue_ns),
+            trainer_cpu_ns: self.trainer_cpu_ns.zip(earlier.trainer_cpu_ns).map(|(a, b)| a.saturating_sub(b)),
+            machine_busy_ns: self
+                .machine_busy_ns
+                .zip(earlier.machine_busy_ns)
+                .map(|(a, b)| a.saturating_sub(b)),
             machine_cpus: self.machine_cpus,
             shard_steps: d(self.shard_steps, earlier.shard_steps),
             shard_resets: d(self.shard_resets, earlier.shard_resets),
@@ -403,7 +456,7 @@ impl StatsSnapshot {
         self.wait_probes += other.wait_probes;
         self.wait_switches += other.wait_switches;
         self.trainer_runqueue_ns += other.trainer_runqueue_ns;
-        self.trainer_cpu_ns += other.trainer_cpu_ns;
+        self.trainer_cpu_ns = self.trainer_cpu_ns.zip(other.trainer_cpu_ns).map(|(a, b)| a + b);
         self.machine_busy_ns = self.machine_busy_ns.zip(other.machine_busy_ns).map(|(a, b)| a + b);
         self.shard_steps += other.shard_steps;
         self.shard_resets += other.shard_resets;
@@ -432,6 +485,7 @@ impl StatsSnapshot {
                 .map(|w| WorkerCounters { hist: vec![0; w.hist.len()], ..Default::default() })
                 .collect(),
             machine_busy_ns: Some(0),
+            trainer_cpu_ns: Some(0),
             ..Default::default()
         };
         let e = earlier.unwrap_or(&zero);
@@ -463,11 +517,16 @@ impl StatsSnapshot {
         let steps: u64 = workers.iter().map(|w| w.steps).sum::<u64>() + shard_steps;
         let samples = d(self.ring_samples, e.ring_samples);
         let batches = d(self.batches, e.batches);
-        // What the machine's CPUs did beside the pool's trainer (its main thread) and workers.
-        let pool_cpu_ns = d(self.trainer_cpu_ns, e.trainer_cpu_ns)
-            + self.workers.iter().zip(&e.workers).map(|(a, b)| kernel_delta(a, b, |w| w.cpu_ns)).sum::<u64>();
-        let others_share = self.machine_busy_ns.zip(e.machine_busy_ns).map(|(now, then)| {
-            d(now, then).saturating_sub(pool_cpu_ns) as f64 / 1e9 / secs / self.machine_cpus.max(1) as f64
+        // What the machine's CPUs did beside the pool's trainer (the thread calling it) and
+        // its workers.
+        let workers_cpu_ns: u64 =
+            self.workers.iter().zip(&e.workers).map(|(a, b)| kernel_delta(a, b, |w| w.cpu_ns)).sum();
+        let trainer_cpu_ns = self.trainer_cpu_ns.zip(e.trainer_cpu_ns).map(|(a, b)| a.saturating_sub(b));
+        let machine_ns =
+            self.machine_busy_ns.zip(e.machine_busy_ns).map(|(now, then)| now.saturating_sub(then));
+        let others_share = machine_ns.zip(trainer_cpu_ns).map(|(machine, trainer)| {
+            let cpu_ns = machine.saturating_sub(trainer + workers_cpu_ns);
+            cpu_ns as f64 / 1e9 / secs / self.machine_cpus.max(1) as f64
         });
         StatsReport {
             seconds: secs,
@@ -479,7 +538,9 @@ impl StatsSnapshot {
             trainer_call_share: d(self.trainer_call_ns, e.trainer_call_ns) as f64 / 1e9 / secs,
             ring_full_blocks: (samples > 0)
                 .then(|| d(self.ring_full_sum, e.ring_full_sum) as f64 / samples as f64),
-            trainer_runqueue_share: d(self.trainer_runqueue_ns, e.trainer_runqueue_ns) as f64 / 1e9 / secs,
+            trainer_runqueue_share: self.trainer_runqueue_ns.saturating_sub(e.trainer_runqueue_ns) as f64
+                / 1e9
+                / secs,
             others_share,
             wait_mode: self.wait_mode,
             sleep_share: d(self.sleep_batches, e.sleep_batches) as f64 / batches.max(1) as f64,
