@@ -15,7 +15,8 @@
 //! context switch per process and batch: the "one core" row divided by the processes is
 //! what one switch between processes costs here.
 //!
-//! `cargo bench --bench wakeup`. Needs 2 cores for the "own cores" rows.
+//! `cargo bench --bench wakeup`. Runs on the first two cores this process may use; needs two
+//! for the "own cores" and "2 cores" rows.
 
 use shmenv::engine::sync::atomic::AtomicU32;
 use shmenv::engine::sync::{Semaphore, WaitOutcome, Waiter};
@@ -81,13 +82,33 @@ impl Shared {
 const MAX_WORKERS: usize = 4096 / LINE - 4;
 
 fn pin_to(core: usize) {
-    // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET writes bit
-    // `core` (< CPU_SETSIZE, checked) and sched_setaffinity reads the set for this thread.
+    set_cpus(&[core]);
+}
+
+/// Lets this process run on `cpus` only (panics if the kernel refuses: a row would
+/// silently measure something else).
+fn set_cpus(cpus: &[usize]) {
+    // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET writes bit `c`
+    // (< CPU_SETSIZE, checked) and sched_setaffinity reads the set for this thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            assert!(c < libc::CPU_SETSIZE as usize);
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity({cpus:?}): {}", std::io::Error::last_os_error());
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: as in `set_cpus`; sched_getaffinity fills the set of the size passed, and
+    // CPU_ISSET reads bits below CPU_SETSIZE.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert!(core < libc::CPU_SETSIZE as usize);
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
     }
 }
 
@@ -135,8 +156,9 @@ fn run(strategy: WaitStrategy, cores: (usize, usize), slice: Duration) -> Durati
     elapsed / trips
 }
 
-/// Where a round's processes run: all on one core, or the workers spread over two cores
-/// (worker `w` on core `w % 2`) with the trainer unpinned, or nobody pinned.
+/// Where a round's processes run, on the two cores the rounds are given: all on the
+/// first, or the workers spread over both (worker `w` on the `w % 2`-th) with the trainer
+/// on either, or everyone on either.
 #[derive(Clone, Copy)]
 enum Placement {
     OneCore,
@@ -151,13 +173,14 @@ enum Placement {
 /// two cores with `k` 2, each chain stays on one core).
 fn run_rounds(
     strategy: WaitStrategy,
-    workers: usize,
-    chains: Option<usize>,
+    (workers, chains): (usize, Option<usize>),
     placement: Placement,
+    pair: [usize; 2],
     slice: Duration,
 ) -> Duration {
     assert!((1..=MAX_WORKERS).contains(&workers));
     let shared = Shared::new();
+    set_cpus(&pair);
     let policy = strategy.policy(workers + 1, if let Placement::OneCore = placement { 1 } else { 2 });
     let mut children = Vec::with_capacity(workers);
     for worker in 0..workers {
@@ -165,9 +188,12 @@ fn run_rounds(
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
         if child == 0 {
+            // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number: this child is killed
+            // if the bench ends early (a failed round), instead of sleeping on forever.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
             match placement {
-                Placement::OneCore => pin_to(0),
-                Placement::Spread => pin_to(worker % 2),
+                Placement::OneCore => pin_to(pair[0]),
+                Placement::Spread => pin_to(pair[worker % 2]),
                 Placement::Unpinned => {}
             }
             let mut waiter = Waiter::new(policy);
@@ -186,16 +212,16 @@ fn run_rounds(
         children.push(child);
     }
     if let Placement::OneCore = placement {
-        pin_to(0);
+        pin_to(pair[0]);
     }
     let mut waiter = Waiter::new(policy);
     let (start, mut rounds) = (Instant::now(), 0u32);
     let heads = chains.unwrap_or(workers).min(workers);
     while start.elapsed() < slice || rounds == 0 {
         (0..heads).for_each(|w| shared.command(w).post());
-        match shared.done().acquire(workers as u32, &mut waiter, None, || None::<()>) {
-            Ok(()) => {}
-            Err(_) => unreachable!("no deadline, no check"),
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if shared.done().acquire(workers as u32, &mut waiter, Some(deadline), || None::<()>).is_err() {
+            panic!("a round took over 10 s: a worker is gone or stopped");
         }
         rounds += 1;
     }
@@ -207,24 +233,7 @@ fn run_rounds(
         // SAFETY: waits for our own child; `status` is a valid out-pointer.
         unsafe { libc::waitpid(child, &mut status, 0) };
     }
-    if let Placement::OneCore = placement {
-        unpin();
-    }
     elapsed / rounds
-}
-
-/// Lets this process run on every core again (the trainer pins itself for the one-core
-/// row; `available_parallelism` would count only that core then).
-fn unpin() {
-    // SAFETY: as in `pin_to`, with every bit of the set on; the kernel keeps the cores
-    // that exist.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for core in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(core, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 fn median_and_spread(mut runs: Vec<Duration>) -> (Duration, Duration, Duration) {
@@ -244,27 +253,30 @@ fn show(d: Duration) -> String {
 }
 
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let allowed = allowed_cpus();
+    let (a, b) = (allowed[0], allowed.get(1).copied());
     println!("round trip between two processes (post + acquire each way), median of 5 runs [spread]");
     let mut rows: Vec<(&str, WaitStrategy, (usize, usize))> = Vec::new();
-    if cores >= 2 {
-        rows.push(("own cores, spin", WaitStrategy::Spin, (0, 1)));
-        rows.push(("own cores, yield", WaitStrategy::Yield, (0, 1)));
-        rows.push(("own cores, futex (block)", WaitStrategy::Block, (0, 1)));
+    if let Some(b) = b {
+        rows.push(("own cores, spin", WaitStrategy::Spin, (a, b)));
+        rows.push(("own cores, yield", WaitStrategy::Yield, (a, b)));
+        rows.push(("own cores, futex (block)", WaitStrategy::Block, (a, b)));
     }
-    rows.push(("same core, yield", WaitStrategy::Yield, (0, 0)));
-    rows.push(("same core, futex (block)", WaitStrategy::Block, (0, 0)));
-    rows.push(("same core, spin", WaitStrategy::Spin, (0, 0)));
+    rows.push(("same core, yield", WaitStrategy::Yield, (a, a)));
+    rows.push(("same core, futex (block)", WaitStrategy::Block, (a, a)));
+    rows.push(("same core, spin", WaitStrategy::Spin, (a, a)));
     for (label, strategy, pins) in rows {
         let runs = (0..5).map(|_| run(strategy, pins, Duration::from_millis(300))).collect();
         let (median, low, high) = median_and_spread(runs);
         println!("  {label:<26} {:>10}   [{} - {}]", show(median), show(low), show(high));
     }
-    rounds(cores);
+    rounds([a, b.unwrap_or(a)], b.is_some());
+    set_cpus(&allowed);
 }
 
-/// The second table: a sync round of a trainer and 8 workers (9 processes), and of 1.
-fn rounds(cores: usize) {
+/// The second table: a sync round of a trainer and 8 workers (9 processes), and of 1, on
+/// the two cores `pair` (the rows that need two only when `two` says they differ).
+fn rounds(pair: [usize; 2], two: bool) {
     println!(
         "a round: the trainer posts each worker, each worker posts back once, median of 5 runs [spread]"
     );
@@ -274,7 +286,7 @@ fn rounds(cores: usize) {
         ("1 worker, one core, yield", Yield, 1, None, OneCore),
         ("8 workers, one core, yield", Yield, 8, None, OneCore),
     ];
-    if cores >= 2 {
+    if two {
         rows.extend([
             ("8 workers, 2 cores, yield", Yield, 8, None, Unpinned),
             ("8 workers, spread, yield", Yield, 8, None, Spread),
@@ -286,7 +298,7 @@ fn rounds(cores: usize) {
     }
     for (label, strategy, workers, chains, placement) in rows {
         let slice = Duration::from_millis(300);
-        let runs = (0..5).map(|_| run_rounds(strategy, workers, chains, placement, slice)).collect();
+        let runs = (0..5).map(|_| run_rounds(strategy, (workers, chains), placement, pair, slice)).collect();
         let (median, low, high) = median_and_spread(runs);
         let per_switch = match placement {
             OneCore => format!("   {} a process", show(median / (workers as u32 + 1))),

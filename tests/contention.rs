@@ -81,7 +81,7 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
     // (Unless the kernel says other tasks held the cores meanwhile: then the machine was not
     // idle, and sleeping may well have been the faster choice.)
     // A third of the verdict's threshold: other tasks took 0.1-1.1% of an idle 2-core
-    // machine's CPU time; the other tests of this file may run meanwhile.
+    // machine's CPU time, and a CI runner's own processes may come and go.
     let others = idle.others_share.expect("/proc/stat is readable");
     if others < shmenv::engine::stats::CONTENDED_OTHERS / 3.0 {
         assert!(idle.sleep_share < 0.5, "an idle pool mostly waits actively: {idle:?}");

@@ -5,9 +5,14 @@ mod common;
 
 use common::{builder, Watchdog};
 use serde_json::json;
-use shmenv::engine::stats::{CONTENDED_OTHERS, CONTENDED_RUNQUEUE};
+use shmenv::engine::stats::CONTENDED_RUNQUEUE;
 use shmenv::WaitStrategy;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The tests below that measure CPU time run one at a time: the others' processes would be
+/// other tasks on their cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[test]
 fn sync_stats_count_exactly_what_the_pool_did() {
@@ -150,6 +155,7 @@ fn set_thread_mask(set: &libc::cpu_set_t) {
 #[test]
 fn a_pool_with_more_workers_than_cores_is_oversubscribed_not_contended() {
     let _w = Watchdog::new("oversubscribed", Duration::from_secs(60));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // This thread on one core: the pool counts 1 core, and its workers inherit the mask,
     // so 2 workers and the trainer take turns on it whatever the machine has.
     let mask = thread_mask();
@@ -176,16 +182,21 @@ fn a_pool_with_more_workers_than_cores_is_oversubscribed_not_contended() {
     assert_eq!(report.cores, 1);
     let n = report.workers.len() as f64;
     assert!(report.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n >= CONTENDED_RUNQUEUE);
-    // Tests running beside this one may take the machine's other cores: then "contended"
-    // is the truth.
+    // Whatever else runs: fewer workers is the remedy.
+    assert_eq!(report.verdict(), "oversubscribed", "{report:#?}");
+    // Other tasks are counted on the trainer thread's one core only, where the pool's
+    // three processes took nearly all the time (the other tests here take turns with this
+    // one; other processes may still come).
     let others = report.others_share.expect("/proc/stat is readable");
-    let expected = if others >= CONTENDED_OTHERS { "contended" } else { "oversubscribed" };
-    assert_eq!(report.verdict(), expected, "{report:#?}");
+    if others >= 0.5 {
+        eprintln!("other tasks took {:.0}% of this core: machine busy", 100.0 * others);
+    }
 }
 
 #[test]
 fn the_trainer_figures_are_of_the_thread_that_calls_the_pool() {
     let _w = Watchdog::new("caller thread", Duration::from_secs(60));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Built here, stepped on another thread that spins while it waits (1 worker: a core
     // each), so that thread's CPU time is about the stepping time and this one's about 0.
     let pool = builder("CartPole-v1").num_envs(8).num_workers(1).wait(WaitStrategy::Spin).build().unwrap();

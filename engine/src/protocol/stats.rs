@@ -61,8 +61,8 @@ pub struct PoolBlock {
     /// started, less what other threads that called the pool before it had used since
     /// (wrapping): its CPU time less this is the trainer's since the start.
     pub trainer_cpu_at_start: u64,
-    /// The whole machine's busy CPU time (`/proc/stat`, ns) when the pool started; 0 when
-    /// it could not be read.
+    /// The busy time (`/proc/stat`, ns) of the CPUs the trainer's thread may run on when
+    /// the pool started; 0 when it could not be read.
     pub machine_busy_at_start: u64,
     /// Zero: the rest of the block.
     pub reserved: [u64; 14],
@@ -96,8 +96,10 @@ pub struct WorkerBlock {
     /// The worker's run-queue delay (`/proc/PID/schedstat`) when it started serving the
     /// pool (after building its envs).
     pub runqueue_at_start: u64,
+    /// The worker's CPU time (`/proc/PID/schedstat`) at the same moment.
+    pub cpu_at_start: u64,
     /// Zero: the rest of the block.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 6],
 }
 
 const _: () = {
@@ -180,6 +182,8 @@ pub mod worker {
     pub const HIST: usize = offset_of!(WorkerBlock, hist);
     /// u64: [`WorkerBlock::runqueue_at_start`].
     pub const RUNQUEUE_AT_START: usize = offset_of!(WorkerBlock, runqueue_at_start);
+    /// u64: [`WorkerBlock::cpu_at_start`].
+    pub const CPU_AT_START: usize = offset_of!(WorkerBlock, cpu_at_start);
     /// Bytes between two histogram buckets.
     pub const HIST_STRIDE: usize = size_of::<u64>();
 }

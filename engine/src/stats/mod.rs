@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 mod report;
 pub use report::{
     quantile, StatsReport, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE, ENV_BOUND_UTILIZATION,
-    TRAINER_BOUND_OUTSIDE,
+    TRAINER_BOUND_OUTSIDE, UNKNOWN_OTHERS_RUNQUEUE,
 };
 pub use trace_ring::{Span, TraceRing};
 
@@ -104,8 +104,9 @@ impl<'a> WorkerStats<'a> {
     /// Marks the start of serving the pool: the kernel counters of this worker count from
     /// here (its start-up, importing and building envs, is not the pool's running).
     pub fn mark_running(&self) {
-        let runqueue = sched_times(std::process::id()).1;
+        let (cpu, runqueue) = sched_times(std::process::id());
         self.word(stats::worker::RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
+        self.word(stats::worker::CPU_AT_START).store(cpu, Ordering::Relaxed);
     }
 
     /// Adds env steps and resets.
@@ -174,7 +175,7 @@ impl<'a> PoolStats<'a> {
         self.word(stats::pool::TRAINER_TID).store(tid.into(), Ordering::Relaxed);
         self.word(stats::pool::TRAINER_RUNQUEUE_AT_START).store(runqueue, Ordering::Relaxed);
         self.word(stats::pool::TRAINER_CPU_AT_START).store(cpu, Ordering::Relaxed);
-        let machine = machine::busy_ns().unwrap_or(0);
+        let machine = machine::busy(tid).map_or(0, |busy| busy.ns);
         self.word(stats::pool::MACHINE_BUSY_AT_START).store(machine, Ordering::Relaxed);
     }
 
@@ -258,7 +259,7 @@ pub struct WorkerCounters {
     pub sampled: u64,
     /// The sampled env-step time histogram (see [`stats::HIST_BUCKETS`]).
     pub hist: Vec<u64>,
-    /// Time on a CPU, from the kernel ([`sched_times`]).
+    /// Time on a CPU since it started serving the pool, from the kernel ([`sched_times`]).
     pub cpu_ns: u64,
     /// Time runnable but waiting for a CPU since it started serving the pool, from the
     /// kernel ([`sched_times`]).
@@ -300,10 +301,10 @@ pub struct StatsSnapshot {
     /// The trainer's time on a CPU since the pool started, as `trainer_runqueue_ns`;
     /// `None` when that thread has ended (until the next call, from a live thread).
     pub trainer_cpu_ns: Option<u64>,
-    /// The whole machine's busy CPU time since the pool started ([`machine::busy_ns`]);
-    /// `None` when unknown.
+    /// The busy time since the pool started of the CPUs the trainer's thread may run on
+    /// ([`machine::busy`]); `None` when unknown.
     pub machine_busy_ns: Option<u64>,
-    /// The CPUs the machine's busy time is of ([`machine::cpus`]).
+    /// How many CPUs `machine_busy_ns` is of.
     pub machine_cpus: usize,
     /// Env steps of the trainer's own shard.
     pub shard_steps: u64,
@@ -330,6 +331,7 @@ impl StatsSnapshot {
                 let pid = region.atomic_u32(b + stats::worker::PID).load(Ordering::Relaxed);
                 let (cpu_ns, runqueue_ns) = sched_times(pid);
                 let runqueue_ns = runqueue_ns.saturating_sub(load(b + stats::worker::RUNQUEUE_AT_START));
+                let cpu_ns = cpu_ns.saturating_sub(load(b + stats::worker::CPU_AT_START));
                 WorkerCounters {
                     worker: w,
                     pid,
@@ -359,6 +361,7 @@ impl StatsSnapshot {
             (since(cpu, stats::pool::TRAINER_CPU_AT_START), since(rq, stats::pool::TRAINER_RUNQUEUE_AT_START))
         });
         let machine_at_start = load(base + stats::pool::MACHINE_BUSY_AT_START);
+        let machine = machine::busy(trainer_tid).filter(|_| machine_at_start > 0);
         StatsSnapshot {
             taken_ns: now_ns(),
             started_ns: load(base + stats::pool::STARTED_NS),
@@ -370,11 +373,8 @@ impl StatsSnapshot {
             wait_switches: load(base + stats::pool::WAIT_SWITCHES),
             trainer_runqueue_ns: trainer.map_or(0, |(_, rq)| rq),
             trainer_cpu_ns: trainer.map(|(cpu, _)| cpu),
-            machine_busy_ns: (machine_at_start > 0)
-                .then(machine::busy_ns)
-                .flatten()
-                .map(|now| now.saturating_sub(machine_at_start)),
-            machine_cpus: machine::cpus(),
+            machine_busy_ns: machine.map(|busy| busy.ns.saturating_sub(machine_at_start)),
+            machine_cpus: machine.map_or(1, |busy| busy.cpus),
             batches: load(base + stats::pool::BATCHES),
             trainer_wait_ns: load(base + stats::pool::TRAINER_WAIT_NS),
             trainer_call_ns: load(base + stats::pool::TRAINER_CALL_NS),
@@ -526,7 +526,7 @@ impl StatsSnapshot {
             self.machine_busy_ns.zip(e.machine_busy_ns).map(|(now, then)| now.saturating_sub(then));
         let others_share = machine_ns.zip(trainer_cpu_ns).map(|(machine, trainer)| {
             let cpu_ns = machine.saturating_sub(trainer + workers_cpu_ns);
-            cpu_ns as f64 / 1e9 / secs / self.machine_cpus.max(1) as f64
+            (cpu_ns as f64 / 1e9 / secs / self.machine_cpus.max(1) as f64).min(1.0)
         });
         StatsReport {
             seconds: secs,

@@ -111,6 +111,10 @@ pub struct StatsReport {
 /// 2 workers: 21-35% idle, the worker beside the trainer waiting for its core; 16-42% with
 /// two busy processes beside the pool, whose workers then mostly sleep).
 pub const CONTENDED_RUNQUEUE: f64 = 0.1;
+/// [`StatsReport::verdict`]: the same when [`StatsReport::others_share`] is unknown (a
+/// pool of an older build seen by `shmenv top`, no `/proc/stat`, a trainer thread that
+/// ended): workers waiting this long are taken as contended, as before that share existed.
+pub const UNKNOWN_OTHERS_RUNQUEUE: f64 = 0.2;
 /// [`StatsReport::verdict`]: share of the machine's CPU time other tasks took
 /// ([`StatsReport::others_share`]) from which workers that wait for a CPU are contended
 /// rather than held up by their own pool (measured here, `shmenv bench --profile`: 0.4-0.9%
@@ -123,9 +127,10 @@ pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
 pub const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
 
 impl StatsReport {
-    /// Where the time went, in one word: `"contended"` (workers wait for a CPU, and other
-    /// tasks took a good share of the machine's), `"oversubscribed"` (workers wait for a
-    /// CPU that the pool's own workers hold: more workers than cores), `"env-bound"`
+    /// Where the time went, in one word: `"oversubscribed"` (workers wait for a CPU, and
+    /// the pool has more processes stepping envs than cores: fewer workers is the remedy,
+    /// whatever else runs), `"contended"` (workers wait for a CPU, and other tasks took a
+    /// good share of the machine's), `"env-bound"`
     /// (workers busy in env code most of the time), `"trainer-bound"` (workers mostly wait
     /// while the trainer is outside pool calls), or `"sync-bound"` (none of these: the time
     /// goes to handing batches over, a worker waiting for the core its trainer holds
@@ -134,12 +139,18 @@ impl StatsReport {
         let n = self.workers.len().max(1) as f64;
         let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
         let outside = 1.0 - self.trainer_call_share;
-        let wait_for_cpu =
-            self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n >= CONTENDED_RUNQUEUE;
-        if wait_for_cpu && self.others_share.is_none_or(|share| share >= CONTENDED_OTHERS) {
-            "contended"
-        } else if wait_for_cpu && self.workers.len() > self.cores {
+        let runqueue = self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n;
+        // Processes that step envs: the workers, and the trainer with a shard of its own.
+        let stepping = self.workers.len() + usize::from(self.shard_steps > 0);
+        let contended = match self.others_share {
+            Some(others) => runqueue >= CONTENDED_RUNQUEUE && others >= CONTENDED_OTHERS,
+            // Not known which tasks held the cores: a longer wait for one says other ones.
+            None => runqueue >= UNKNOWN_OTHERS_RUNQUEUE,
+        };
+        if runqueue >= CONTENDED_RUNQUEUE && stepping > self.cores {
             "oversubscribed"
+        } else if contended {
+            "contended"
         } else if util >= ENV_BOUND_UTILIZATION {
             "env-bound"
         } else if outside >= TRAINER_BOUND_OUTSIDE {
@@ -194,21 +205,27 @@ mod tests {
     }
 
     #[test]
-    fn workers_waiting_for_a_cpu_are_contended_when_others_take_the_cores() {
-        // 8 workers on 2 cores, idle machine: 78% run-queue delay from the pool itself.
+    fn workers_waiting_for_a_cpu_are_oversubscribed_by_their_own_pool_or_contended_by_others() {
+        // 8 workers on 2 cores, idle machine: 78% run-queue delay from the pool itself; and
+        // the same beside busy processes: fewer workers is the remedy in both.
         assert_eq!(report(8, 2, 0.78, 0.02, 0.01).verdict(), "oversubscribed");
         assert_eq!(report(3, 2, 0.25, 0.02, 0.0).verdict(), "oversubscribed");
-        // The same beside busy processes.
-        assert_eq!(report(8, 2, 0.85, 0.02, 0.5).verdict(), "contended");
+        assert_eq!(report(8, 2, 0.85, 0.02, 0.5).verdict(), "oversubscribed");
+        // A trainer with a shard of its own steps envs too.
+        let mut shard = report(2, 2, 0.3, 0.02, 0.0);
+        shard.shard_steps = 100;
+        assert_eq!(shard.verdict(), "oversubscribed");
+        // As many stepping processes as cores, beside busy processes: contended.
         assert_eq!(report(2, 2, 0.5, 0.02, 0.5).verdict(), "contended");
+        assert_eq!(report(8, 8, 0.15, 0.02, 0.2).verdict(), "contended");
         // Two workers on 2 cores, idle: the worker beside the trainer waits for its core.
         // That is the handoff's cost, not contention.
         assert_eq!(report(2, 2, 0.25, 0.02, 0.02).verdict(), "sync-bound");
         assert_eq!(report(2, 2, 0.25, 0.9, 0.02).verdict(), "env-bound");
-        // Unknown machine time: the run-queue delay alone decides, as before.
-        let mut unknown = report(2, 2, 0.5, 0.02, 0.0);
-        unknown.others_share = None;
-        assert_eq!(unknown.verdict(), "contended");
+        // Other tasks unknown: a run-queue share of 20% or more says contended, as before.
+        let unknown = |runqueue| StatsReport { others_share: None, ..report(2, 2, runqueue, 0.02, 0.0) };
+        assert_eq!(unknown(0.25).verdict(), "contended");
+        assert_eq!(unknown(0.15).verdict(), "sync-bound");
         // Below the run-queue threshold the other verdicts decide, whatever the rest.
         assert_eq!(report(8, 2, 0.05, 0.9, 0.5).verdict(), "env-bound");
         assert_eq!(report(2, 2, 0.05, 0.02, 0.5).verdict(), "sync-bound");
