@@ -53,11 +53,14 @@ fn read_sched_times(path: &str) -> Option<(u64, u64)> {
     Some((fields.next().unwrap_or(0), fields.next().unwrap_or(0)))
 }
 
-/// The calling thread's id (`gettid`), asked of the kernel once per thread.
+/// The calling thread's id (`gettid`), asked of the kernel once per thread. By the raw
+/// system call: glibc has a `gettid` wrapper only from 2.30, and the wheel's program links
+/// against 2.28.
 pub fn current_tid() -> u32 {
     thread_local! {
-        // SAFETY: gettid has no preconditions and cannot fail.
-        static TID: u32 = unsafe { libc::gettid() } as u32;
+        // SAFETY: the gettid system call takes no arguments, has no preconditions and
+        // cannot fail.
+        static TID: u32 = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     }
     TID.with(|tid| *tid)
 }
