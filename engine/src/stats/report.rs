@@ -78,11 +78,11 @@ pub struct StatsReport {
     /// Share of the interval the trainer was runnable but waiting for a CPU (on an idle
     /// machine a yielding trainer shows some too: it waits for the worker it yields to).
     pub trainer_runqueue_share: f64,
-    /// Share of the machine's CPU time (all its CPUs over the interval) that went to tasks
-    /// other than the pool's trainer (the thread that calls the pool) and workers: other processes, the
-    /// trainer's other threads, the kernel, a hypervisor's other guests (steal). `None`
-    /// when `/proc/stat` could not be read, or the thread that made the pool's latest call
-    /// has ended.
+    /// Share of the CPU time of the cores the trainer's thread may run on (over the
+    /// interval) that went to tasks other than the pool's trainer (the thread that calls
+    /// the pool) and workers: other processes, the trainer's other threads, the kernel, a
+    /// hypervisor's other guests (steal). `None` when `/proc/stat` could not be read, or
+    /// the thread that made the pool's latest call has ended.
     pub others_share: Option<f64>,
     /// The wait mode the tuner had chosen at the end of the interval.
     pub wait_mode: WaitMode,
