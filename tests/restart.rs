@@ -445,10 +445,13 @@ fn async_mode_reports_a_stopped_worker_as_a_timeout() {
         let took = stopped_at.unwrap().elapsed();
         match err {
             PoolFailure::Timeout { workers, env_ids, .. } => {
-                // With batch 6 a batch needs worker 1's envs, and worker 0's rows wait
-                // committed in the incomplete batch: both hold actions that have not come
-                // back, and both are named.
-                assert!(workers.contains(&1) && (batch == 6 || workers == [1]), "batch {batch}: {workers:?}");
+                // The stopped worker is named. Worker 0 is named too when it holds actions
+                // that have not come back: its rows wait committed in the batch worker 1
+                // never completes. With batch 6 every batch needs worker 1's envs; with
+                // batch 4 it happens when the stop came while a batch was half filled (seen
+                // in CI, the other tests of this file loading the machine).
+                assert!(workers.contains(&1), "batch {batch}: {workers:?}");
+                assert!(workers.iter().all(|&w| w < 2), "batch {batch}: {workers:?}");
                 // The envs named are those whose actions were with the workers (an env of
                 // worker 1 sent while it was ahead may still wait in the trainer).
                 assert!(env_ids.iter().any(|e| (4..8).contains(e)), "batch {batch}: {env_ids:?}");
