@@ -75,15 +75,21 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
         .unwrap();
     pool.reset().unwrap();
 
-    // Idle: waiting actively is much faster for this pool, so it stays the choice.
+    // Idle: waiting actively is much faster for this pool in a release build (batches of
+    // about 50 us), so it stays the choice. In a debug build a batch takes about 370 us of
+    // env code and the workers are the bottleneck: a trainer asleep leaves the core it
+    // shares with a worker wholly to it, so sleeping can be as fast, and the tuner may keep
+    // it (seen in CI: 83% of the batches asleep with other tasks at 0.3%).
     let (idle, _) = step_for(&mut pool, 2.0, usize::MAX);
     assert!(idle.wait_probes >= 1, "the tuner probes the other mode: {idle:?}");
     // (Unless the kernel says other tasks held the cores meanwhile: then the machine was not
-    // idle, and sleeping may well have been the faster choice.)
-    // A third of the verdict's threshold: other tasks took 0.1-1.1% of an idle 2-core
-    // machine's CPU time, and a CI runner's own processes may come and go.
+    // idle, and sleeping may well have been the faster choice.) A third of the verdict's
+    // threshold: other tasks took 0.1-1.1% of an idle 2-core machine's CPU time, and a CI
+    // runner's own processes may come and go.
     let others = idle.others_share.expect("/proc/stat is readable");
-    if others < shmenv::engine::stats::CONTENDED_OTHERS / 3.0 {
+    if cfg!(debug_assertions) {
+        eprintln!("a debug build: the idle check needs release-speed envs, skipped");
+    } else if others < shmenv::engine::stats::CONTENDED_OTHERS / 3.0 {
         assert!(idle.sleep_share < 0.5, "an idle pool mostly waits actively: {idle:?}");
     } else {
         eprintln!(
