@@ -353,8 +353,9 @@ impl StatsSnapshot {
             })
             .collect();
         let trainer_pid = region.atomic_u32(base + stats::pool::TRAINER_PID).load(Ordering::Relaxed);
-        // The thread that calls the pool (written by a build from before it was recorded:
-        // 0, the main thread). Gone (the pool's calls moved, or the process ended): zeros.
+        // The thread that calls the pool (0 in a region of a build from before it was
+        // recorded: the main thread). Gone (the thread ended, or the process): the trainer's
+        // CPU time is unknown and its run-queue delay reads 0.
         let trainer_tid = match load(base + stats::pool::TRAINER_TID) as u32 {
             0 => trainer_pid,
             tid => tid,
