@@ -250,8 +250,14 @@ class InfoArea:
         slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
         done = np.logical_or(res.terminated, res.truncated)
         merge_slots(extra, np.array(pickled), slots, done, res.elapsed_step, same_step)
-        if "final_info" in extra:
-            infos["final_info"] = {**infos.get("final_info", {}), **extra.pop("final_info")}
+        # Under same-step autoreset ``final_info`` is the dict of the ended rows' step
+        # infos, merged with the one ``infos`` may have already; otherwise (or when no row
+        # ended) it is an env's own key like any other, an array (as ``SyncVectorEnv``).
+        final = extra.get("final_info")
+        if same_step and isinstance(final, dict):
+            del extra["final_info"]
+            old = infos.get("final_info")
+            infos["final_info"] = {**old, **final} if isinstance(old, dict) else final
         for key, value in extra.items():
             infos.setdefault(key, value)
 
@@ -272,7 +278,11 @@ def merge_slots(
     for r, slot in zip(rows.tolist(), slots):
         if same_step and done[r]:
             if slot.get("step"):
-                add_info(infos.setdefault("final_info", {}), slot["step"], r, size)
+                if not isinstance(infos.get("final_info"), dict):
+                    # An env's own numeric ``final_info`` key of a row that did not end
+                    # (``SyncVectorEnv`` fails on that clash): the ended rows' infos win.
+                    infos["final_info"] = {}
+                add_info(infos["final_info"], slot["step"], r, size)
             info = slot.get("reset")
         else:
             info = slot.get("reset") if elapsed[r] == 0 else slot.get("step")
