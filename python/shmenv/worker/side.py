@@ -4,10 +4,13 @@ observation and action spaces that cannot be rows of shared memory (``Text``,
 channel, pickled.
 
 - Observations: the env's flattener (:func:`shmenv.worker.obs_flattener`) notes the side
-  values of every observation it flattens, keeping the one before too: under same-step
-  autoreset the step's (final) observation is followed by the reset's within one step.
-  The trainer fetches them (op ``"side_obs"``) after it received the env's row, before
-  the env can step again (it has no action yet), so nothing here races.
+  values of every observation it flattens. The trainer fetches them (op ``"side_obs"``)
+  after it received the env's row, before the env can step again (it has no action yet),
+  so nothing here races. The observation before the latest is kept, and sent, only when
+  it was noted since the last fetch too: that is the step's (final) observation under
+  same-step autoreset, followed by the reset's within one step, which the trainer puts in
+  ``infos["final_obs"]``. Next-step and disabled autoreset note one observation per step,
+  so only the latest is kept and pickled (a large ``Text`` or ``Sequence`` once, not twice).
 - Actions: the trainer sends each env's side values (op ``"side_actions"``) before the
   step command that carries the rest of the action; the env's action unpacker takes them.
 """
@@ -16,19 +19,28 @@ from __future__ import annotations
 
 from typing import Any
 
-_OBS: dict[int, tuple[list | None, list | None]] = {}
+# Per env: its latest observation's side values, the ones noted before them since the
+# trainer's last fetch (None when none were), and whether the trainer fetched the latest.
+_OBS: dict[int, tuple[list, list | None, bool]] = {}
 _ACTIONS: dict[int, list] = {}
 
 
 def note_obs(local: int, values: list) -> None:
     """Env ``local`` returned an observation whose side leaves are ``values``."""
     current = _OBS.get(local)
-    _OBS[local] = (values, None if current is None else current[0])
+    before = current[0] if current is not None and not current[2] else None
+    _OBS[local] = (values, before, False)
 
 
 def obs(local: int) -> tuple[list | None, list | None]:
-    """Env ``local``'s side values: its latest observation's and the one before."""
-    return _OBS.get(local, (None, None))
+    """Env ``local``'s side values for the trainer: its latest observation's, and the
+    ones before them when both were noted since the last fetch (a final observation under
+    same-step autoreset), else None. The one before is forgotten once fetched."""
+    current = _OBS.get(local)
+    if current is None:
+        return None, None
+    _OBS[local] = (current[0], None, True)
+    return current[0], current[1]
 
 
 def give_actions(local: int, values: list) -> None:
