@@ -24,10 +24,10 @@ docs/multiagent.md describes the API and the encoding.
 
 from __future__ import annotations
 
-from shmenv.multiagent.layout import SpaceMismatchError
+from shmenv.multiagent.layout import AgentDataError, DuplicateAgentsError, SpaceMismatchError
 
 __all__ = ["make_vec", "from_fns", "MultiAgentVectorEnv", "make_agent_vec", "AgentRowsVectorEnv",
-           "SpaceMismatchError", "ParallelAdapter"]
+           "SpaceMismatchError", "DuplicateAgentsError", "AgentDataError", "ParallelAdapter"]
 
 # Loaded on first use: workers import shmenv.multiagent.adapter, never the vector envs.
 _LAZY = {

@@ -15,6 +15,15 @@ of agents (:mod:`shmenv.multiagent.layout`; one group ``"agents"`` by default), 
 - ``active`` ``[A]`` bool: the agent is in the env after this step (it acts at the next
   step): in ``env.agents`` and neither terminated nor truncated.
 
+**What the env must return** (checked at every reset and step, :class:`AgentDataError`
+otherwise, naming the agent): ``env.agents`` and the keys of the step's rewards,
+terminations and truncations are agents of ``possible_agents`` (observations and infos
+may hold other keys, such as ``"common"``, which PettingZoo allows: they are ignored);
+each agent's observation has its space's shape. An agent that was active and leaves
+``env.agents`` at a step without a termination or truncation flag is *terminated* at
+that step (the parallel API's agent removed from ``env.agents`` is done; terminated, as it
+has no next observation to bootstrap from).
+
 The env-level values the engine sees: reward = the sum of the agents' rewards (the team
 reward, which the engine's episode statistics add up); the episode ends when no agent is
 active any more (with ``done_on_any=True``: when any agent terminates or truncates, as
@@ -38,8 +47,10 @@ import numpy as np
 from gymnasium import spaces
 
 from shmenv.multiagent.layout import (
+    AgentDataError,
     GroupMap,
     agent_value,
+    check_possible_agents,
     check_group_spaces,
     describe,
     group_map_of,
@@ -116,6 +127,8 @@ class ParallelAdapter(gym.Env):
         self.par_env = build_parallel_env(target, kwargs)
         env = self.par_env
         self.possible_agents = list(env.possible_agents)
+        check_possible_agents(self.possible_agents)
+        self._possible = frozenset(self.possible_agents)
         self.groups: GroupMap = group_map_of(group_map, self.possible_agents)
         check_group_spaces(self.groups, env.observation_space, env.action_space)
         self.agent_layout = describe(self.groups, env.observation_space, env.action_space)
@@ -134,6 +147,7 @@ class ParallelAdapter(gym.Env):
         self.agent_infos = bool(agent_infos)
         self._steps = 0
         self._ended: dict[str, bool] = {}  # agent -> ended by termination (this episode)
+        self._agents: list[str] = []  # env.agents after the last reset or step (checked)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Resets the multi-agent env (``seed`` and ``options`` passed on)."""
@@ -141,19 +155,26 @@ class ParallelAdapter(gym.Env):
         observations, infos = self.par_env.reset(seed=seed, options=options)
         self._steps = 0
         self._ended = {}
-        active = set(self.par_env.agents)
-        return self._observation(observations, {}, {}, {}, active), self._infos(infos)
+        self._agents = self._current_agents("reset()")
+        return self._observation(observations, {}, {}, {}, set(self._agents)), self._infos(infos)
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         """Steps the active agents with their rows of ``action``; see the module docstring
         for what is returned."""
-        actions = self._agent_actions(action)
-        observations, rewards, terminations, truncations, infos = self.par_env.step(actions)
+        live = [a for a in self._agents if a not in self._ended]
+        observations, rewards, terminations, truncations, infos = self.par_env.step(self._agent_actions(action, live))
         self._steps += 1
+        for what, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
+            self._check_keys(what, values)
+        self._agents = self._current_agents("step()")
         terminations, truncations = dict(terminations), dict(truncations)
+        now = set(self._agents)
+        for agent in live:  # left env.agents without a flag: terminated (see the module docstring)
+            if agent not in now and not (terminations.get(agent, False) or truncations.get(agent, False)):
+                terminations[agent] = True
         ended_now = [a for a in self.possible_agents
                      if (terminations.get(a, False) or truncations.get(a, False)) and a not in self._ended]
-        active = {a for a in self.par_env.agents if a not in self._ended and a not in ended_now}
+        active = {a for a in self._agents if a not in self._ended and a not in ended_now}
         if self.max_episode_steps is not None and self._steps >= self.max_episode_steps and active:
             for agent in active:
                 truncations[agent] = True
@@ -167,19 +188,40 @@ class ParallelAdapter(gym.Env):
         terminated = over and (
             any(terminations.get(a, False) for a in ended_now) if self.done_on_any else all(self._ended.values())
         )
-        reward = float(sum(float(r) for r in rewards.values()))
+        reward = float(sum(float(r) for r in rewards.values()))  # keys checked: possible agents only
         obs = self._observation(observations, rewards, terminations, truncations, active)
         return obs, reward, terminated, over and not terminated, self._infos(infos)
 
-    def _agent_actions(self, action: Any) -> dict[str, Any]:
-        """The active agents' actions, from their rows of the stacked action."""
-        live = {a for a in self.par_env.agents if a not in self._ended}
+    def _current_agents(self, after: str) -> list[str]:
+        """``env.agents``, checked: every one an agent of ``possible_agents``."""
+        agents = list(self.par_env.agents)
+        self._check_keys("env.agents", agents, after)
+        return agents
+
+    def _check_keys(self, what: str, agents: Any, after: str = "step()") -> None:
+        """Refuses agents (``env.agents``, or the keys of one of the step's dicts) that are
+        not in ``possible_agents``: their values would have no row (and an unknown agent in
+        ``env.agents`` would keep the episode going with no row active)."""
+        strangers = [a for a in agents if a not in self._possible]
+        if strangers:
+            names = ", ".join(map(repr, strangers))
+            where = (f"env.agents after {after} holds {names}" if what == "env.agents"
+                     else f"the {what} returned by step() have the key {names}")
+            raise AgentDataError(
+                f"{where}, which is not one of the env's possible_agents "
+                f"{self.possible_agents}: every agent in env.agents and every key of the step's rewards, terminations "
+                "and truncations must be in possible_agents (fix the env, or list the agent in possible_agents)"
+            )
+
+    def _agent_actions(self, action: Any, live: list[str]) -> dict[str, Any]:
+        """The live agents' actions, from their rows of the stacked action."""
+        live_set = set(live)
         out: dict[str, Any] = {}
         for group, members in self.groups.items():
             stacked = action if self._one_group is not None else action[group]
             space = self._act_spaces[group]
             for row, agent in enumerate(members):
-                if agent in live:
+                if agent in live_set:
                     out[agent] = agent_value(space, stacked, row)
         return out
 

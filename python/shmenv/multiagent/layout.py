@@ -4,6 +4,9 @@ the conversions between per-agent dicts and stacked arrays.
 
 A group's agents must have equal observation spaces and equal action spaces (they are
 rows of one array); :class:`SpaceMismatchError` names the agents and spaces otherwise.
+Each agent is listed once in ``possible_agents`` (:class:`DuplicateAgentsError`), and each
+agent's value must have its space's shape exactly (:class:`AgentDataError`: a scalar is
+not broadcast into a ``(4,)`` row).
 A group's stacked space of a per-agent space of shape ``S`` has shape ``[A, *S]``:
 
 =====================  ===========================================================
@@ -24,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from shmenv.errors import BuildError
+from shmenv.errors import BuildError, InvalidArgumentError, WorkerError
 
 GroupMap = dict[str, list[str]]
 """Group name -> the group's agents, in their order along the group's agent axis."""
@@ -44,6 +47,63 @@ class SpaceMismatchError(BuildError, ValueError):
     group: str
     agents: list
     spaces: dict
+
+
+class DuplicateAgentsError(BuildError, ValueError):
+    """The env's ``possible_agents`` names an agent more than once (each agent is one row
+    along its group's agent axis and one key of the step's dicts). The message names the
+    duplicates."""
+
+
+class AgentDataError(WorkerError, ValueError):
+    """A multi-agent env returned per-agent data that does not fit its agents: an agent
+    that is not in ``possible_agents`` (in ``env.agents`` after ``reset``/``step``, or a key
+    of the step's rewards, terminations or truncations), or an agent's observation whose
+    shape is not its space's. Raised in the worker; the trainer gets it as this class, a
+    :class:`shmenv.WorkerError` (``env_id``, ``worker``, ``traceback``), and, as after any
+    env failure in a step, the pool is closed. The message names the agent."""
+
+    @classmethod
+    def from_worker(cls, err: WorkerError) -> "AgentDataError | None":
+        """The error an :class:`AgentDataError` raised in a worker reaches the trainer as
+        (a :class:`shmenv.WorkerError` whose traceback ends with it), retyped; None for
+        any other worker error."""
+        text = getattr(err, "traceback", None) or str(err)
+        marker = f"{cls.__name__}: "
+        if marker not in text:
+            return None
+        message = text[text.rindex(marker) + len(marker):].strip()
+        env_id = getattr(err, "env_id", None)
+        typed = cls(f"env {env_id}: {message}" if env_id is not None else message)
+        typed.env_id, typed.worker = env_id, getattr(err, "worker", None)
+        typed.traceback = getattr(err, "traceback", None)
+        return typed
+
+
+def check_possible_agents(agents: Sequence[str]) -> None:
+    """Refuses ``possible_agents`` that name an agent more than once."""
+    seen: set = set()
+    duplicates = [a for a in agents if a in seen or seen.add(a)]
+    if duplicates:
+        raise DuplicateAgentsError(
+            f"the env's possible_agents {list(agents)} name {sorted(set(duplicates), key=str)} more than once: each "
+            "agent is one row along the agent axis and one key of the step's dicts, so list every agent once "
+            "(fix possible_agents in the env)"
+        )
+
+
+def check_group_names(spec: Mapping) -> None:
+    """Refuses a ``group_map`` dict with two keys that are one group name as strings
+    (``1`` and ``"1"``): group names are strings (the arrays are keyed by them)."""
+    seen: dict[str, Any] = {}
+    for name in spec:
+        if str(name) in seen:
+            raise InvalidArgumentError(
+                f"group_map has the keys {seen[str(name)]!r} and {name!r}, which are the same group name "
+                f"{str(name)!r} (group names are strings: the arrays are keyed by them); merge the two groups or "
+                "rename one"
+            )
+        seen[str(name)] = name
 
 
 def by_name(agents: Sequence[str]) -> GroupMap:
@@ -76,6 +136,7 @@ def group_map_of(spec: str | Mapping[str, Sequence[str]] | None, agents: Sequenc
         raise ValueError(
             f"group_map must be None, one of {list(GROUPINGS)} or a dict of group name -> list of agents; got {spec!r}"
         )
+    check_group_names(spec)
     groups = {str(name): list(members) for name, members in spec.items()}
     seen: dict[str, str] = {}
     for name, members in groups.items():
@@ -147,25 +208,41 @@ def _leaf_dtype(space: spaces.Space) -> np.dtype:
     return np.dtype(np.int64) if isinstance(space, spaces.Discrete) else np.dtype(space.dtype)
 
 
-def stack_values(space: spaces.Space, agents: Sequence[str], values: Mapping[str, Any]) -> Any:
-    """The agents' values of per-agent ``space`` (missing agents: zeros) as arrays of the
-    stacked space, rows in ``agents`` order."""
-    if isinstance(space, spaces.Dict):
-        return {
-            key: stack_values(sub, agents, {a: v[key] for a, v in values.items()}) for key, sub in space.spaces.items()
-        }
-    if isinstance(space, spaces.Tuple):
-        return tuple(
-            stack_values(sub, agents, {a: v[i] for a, v in values.items()}) for i, sub in enumerate(space.spaces)
-        )
-    dtype = _leaf_dtype(space)
-    if len(values) == len(agents) and all(a in values for a in agents):
-        return np.stack([np.asarray(values[a], dtype=dtype) for a in agents])
-    out = np.zeros((len(agents), *(space.shape or ())), dtype=dtype)
+def stack_values(space: spaces.Space, agents: Sequence[str], values: Mapping[str, Any],
+                 what: str = "observation") -> Any:
+    """The agents' values of per-agent ``space`` as arrays of the stacked space, rows in
+    ``agents`` order: zeros for an agent with no value; keys of ``values`` that are not in
+    ``agents`` are ignored (PettingZoo lets observations hold other keys, ``"common"``).
+    Raises :class:`AgentDataError` for a value whose shape is not the space's (``what``
+    names the value in the message)."""
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        keys = list(space.spaces) if isinstance(space, spaces.Dict) else range(len(space.spaces))
+        parts = {key: {a: _part(values[a], key, a, what) for a in agents if a in values} for key in keys}
+        stacked = [stack_values(space[key], agents, parts[key], f"{what}[{key!r}]") for key in keys]
+        return dict(zip(keys, stacked)) if isinstance(space, spaces.Dict) else tuple(stacked)
+    dtype, shape = _leaf_dtype(space), tuple(space.shape or ())
+    out = np.zeros((len(agents), *shape), dtype=dtype)
     for i, agent in enumerate(agents):
         if agent in values:
-            out[i] = values[agent]
+            value = np.asarray(values[agent], dtype=dtype)
+            if value.shape != shape:
+                raise AgentDataError(
+                    f"the {what} of agent {agent!r} has shape {value.shape}, but its space {space} has shape {shape}: "
+                    f"return a value of shape {shape} for each agent (shmenv does not broadcast or reshape it)"
+                )
+            out[i] = value
     return out
+
+
+def _part(value: Any, key: Any, agent: str, what: str) -> Any:
+    """Part ``key`` of an agent's ``Dict``/``Tuple`` value."""
+    try:
+        return value[key]
+    except (KeyError, IndexError, TypeError) as e:
+        raise AgentDataError(
+            f"the {what} of agent {agent!r} has no part {key!r} ({type(value).__name__} {value!r:.200}): return "
+            "a value with every part of the agent's space"
+        ) from e
 
 
 def agent_value(space: spaces.Space, stacked: Any, row: int) -> Any:

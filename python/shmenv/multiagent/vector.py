@@ -11,10 +11,11 @@ describes the API and the conventions.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import types
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -22,9 +23,17 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 import shmenv
-from shmenv.errors import BuildError, InvalidArgumentError
+from shmenv.errors import BuildError, InvalidArgumentError, WorkerError
 from shmenv.multiagent.adapter import ParallelAdapter
-from shmenv.multiagent.layout import FIELDS, GROUPINGS, SpaceMismatchError, stack_space
+from shmenv.multiagent.layout import (
+    FIELDS,
+    GROUPINGS,
+    AgentDataError,
+    DuplicateAgentsError,
+    SpaceMismatchError,
+    check_group_names,
+    stack_space,
+)
 
 __all__ = ["MultiAgentVectorEnv", "make_vec", "from_fns"]
 
@@ -70,6 +79,8 @@ def _adapter_factory(env: Any, config: Mapping | None, adapter_options: dict) ->
             f"group_map must be None, one of {list(GROUPINGS)} or a dict of group name -> list of agents; "
             f"got {group_map!r}"
         )
+    if isinstance(group_map, Mapping):
+        check_group_names(group_map)
     if config is not None and not isinstance(config, Mapping):
         raise InvalidArgumentError(f"config must be a dict of keyword arguments for the env, got {config!r}")
     return functools.partial(ParallelAdapter, _target(env), dict(config or {}), **adapter_options)
@@ -77,6 +88,19 @@ def _adapter_factory(env: Any, config: Mapping | None, adapter_options: dict) ->
 
 def _unwrap(by_group: dict, one_group: str | None) -> Any:
     return by_group[one_group] if one_group is not None else by_group
+
+
+@contextlib.contextmanager
+def _typed_agent_errors() -> Iterator[None]:
+    """An :class:`AgentDataError` raised by an env's adapter in its worker reaches the
+    trainer as a :class:`shmenv.WorkerError`: raises it as the :class:`AgentDataError`."""
+    try:
+        yield
+    except WorkerError as e:
+        typed = None if isinstance(e, AgentDataError) else AgentDataError.from_worker(e)
+        if typed is None:
+            raise
+        raise typed from e
 
 
 class MultiAgentVectorEnv:
@@ -124,7 +148,8 @@ class MultiAgentVectorEnv:
         """Resets the envs (``seed``, ``options`` as ``shmenv.make_vec``'s ``reset``: env
         ``i`` gets ``seed + i``; ``options={"reset_mask": mask}`` resets some). Returns
         ``(obs, infos)`` with ``infos["active"]``."""
-        obs, infos = self.pool.reset(seed=seed, options=options)
+        with _typed_agent_errors():
+            obs, infos = self.pool.reset(seed=seed, options=options)
         return self._unpack(obs, None, None, None, infos)[0], infos
 
     def step(self, actions: Any, env_ids: Any = None):
@@ -132,7 +157,9 @@ class MultiAgentVectorEnv:
         with several groups): ``(obs, rewards, terminations, truncations, infos)``, each with
         the agent axis. Async pools (``batch_size``) send to ``env_ids`` and return the next
         batch, as ``shmenv.make_vec``'s ``step``."""
-        return self._unpack(*self.pool.step(actions, env_ids))
+        with _typed_agent_errors():
+            results = self.pool.step(actions, env_ids)
+        return self._unpack(*results)
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Async mode: hands ``actions`` to the envs ``env_ids`` (EnvPool's ``send``)."""
@@ -141,7 +168,9 @@ class MultiAgentVectorEnv:
     def recv(self):
         """Async mode: the next ``batch_size`` envs to finish, as :meth:`step` returns them
         (``infos["env_id"]`` says which)."""
-        return self._unpack(*self.pool.recv())
+        with _typed_agent_errors():
+            results = self.pool.recv()
+        return self._unpack(*results)
 
     def async_reset(self) -> None:
         """Async mode: starts a reset of every env; :meth:`recv` returns the results."""
@@ -288,11 +317,12 @@ def _start(build: Callable, target: Any, num_envs: int, pool_options: dict) -> M
     try:
         pool = build(target, num_envs, **pool_options)
     except BuildError as e:
-        # A SpaceMismatchError raised in a worker reaches the trainer as the worker's message.
+        # These errors raised in a worker reach the trainer as the worker's message.
         text = str(e)
-        marker = "SpaceMismatchError: "
-        if marker in text:
-            raise SpaceMismatchError(text[text.rindex(marker) + len(marker):].strip()) from e
+        for cls in (SpaceMismatchError, DuplicateAgentsError):
+            marker = f"{cls.__name__}: "
+            if marker in text:
+                raise cls(text[text.rindex(marker) + len(marker):].strip()) from e
         raise
     try:
         layout = pool.env_call("get", "agent_layout", [0])[0]
