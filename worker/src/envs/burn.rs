@@ -31,6 +31,11 @@ pub struct Burn {
 const FAULTS: [&str; 9] =
     ["none", "panic", "abort", "exit", "hang", "hang_observe", "oom", "oom_in_panic", "spawn_helper"];
 
+/// The most `step_us` (and `step_us_jitter`) may be: a minute of CPU per step. A larger
+/// value is refused: a step that long is no benchmark, and a step that never ends (e.g.
+/// `u64::MAX` us) would leave a run waiting forever for its first batch.
+pub const MAX_STEP_US: u64 = 60_000_000;
+
 /// Bytes no machine can allocate (64 TiB): the allocation fails at once, without first
 /// eating the machine's memory.
 const ABSURD: usize = 1 << 46;
@@ -54,7 +59,9 @@ struct Fault {
 }
 
 impl Burn {
-    /// Builds from config keys `step_us` (default 0), `obs_shape` (default `[4]`),
+    /// Builds from config keys `step_us` (default 0, at most [`MAX_STEP_US`]; with
+    /// `step_us_jitter` (default 0, at most `step_us`) each step costs uniformly within
+    /// `step_us` +- the jitter), `obs_shape` (default `[4]`),
     /// `obs_dtype` (`"f32"` or `"u8"`, default `"f32"`), `episode_len` (default 200), and
     /// for fault injection `fault` (`"panic"`, `"abort"`, `"exit"`, `"hang"`,
     /// `"hang_observe"`: hang while writing the observation of that step, `"oom"`: an
@@ -85,6 +92,12 @@ impl Burn {
         };
         let episode_len = c.u64("episode_len", 200)?;
         let step_us = c.u64("step_us", 0)?;
+        if step_us > MAX_STEP_US {
+            return Err(ConfigError(format!(
+                "config key \"step_us\" is {step_us}, expected 0 to {MAX_STEP_US} (microseconds of CPU work per \
+                 step: at most a minute)"
+            )));
+        }
         let jitter_us = c.u64("step_us_jitter", 0)?;
         if jitter_us > step_us {
             return Err(ConfigError(format!(
@@ -229,5 +242,21 @@ impl Env for Burn {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_step_us_beyond_a_minute_is_refused_with_the_value_and_range() {
+        for step_us in [MAX_STEP_US + 1, u64::MAX] {
+            let e = Burn::from_config(&json!({ "step_us": step_us })).unwrap_err();
+            let expected = format!("config key \"step_us\" is {step_us}, expected 0 to 60000000");
+            assert!(e.0.starts_with(&expected), "{e}");
+        }
+        assert!(Burn::from_config(&json!({ "step_us": MAX_STEP_US, "step_us_jitter": MAX_STEP_US })).is_ok());
     }
 }
