@@ -6,6 +6,7 @@ use crate::contend;
 use crate::stepping::{
     contenders, fmt_rate, load_average, warn_if_loaded, Baseline, Progress, Stepper, Tally,
 };
+use crate::trace_file::TraceFile;
 use crate::Error;
 use serde_json::json;
 use shmenv::engine::protocol::{AutoReset, PoolParams};
@@ -57,6 +58,8 @@ pub struct BenchArgs {
     stats: OnOff,
     /// Record trace spans (trainer calls, each worker's waits, env work and publishing) and
     /// write them to this file as Chrome trace JSON (open it in https://ui.perfetto.dev).
+    /// The file is opened for writing before the run: a path that cannot be written is
+    /// refused at once.
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
     /// Run under `FailurePolicy::Restart` with this budget (to measure its cost).
@@ -87,6 +90,8 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     if args.contend.is_some() || args.trainer_threads.is_some() {
         return run_contended(registry, &args, &config);
     }
+    // Before the run: a path that cannot be written is refused now, not after it.
+    let mut trace = args.trace.as_deref().map(TraceFile::check).transpose()?;
     warn_if_loaded("at the start");
     let pool = pool_builder(registry, &args, args.wait, args.affinity)?.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
@@ -97,6 +102,9 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     };
     let (contender, serial) = contenders(pool, args.seed, baseline)?;
     let (ours, baseline, profile) = race(&args, contender, serial)?;
+    if let Some(t) = trace.as_mut() {
+        t.written();
+    }
     warn_if_loaded("at the end");
     let ratio = baseline.as_ref().map(|b| ours.rate() / b.rate());
     let wait = args.wait.strategy().name();

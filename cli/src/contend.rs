@@ -13,6 +13,7 @@
 //! training run, whose load changes less often than every second.
 
 use crate::args::{Affinity, Wait};
+use crate::limits::{self, ThreadError};
 use crate::stepping::{contenders, fmt_rate, load_average, Baseline, Progress, Stepper, Tally};
 use crate::Error;
 use serde_json::json;
@@ -42,8 +43,10 @@ impl Load {
     pub fn start(busy: usize, trainer_threads: Option<usize>) -> Result<Load, Error> {
         let exe = std::env::current_exe()?;
         let parent = std::process::id().to_string();
-        let mut load =
-            Load { busy: Vec::new(), trainer: trainer_threads.map(|t| Arc::new(TrainerLoad::new(t))) };
+        let mut load = Load {
+            busy: Vec::new(),
+            trainer: trainer_threads.map(TrainerLoad::new).transpose()?.map(Arc::new),
+        };
         for _ in 0..busy {
             let child = Command::new(&exe)
                 .args(["busy", "--parent", &parent])
@@ -125,18 +128,19 @@ struct TrainerLoad {
 }
 
 impl TrainerLoad {
-    fn new(threads: usize) -> TrainerLoad {
+    fn new(threads: usize) -> Result<TrainerLoad, ThreadError> {
         let threads = threads.max(1);
         let (start, done) = (Arc::new(Barrier::new(threads)), Arc::new(Barrier::new(threads)));
         for t in 1..threads {
             let (start, done) = (start.clone(), done.clone());
-            std::thread::spawn(move || loop {
+            let what = format!("trainer-load helper thread {t} of {}", threads - 1);
+            limits::spawn_thread("shmenv-trainer-load", &what, move || loop {
                 start.wait();
                 matmul_rows(t, threads);
                 done.wait();
-            });
+            })?;
         }
-        TrainerLoad { threads, start, done }
+        Ok(TrainerLoad { threads, start, done })
     }
 
     fn work(&self) {

@@ -7,9 +7,11 @@
 mod args;
 mod bench;
 mod contend;
+mod limits;
 mod soak;
 mod stepping;
 mod top;
+mod trace_file;
 mod tune;
 
 use clap::{Parser, Subcommand};
@@ -58,6 +60,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     shmenv::worker::serve_if_worker(Registry::with_builtins);
+    limits::install_panic_hook();
     let registry = Registry::with_builtins();
     let result = match Cli::parse().command {
         Cmd::List(args) => match args.plugin {
@@ -76,7 +79,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", limits::message(e.as_ref()));
             ExitCode::FAILURE
         }
     }

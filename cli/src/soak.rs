@@ -2,6 +2,7 @@
 //! print RSS, fds and workers over time, to check that nothing grows.
 
 use crate::args::{self, Envs};
+use crate::limits::{self, ThreadError};
 use crate::stepping::fmt_rate;
 use crate::Error;
 use shmenv::worker::Registry;
@@ -46,8 +47,12 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// A thread that SIGKILLs one of `pids` every `every` until `stop`; returns the kills.
-fn killer(pids: Arc<Mutex<Vec<u32>>>, stop: Arc<AtomicBool>, every: Duration) -> JoinHandle<u64> {
-    std::thread::spawn(move || {
+fn killer(
+    pids: Arc<Mutex<Vec<u32>>>,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) -> Result<JoinHandle<u64>, ThreadError> {
+    limits::spawn_thread("shmenv-killer", "the soak's killer thread", move || {
         let mut rng = shmenv::worker::rng::Pcg64::from_seed(7);
         let mut kills = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -83,7 +88,7 @@ pub fn run(registry: &Registry, args: SoakArgs) -> Result<(), Error> {
     let n = pool.num_envs();
     let pids = Arc::new(Mutex::new(pool.worker_pids().to_vec()));
     let stop = Arc::new(AtomicBool::new(false));
-    let killer = killer(pids.clone(), stop.clone(), Duration::from_secs_f64(args.kill_every));
+    let killer = killer(pids.clone(), stop.clone(), Duration::from_secs_f64(args.kill_every))?;
     let me = std::process::id();
     let fd_count = || std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
     let started = Instant::now();
