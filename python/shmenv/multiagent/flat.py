@@ -12,7 +12,8 @@ conventions (docs/multiagent.md compares them row by row):
   (SuperSuit's ``black_death``), its actions are ignored and ``infos["active"]`` is False;
 - a row's ``terminated``/``truncated`` is its agent's flag at the step it leaves, and, at
   the step its env's episode ends, how the agent ended (so every row of an ended env is
-  done there and the next observation starts a new episode);
+  done there and the next observation starts a new episode); an agent that leaves
+  ``env.agents`` without a flag counts as terminated (docs/multiagent.md);
 - autoreset as ``shmenv.make_vec``'s ``autoreset_mode`` (Gymnasium's next step by default;
   SuperSuit resets in the same step, which ``autoreset_mode="same_step"`` gives, with each
   row's last observation in ``infos["final_obs"]``).
