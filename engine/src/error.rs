@@ -237,12 +237,7 @@ pub enum PoolFailure {
     Interrupted,
     /// Hang detection: the workers did not answer within the pool's step timeout. The
     /// pool is closed and its workers stopped.
-    #[error(
-        "workers {workers:?} (envs {}) did not answer within the step timeout of {waited:?}; the pool is closed \
-         and its workers stopped. If an env can legitimately take that long, raise .step_timeout(..); to find \
-         the hang, look at the worker with `shmenv top` or a trace",
-        format_envs(env_ids)
-    )]
+    #[error("{}", timeout_message(workers, env_ids, *waited))]
     Timeout {
         /// The workers that did not finish.
         workers: Vec<usize>,
@@ -491,6 +486,28 @@ fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::launch::mem
         None => "no cgroup v2 memory limit".to_string(),
     });
     parts.join("; ")
+}
+
+/// [`PoolFailure::Timeout`]'s message. With no worker behind (`workers` empty), what did
+/// not finish is the delivery of the workers' completion posts to the trainer.
+fn timeout_message(workers: &[usize], env_ids: &[usize], waited: Duration) -> String {
+    let end = "the pool is closed and its workers stopped";
+    if workers.is_empty() {
+        return format!(
+            "the wait for the workers' completion posts timed out after the step timeout of {waited:?}, but no \
+             worker was behind (each had finished the command, and no env's results were outstanding at a \
+             worker): their posts were taken by another process, most likely a copy of the trainer made by \
+             fork() while the pool was stepping (for instance inside env code of the trainer's own shard), or \
+             a process writing the shared region (see docs/security.md); {end}. Do not fork while a pool call \
+             runs (a child must exec or _exit), and build a new pool"
+        );
+    }
+    format!(
+        "workers {workers:?} (envs {}) did not answer within the step timeout of {waited:?}; {end}. If an env \
+         can legitimately take that long, raise .step_timeout(..); to find the hang, look at the worker with \
+         `shmenv top` or a trace",
+        format_envs(env_ids)
+    )
 }
 
 /// A list of env ids, shortened when long.

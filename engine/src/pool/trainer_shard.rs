@@ -11,6 +11,7 @@
 use super::startup::build_error;
 use super::Core;
 use crate::error::{BuildError, PoolFailure};
+use crate::launch::fork::{Place, ThreadGuard};
 use crate::protocol::{Command, Layout, PoolParams, WorkerReport};
 use crate::region::Region;
 use crate::stats::now_ns;
@@ -141,6 +142,9 @@ impl Core {
         let OwnShard { shard, actions, resets_seen } = own;
         let shard = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
         let (region, layout) = (&*self.region, &self.layout);
+        // A child that env code forks meanwhile gets private zero pages for the region, and
+        // is stopped when it returns here (it must not wait for the workers' posts).
+        let guard = ThreadGuard::new(region.base_addr(), region.len());
         let result = catch_unwind(AssertUnwindSafe(|| {
             // SAFETY: sync mode, after this call's posts and before its wait: by the
             // protocol no worker touches the trainer's shard rows (shards are disjoint), no
@@ -148,6 +152,8 @@ impl Core {
             // block), and the region and layout are the pool's own.
             unsafe { shard.run(command, actions, region, layout, j) }
         }));
+        drop(guard);
+        self.owner.stop_if_copy(Place::Trainer, None);
         let failure = match result {
             Ok(Ok(())) => None,
             Ok(Err((env_id, message))) => Some(PoolFailure::EnvPanicked { env_id, message }),

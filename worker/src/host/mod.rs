@@ -16,6 +16,7 @@
 
 use crate::registry::{MakeError, Registry};
 use crate::shard::{EnvShard, ShardError, ShardRows};
+use shmenv_engine::launch::fork::{self, Owner, Place};
 use shmenv_engine::launch::WORKER_FLAG;
 use shmenv_engine::protocol::{
     self, exit_code, Column, Header, HeaderError, Layout, PoolParams, RegionState, ResultBlock, WorkerReport,
@@ -135,6 +136,16 @@ struct Worker {
     parent: i32,
     params: PoolParams,
     waiter: Waiter,
+    /// This process: a copy of it that env code makes with `fork()` never posts, waits or
+    /// answers (its region is blanked in the child and it stops when it returns here).
+    owner: Owner,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // The mapping goes with the worker: forks after it must not replace those addresses.
+        fork::guard_in_children(0, 0);
+    }
 }
 
 enum Stop {
@@ -147,10 +158,14 @@ impl Worker {
     /// Maps the region and checks the header and parameters before anything else.
     fn attach(index: usize, fd: i32, parent: i32) -> Result<Worker, AttachError> {
         let region = Region::from_inherited_fd(fd)?;
-        attach_checks(region, index, parent)
+        let worker = attach_checks(region, index, parent)?;
+        // Before any env code runs: a child forked from here on does not share the region.
+        fork::guard_in_children(worker.region.base_addr(), worker.region.len());
+        Ok(worker)
     }
 
     fn post_trainer(&self) {
+        self.owner.stop_if_copy(Place::Worker(self.index), None);
         self.region.semaphore(protocol::TRAINER_SEMAPHORE).post();
     }
 
@@ -188,6 +203,7 @@ impl Worker {
     /// Waits for the next post on this worker's semaphore, in the wait mode the trainer's
     /// tuner chose last.
     fn next_command(&mut self) -> Result<(), Stop> {
+        self.owner.stop_if_copy(Place::Worker(self.index), None);
         let mode = self.region.atomic_u32(protocol::WAIT_MODE).load(Ordering::Relaxed);
         self.waiter.follow(WaitMode::from_word(mode));
         let parent = self.parent;
@@ -208,6 +224,7 @@ impl Worker {
             Ok(s) => s,
             Err(e) => return self.fail(shard_report(e)),
         };
+        shard.set_place(Place::Worker(self.index));
         self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
             return exit_code::CLOSED;
@@ -235,7 +252,10 @@ impl Worker {
 
     /// Re-maps the grown region and checks that its layout is the one this worker computes.
     fn map_data_part(&mut self, spec: &shmenv_engine::EnvSpec) -> Result<Layout, AttachError> {
+        // Forks meanwhile (from an env's own threads) leave the old mapping alone.
+        fork::guard_in_children(0, 0);
         self.region.remap()?;
+        fork::guard_in_children(self.region.base_addr(), self.region.len());
         let header: Header = self.region.read_pod(0);
         header.validate(self.region.len())?;
         let layout = Layout::compute(spec, &self.params);
@@ -294,7 +314,7 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
         return Err(AttachError::BadParams("params disagree with the header".into()));
     }
     let waiter = Waiter::new(params.wait.pool_policy(num_workers, params.policy_cores()));
-    Ok(Worker { region, index, parent, params, waiter })
+    Ok(Worker { region, index, parent, params, waiter, owner: Owner::current() })
 }
 
 /// Rows `rows` of result block `block`, as slices in the region.

@@ -5,6 +5,7 @@
 use crate::env::{ActionIn, Env, ObsOut, Transition};
 use crate::plugin::{BatchStep, Plugin, PluginEnv, PluginError};
 use crate::registry::{MakeError, Registry};
+use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::protocol::{reset_flag, stats, AutoReset, PoolParams};
 use shmenv_engine::spec::EnvSpec;
 use shmenv_engine::stats::{bucket, now_ns};
@@ -58,6 +59,10 @@ pub struct EnvShard {
     sampling: bool,
     tick: u32,
     hist: [u64; stats::HIST_BUCKETS],
+    /// The process that built the shard, and where it steps it: a copy that env code makes
+    /// with `fork()` is stopped as soon as the env call returns (`launch::fork`).
+    owner: Owner,
+    place: Place,
 }
 
 impl EnvShard {
@@ -68,11 +73,13 @@ impl EnvShard {
         params: &PoolParams,
         range: Range<usize>,
     ) -> Result<EnvShard, ShardError> {
+        let owner = Owner::current();
         let source = match params.plugin.as_deref() {
             Some(path) => Source::Plugin(Plugin::load(Path::new(path))?),
             None => Source::Registry(registry),
         };
         let (envs, batch) = source.make_all(&params.env_id, &params.config, range.len())?;
+        owner.stop_if_copy(Place::InProcess, None);
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
         let spec = EnvSpec { max_episode_steps: source.max_episode_steps(&params.env_id), ..spec };
         for (i, e) in envs.iter().enumerate().skip(1) {
@@ -99,7 +106,22 @@ impl EnvShard {
             sampling: params.stats,
             tick: 0,
             hist: [0; stats::HIST_BUCKETS],
+            owner,
+            place: Place::InProcess,
         })
+    }
+
+    /// Says where the shard is stepped (a worker, the trainer), for the line a forked copy
+    /// prints when it is stopped.
+    pub fn set_place(&mut self, place: Place) {
+        self.place = place;
+    }
+
+    /// Stops this process if env code (of env `i`, or of the batched call: `None`) made it
+    /// with `fork()`: the copy must not write a row nor go on to the host's loop.
+    #[inline(always)]
+    fn stop_if_copy(&self, i: Option<usize>) {
+        self.owner.stop_if_copy(self.place, i.map(|i| self.range.start + i));
     }
 
     /// Episodes begun so far (commanded and automatic resets).
@@ -193,9 +215,11 @@ impl EnvShard {
             stepping += u64::from(!reset);
         }
         let t0 = self.sampling.then(now_ns);
-        batch
+        let called = batch
             .call(actions, self.action_row_bytes, &mut rows.obs, &self.obs_row_bytes)
-            .map_err(|(i, message)| (self.range.start + i, message))?;
+            .map_err(|(i, message)| (self.range.start + i, message));
+        self.stop_if_copy(None);
+        called?;
         if let Some(t0) = t0.filter(|_| stepping > 0) {
             self.hist[bucket(now_ns().saturating_sub(t0) / stepping)] += 1;
         }
@@ -265,18 +289,23 @@ impl EnvShard {
     #[inline(always)]
     fn advance_in(&mut self, i: usize, work: Work<'_>) -> Advanced {
         let env = &mut self.envs[i];
-        match work {
+        let stepped = match work {
             Work::Step(action) if !self.needs_reset[i] => {
-                let t = env.step(ActionIn::new(action, &self.spec.action));
-                self.stepped(i, t)
+                Some(env.step(ActionIn::new(action, &self.spec.action)))
             }
             Work::Step(_) => {
                 env.reset(None);
-                self.begin_episode(i);
-                Advanced::Began
+                None
             }
             Work::Reset { seed } => {
                 env.reset(seed);
+                None
+            }
+        };
+        self.stop_if_copy(Some(i));
+        match stepped {
+            Some(t) => self.stepped(i, t),
+            None => {
                 self.begin_episode(i);
                 Advanced::Began
             }
@@ -345,6 +374,7 @@ impl EnvShard {
                     self.observe(i, &mut rows.final_obs, r);
                 }
                 self.envs[i].reset(None);
+                self.stop_if_copy(Some(i));
                 self.begin_episode(i);
                 rows.elapsed_steps[r] = 0;
                 self.observe(i, &mut rows.obs, r);
@@ -363,6 +393,7 @@ impl EnvShard {
     #[inline]
     fn observe(&self, i: usize, arrays: &mut [&mut [u8]], r: usize) {
         self.envs[i].observe(&mut ObsOut::new(arrays, &self.obs_row_bytes, r));
+        self.stop_if_copy(Some(i));
     }
 
     fn begin_episode(&mut self, i: usize) {
