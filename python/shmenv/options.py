@@ -15,6 +15,7 @@ import inspect
 import os
 from typing import Any, Callable, TypeVar
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmenv import _shmenv
@@ -56,11 +57,24 @@ class PoolOptions:
             guess = _shmenv.closest_match(unknown[0], list(NAMES))
             hint = f"; did you mean {guess!r}?" if guess else f"; valid options: {', '.join(NAMES)}"
             raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}{hint}")
+        for name in FLAGS:
+            value = options.get(name)
+            if name in options and not isinstance(value, (bool, np.bool_)):
+                from shmenv.errors import InvalidArgumentTypeError
+
+                raise InvalidArgumentTypeError(
+                    f"{caller}(): {name} must be True or False, got {value!r} ({type(value).__name__}); "
+                    f"pass {name}=True or {name}=False"
+                )
         return cls(**options)
 
 
 #: The option names, in declaration order.
 NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PoolOptions))
+
+#: The options that are flags: only ``True`` or ``False`` (a numpy bool too), never a
+#: string or a number whose truth would be taken for them.
+FLAGS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PoolOptions) if f.type == "bool")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

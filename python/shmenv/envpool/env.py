@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmenv.envpool.tasks import _ATARI_INFO
-from shmenv.errors import InvalidArgumentError, UsageError
+from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
 from shmenv.front import VectorFront
 
 
@@ -81,6 +81,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
         self._seed_list = seeds if isinstance(seeds, list) else None
         self._has_reset = False
         self._pending: tuple | None = None  # sync mode send()/async_reset(), for recv()
+        self._no_rows: tuple | None = None  # a reset's (obs, info) with no rows: reset(env_id=[])
         self.task_id = task_id
         self.num_envs = pool.num_envs
         self.observation_space = self.single_observation_space = pool.single_observation_space
@@ -198,18 +199,23 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
             if env_id is not None:
                 raise InvalidArgumentError("pass either env_id or options['reset_mask'], not both")
             env_id = np.flatnonzero(mask)
+        if env_id is not None:
+            env_id = self._env_ids(env_id)
         self._pending = None
         if env_id is None or (len(env_id) == self.num_envs and np.array_equal(np.sort(env_id), self._all_env_ids)):
             res = self._pool.reset(seed=self._first_seed())
             self._has_reset = True
-            return self._reset_result(res)
-        env_id = np.asarray(env_id, np.int64).reshape(-1)
+            obs, info = self._reset_result(res)
+            if self._no_rows is None:
+                self._no_rows = (_rows(obs, []), _rows(info, []))
+            return obs, info
         if self.is_async:
             raise UsageError("reset(env_id) of some envs is not supported in async mode; reset() resets them all")
         if not self._has_reset:
             self.reset()
-        if env_id.min() < 0 or env_id.max() >= self.num_envs:
-            raise InvalidArgumentError(f"env_id out of range [0, {self.num_envs}): {env_id.tolist()}")
+        if not len(env_id):
+            # EnvPool's sync reset of no env returns a batch of no rows; so does this one.
+            return _rows(self._no_rows[0], []), _rows(self._no_rows[1], [])
         mask = np.zeros(self.num_envs, np.bool_)
         mask[env_id] = True
         return self._reset_result(self._pool.reset(options={"reset_mask": mask}), rows=env_id)
@@ -229,6 +235,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
             self._pool.async_reset()
             self._has_reset = True
         else:
+            self._check_nothing_pending("async_reset()")
             self._pending = ("reset", None)
 
     def send(self, action: Any, env_id: np.ndarray | None = None) -> None:
@@ -236,9 +243,10 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
         self._check_open()
         action = np.asarray(action)
         if self.is_async:
-            self._pool.send(action, None if env_id is None else np.asarray(env_id, np.int32))
+            self._pool.send(action, None if env_id is None else self._env_ids(env_id, check_range=False))
             return
         self._check_all(env_id)
+        self._check_nothing_pending("send()")
         self._pending = ("step", action)
 
     def recv(self, reset: bool = False, return_info: bool = True) -> tuple:
@@ -265,6 +273,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
             self.send(action, env_id)
             return self.recv()
         self._check_all(env_id)
+        self._check_nothing_pending("step()")
         return self._step_result(self._pool.step(np.asarray(action)))
 
     def seed(self, seed: Any = None) -> None:
@@ -294,10 +303,55 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
     __str__ = __repr__
 
     def _check_all(self, env_id) -> None:
-        if env_id is not None and not np.array_equal(np.asarray(env_id).reshape(-1), self._all_env_ids):
-            raise InvalidArgumentError("in sync mode every env steps together: env_id must be None or all env ids")
+        if env_id is not None and not np.array_equal(self._env_ids(env_id), self._all_env_ids):
+            raise InvalidArgumentError(
+                f"in sync mode every env steps together: env_id must be None or all env ids (0 to "
+                f"{self.num_envs - 1}, in order), got {np.asarray(env_id).tolist()}; pass env_id=None"
+            )
+
+    def _check_nothing_pending(self, call: str) -> None:
+        """Sync mode holds one pending ``send()`` or ``async_reset()`` until ``recv()``: a
+        second one would replace it (dropping its actions), so it is refused, as the async
+        mode refuses a second action to an env with one in flight."""
+        if self._pending is not None:
+            what = "send(actions)" if self._pending[0] == "step" else "async_reset()"
+            raise UsageError(
+                f"{call} after {what} without recv(): in sync mode {what} waits for recv(), which returns its "
+                f"batch; call recv() first (a second call would drop the pending one)"
+            )
+
+    def _env_ids(self, env_id: Any, check_range: bool = True) -> np.ndarray:
+        """``env_id`` as a 1-D int array (a scalar is one id, as in EnvPool), refused with a
+        typed error unless its values are integers from 0 to ``num_envs - 1`` (the pool
+        range-checks itself when ``check_range`` is False)."""
+        ids = np.asarray(env_id)
+        if ids.ndim == 0:
+            ids = ids.reshape(1)
+        if ids.size == 0:
+            return np.zeros(0, np.int32)
+        valid = f"env ids are ints from 0 to {self.num_envs - 1}"
+        if ids.dtype.kind not in "iu":
+            raise InvalidArgumentTypeError(
+                f"env_id must hold integers ({valid}), got {ids.tolist()!r} (dtype {ids.dtype}): pass an int "
+                "array such as info['env_id'] or np.array([...], dtype=np.int32); a float id is not truncated"
+            )
+        if ids.ndim != 1:
+            raise InvalidArgumentError(f"env_id must be one id or a 1-D array of ids ({valid}), got shape {ids.shape}")
+        if check_range and (ids.min() < 0 or ids.max() >= self.num_envs):
+            bad = ids[(ids < 0) | (ids >= self.num_envs)].tolist()
+            raise InvalidArgumentError(f"env_id {bad} out of range: {valid} (num_envs={self.num_envs})")
+        return ids if ids.dtype in (np.int32, np.int64) else ids.astype(np.int64)
 
 
 def _take(info: dict, rows: np.ndarray) -> dict:
     return {k: (_take(v, rows) if isinstance(v, dict) else v[rows]) for k, v in info.items()}
+
+
+def _rows(value: Any, rows: Any) -> Any:
+    """``value`` (an array, or a dict or tuple of them) at ``rows``: new arrays."""
+    if isinstance(value, dict):
+        return {k: _rows(v, rows) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_rows(v, rows) for v in value)
+    return value[np.asarray(rows, np.int64)]
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 import shmenv
-from shmenv.errors import ConfigError, InvalidArgumentError, UnknownEnvError
+from shmenv.errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError, UnknownEnvError
 
 
 #: The keyword arguments every task takes, with EnvPool 1.2.5's defaults.
@@ -106,6 +106,11 @@ def list_all_envs() -> list[str]:
 
 
 def _kind(task_id: str) -> tuple[str, Any]:
+    if not isinstance(task_id, str):
+        raise InvalidArgumentTypeError(
+            f"task_id must be a str, got {task_id!r} ({type(task_id).__name__}): pass an EnvPool id such as "
+            "'CartPole-v1' or 'Pong-v5' (shmenv.envpool.list_all_envs() lists them) or any Gymnasium id"
+        )
     if task_id in CLASSIC_CONTROL:
         return "classic", None
     if task_id.endswith("-v5") and "/" not in task_id:
@@ -180,15 +185,27 @@ def _roms() -> str:
     return ale_roms()
 
 
+def _int_arg(name: str, value: Any, low: int, high: int, what: str) -> int:
+    """An int (not a bool, not a float) in ``low..high``, or a typed error naming the
+    argument, the value, the range and what it means."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentTypeError(
+            f"{name} must be an int from {low} to {high} ({what}), got {value!r} ({type(value).__name__}); "
+            + (f"pass {name}=<int>" if "[" not in name else "pass a list of ints")
+        )
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an int from {low} to {high} ({what}), got {value!r}")
+    return int(value)
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
 def _check_common(config: dict) -> tuple[int, int | None, Any]:
     """EnvPool's checks, as typed errors: returns (num_envs, batch_size or None, seeds)."""
-    n, b = config["num_envs"], config["batch_size"]
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidArgumentError(f"num_envs must be an int >= 1, got {n!r}")
-    if not isinstance(b, (int, np.integer)) or not 0 <= b <= n:
-        raise InvalidArgumentError(f"batch_size must be an int in [0, num_envs={n}], got {b!r}")
-    if config["num_threads"] < 0:
-        raise InvalidArgumentError(f"num_threads must be >= 0 (0: the default), got {config['num_threads']!r}")
+    n = _int_arg("num_envs", config["num_envs"], 1, _INT32[1], "the number of envs")
+    b = _int_arg("batch_size", config["batch_size"], 0, n, f"0: sync; 1 to num_envs={n}: the envs per batch")
+    _int_arg("num_threads", config["num_threads"], 0, _INT32[1], "0: the default; else the worker processes")
     if config["max_num_players"] != 1:
         raise InvalidArgumentError("max_num_players: shmenv envs have one player; only 1 is supported")
     if config["thread_affinity_offset"] != -1:
@@ -199,20 +216,28 @@ def _check_common(config: dict) -> tuple[int, int | None, Any]:
         raise InvalidArgumentError(
             "gym_reset_return_info=False is refused, as by EnvPool 1.2.5: reset always returns (obs, info)"
         )
-    seed, env_seed = config["seed"], config["env_seed"]
+    seed, env_seed, seeds_name = config["seed"], config["env_seed"], "env_seed"
+    if not isinstance(env_seed, (list, tuple, np.ndarray)):
+        raise InvalidArgumentTypeError(
+            f"env_seed must be a list of one int32 seed per env (num_envs={n}), got {env_seed!r}; "
+            "or pass seed=<int> to seed env i with seed + i"
+        )
     if isinstance(seed, (list, tuple, np.ndarray)):
         if len(env_seed):
             raise InvalidArgumentError("pass either `seed` as an int or seed list, or `env_seed`, but not both")
-        env_seed, config["seed"] = [int(s) for s in seed], 0
-    elif not isinstance(seed, (int, np.integer)) or not -(2**31) <= seed < 2**31:
-        raise InvalidArgumentError(f"seed should be an int in the range of int32, got {seed!r}")
-    env_seed = [int(s) for s in env_seed]
+        env_seed, seeds_name, config["seed"] = seed, "seed", 0
+    elif isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or not -(2**31) <= seed < 2**31:
+        raise InvalidArgumentError(
+            f"seed should be an int in the range of int32, got {seed!r}: pass seed=<int> (env i is seeded "
+            "seed + i) or a list of one int per env"
+        )
+    env_seed = [_int_arg(f"{seeds_name}[{i}]", s, *_INT32, "a per-env seed") for i, s in enumerate(env_seed)]
     if env_seed and len(env_seed) != n:
         raise InvalidArgumentError(f"a seed list needs one seed per env: {len(env_seed)} for num_envs={n}")
     config["env_seed"] = env_seed
     if b == 0:
         config["batch_size"] = n  # as EnvPool reports it
-    return int(n), (int(b) if 0 < b < n else None), (env_seed or int(config["seed"]))
+    return n, (b if 0 < b < n else None), (env_seed or int(config["seed"]))
 
 
 # --- spec --------------------------------------------------------------------------------
