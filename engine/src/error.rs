@@ -85,28 +85,41 @@ pub enum BuildError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The region would not fit in the memory this process may use (checked before it is
-    /// created and pre-faulted; see `docs/security.md`).
+    /// The pool would not fit in the memory this process may use: the region and the
+    /// workers' envs, estimated before any worker starts, and the region again with the
+    /// spec the workers report, before it is created and pre-faulted (see
+    /// `docs/security.md`).
     #[error(
-        "the shared-memory region would need {} ({region} bytes) for {num_envs} envs, more than this process \
-         may use: {}. Use fewer envs, smaller observations or a smaller ring_depth, or raise the memory limit",
-        crate::launch::memory::human(*region),
-        memory_figures(*mem_available, cgroup.as_ref())
+        "the pool would need about {} ({} bytes) for {num_envs} envs: {}, more than this process may use: {} \
+         available ({}). At most {fits} envs fit: use fewer envs, smaller observations or a smaller \
+         ring_depth, or raise the memory limit",
+        crate::launch::memory::human(region.saturating_add(*workers)),
+        region.saturating_add(*workers),
+        need_parts(*region, *workers, *per_env),
+        crate::launch::memory::human(room.room().unwrap_or(0)),
+        room.describe()
     )]
     NotEnoughMemory {
-        /// Bytes the region needs.
-        region: u64,
         /// Envs in the pool.
         num_envs: usize,
-        /// `MemAvailable` of `/proc/meminfo`, bytes.
-        mem_available: Option<u64>,
-        /// The tightest cgroup v2 memory limit on this process.
-        cgroup: Option<crate::launch::memory::CgroupLimit>,
+        /// Bytes the region needs (before the workers report the spec: the least any
+        /// env's spec gives).
+        region: u64,
+        /// Bytes the workers' envs are estimated to take (0 once they are built: they
+        /// already hold them, and the room left counts them).
+        workers: u64,
+        /// The workers' bytes per env in that estimate.
+        per_env: u64,
+        /// What this process may still use, and where the figures come from.
+        room: crate::launch::memory::MemoryRoom,
+        /// The most envs that fit.
+        fits: usize,
     },
     /// A worker process ended during start-up.
     #[error(
-        "worker {worker} (pid {pid}) {exit} during start-up; its stderr is above. {}",
-        startup_death_hint(program, plugin.as_deref())
+        "worker {worker} (pid {pid}) {} during start-up; its stderr is above. {}",
+        died_how(exit, oom_kill.as_ref()),
+        startup_death_hint(program, plugin.as_deref(), exit, oom_kill.as_ref())
     )]
     WorkerDied {
         /// Worker index.
@@ -120,6 +133,9 @@ pub enum BuildError {
         /// The plugin library the workers load, if any (the first suspect: a library that
         /// exits or crashes while it loads or creates its envs ends the worker).
         plugin: Option<PathBuf>,
+        /// When it was SIGKILLed and the kernel's OOM-kill counter rose meanwhile: the
+        /// counter (the OOM killer ended it, for want of memory).
+        oom_kill: Option<OomKill>,
     },
     /// A worker reported a failure during start-up.
     #[error("worker {worker} failed to start: {message}")]
@@ -468,24 +484,48 @@ pub enum ViewError {
     NoFinalObs,
 }
 
-/// "MemAvailable is 1.2 GiB; cgroup /sys/fs/cgroup/x allows 2.0 GiB (memory.max) with 1.5
-/// GiB in use".
-fn memory_figures(mem_available: Option<u64>, cgroup: Option<&crate::launch::memory::CgroupLimit>) -> String {
+/// What a pool needs, in parts: "the shared-memory region 1.20 GiB and the workers' envs
+/// 3.40 GiB (144 bytes per env)".
+fn need_parts(region: u64, workers: u64, per_env: u64) -> String {
     let human = crate::launch::memory::human;
-    let mut parts = vec![match mem_available {
-        Some(a) => format!("MemAvailable is {}", human(a)),
-        None => "MemAvailable is unknown".to_string(),
-    }];
-    parts.push(match cgroup {
-        Some(c) => format!(
-            "cgroup {} allows {} (memory.max) with {} in use",
-            c.path.display(),
-            human(c.max),
-            human(c.current)
+    if workers == 0 {
+        format!(
+            "the shared-memory region {} (the workers' envs, built already, hold their own)",
+            human(region)
+        )
+    } else {
+        format!(
+            "the shared-memory region {} (at least, before the env's spec is known) and the workers' envs {} \
+             (an estimated {per_env} bytes per env)",
+            human(region),
+            human(workers)
+        )
+    }
+}
+
+/// A kernel OOM kill seen on a counter between a pool's start and a worker's death.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomKill {
+    /// The counter: a cgroup's `memory.events` (v2) or `memory.oom_control` (v1), or
+    /// `/proc/vmstat`, whose `oom_kill` count rose.
+    pub counter: PathBuf,
+    /// Its count when the pool started.
+    pub before: u64,
+    /// Its count when the worker was found dead.
+    pub after: u64,
+}
+
+/// How a worker ended: its exit, or the OOM killer.
+fn died_how(exit: &WorkerExit, oom_kill: Option<&OomKill>) -> String {
+    match oom_kill {
+        Some(k) => format!(
+            "was killed by the OOM killer (memory) ({exit}; oom_kill in {} went from {} to {})",
+            k.counter.display(),
+            k.before,
+            k.after
         ),
-        None => "no cgroup v2 memory limit".to_string(),
-    });
-    parts.join("; ")
+        None => exit.to_string(),
+    }
 }
 
 /// [`PoolFailure::Timeout`]'s message. With no worker behind (`workers` empty), what did
@@ -555,8 +595,25 @@ debug_as_display!(
     ViewError
 );
 
-/// What to check when a worker ends during start-up: the plugin it loads first, if any.
-fn startup_death_hint(program: &std::path::Path, plugin: Option<&std::path::Path>) -> String {
+/// What to check when a worker ends during start-up: its memory when the OOM killer ended
+/// it, who sent a SIGKILL otherwise, else the plugin it loads first, if any.
+fn startup_death_hint(
+    program: &std::path::Path,
+    plugin: Option<&std::path::Path>,
+    exit: &WorkerExit,
+    oom_kill: Option<&OomKill>,
+) -> String {
+    if oom_kill.is_some() {
+        return "Its envs took more memory than this process may use (the pool's check estimates it before the \
+                workers start; envs that take more than the estimate get past it): use fewer envs, or raise the \
+                memory limit"
+            .to_string();
+    }
+    if *exit == WorkerExit::Signal(libc::SIGKILL) {
+        return "SIGKILL comes from outside the worker: a user, a job scheduler, or the kernel's OOM killer where \
+                its cgroup's counters cannot be read (see `dmesg`)"
+            .to_string();
+    }
     let program = program.display();
     match plugin {
         Some(plugin) => format!(

@@ -2,7 +2,6 @@
 
 use super::PoolBuilder;
 use crate::error::BuildError;
-use crate::launch::memory::MemoryRoom;
 use crate::protocol;
 
 /// The most workers one pool may have.
@@ -18,19 +17,6 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// The most envs one pool may have (the async queue entry's env field).
 const MAX_ENVS: usize = protocol::queue_entry::ENV_MASK as usize;
-
-/// Refuses a region of `size` bytes that does not fit in what the process may use.
-pub(super) fn check_region(size: usize, num_envs: usize, room: &MemoryRoom) -> Result<(), BuildError> {
-    match room.room() {
-        Some(free) if size as u64 > free => Err(BuildError::NotEnoughMemory {
-            region: size as u64,
-            num_envs,
-            mem_available: room.mem_available,
-            cgroup: room.cgroup.clone(),
-        }),
-        _ => Ok(()),
-    }
-}
 
 /// The number of workers a pool of `num_envs` envs gets when none is given: one per core
 /// this process may use, at most one per env; with a trainer shard, which takes a core's
@@ -108,21 +94,4 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
         return invalid(format!("config must be a JSON object, got {}", b.config));
     }
     Ok((num_workers, batch_size))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::launch::memory::CgroupLimit;
-
-    #[test]
-    fn a_region_larger_than_the_room_left_is_refused() {
-        let room = MemoryRoom {
-            mem_available: Some(700),
-            cgroup: Some(CgroupLimit { path: "/sys/fs/cgroup/x".into(), max: 1000, current: 400 }),
-        };
-        assert!(check_region(600, 1, &room).is_ok());
-        let err = check_region(601, 1, &room).unwrap_err().to_string();
-        assert!(err.contains("601") || err.contains("MiB"), "{err}");
-    }
 }

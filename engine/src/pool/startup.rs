@@ -18,7 +18,8 @@ use super::{
     mark_unwritten, settings, trainer_semaphore, wait_tuner, AsyncState, Control, Core, FailurePolicy,
     MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
 };
-use crate::launch::{CpuAffinity, WorkerCommand};
+use crate::launch::memory::{estimate, OomWatch};
+use crate::launch::{CpuAffinity, WorkerCommand, WorkerExit};
 use crate::protocol::AutoReset;
 use crate::sync::WaitStrategy;
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub(super) struct Startup {
     pub(super) placed_for: WaitMode,
     /// The envs the trainer steps itself, built while the workers start.
     pub(super) own_shard: Option<OwnShard>,
+    /// The kernel's OOM-kill counters before the workers started: a worker found SIGKILLed
+    /// while one has risen was the OOM killer's victim.
+    pub(super) oom: OomWatch,
 }
 
 impl Pool {
@@ -62,7 +66,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, region, params, program, waiter, placed_for, own_shard } = startup;
+        let Startup { supervisor, region, params, program, waiter, placed_for, own_shard, .. } = startup;
         // A replacement may take as long as the step timeout, and at least twice what this
         // start took (a restart builds envs too).
         let restart_timeout = match b.step_timeout {
@@ -153,6 +157,9 @@ impl Startup {
             cores,
             trainer_shard: b.trainer_shard.is_some(),
         };
+        // Before any worker builds its envs: the least region any spec gives and the envs'
+        // state, against what this process may use.
+        estimate::check_before_start(&params, &MemoryRoom::read())?;
         let params_json = serde_json::to_vec(&params).expect("params serialize");
         if params_json.len() > protocol::PARAMS_CAPACITY {
             return Err(BuildError::InvalidArgument(format!(
@@ -178,6 +185,7 @@ impl Startup {
             && crate::launch::runnable_tasks().is_some_and(|running| running > spare);
         let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
         let cores = if busy { vec![None; num_workers] } else { b.affinity.assign(num_workers) };
+        let oom = OomWatch::read();
         let supervisor =
             Supervisor::start(&command, &params.env_id, region.fd(), cores, deadline).map_err(|source| {
                 match source.kind() {
@@ -189,7 +197,7 @@ impl Startup {
                 }
             })?;
         let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
-        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard: None })
+        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard: None, oom })
     }
 
     pub(super) fn control(&self) -> Control<'_> {
@@ -232,8 +240,10 @@ impl Startup {
             worker: 0,
             message: format!("bad spec: {message}"),
         })?;
+        // Checked before the layout is computed (the estimate is at least its size), so no
+        // size in it can overflow.
+        estimate::check_region(&self.params, &spec, &MemoryRoom::read())?;
         let layout = Layout::compute(&spec, &self.params);
-        settings::check_region(layout.total_size, self.params.num_envs, &MemoryRoom::read())?;
         self.region
             .grow_and_seal(layout.total_size)
             .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
@@ -278,6 +288,9 @@ impl Startup {
                 exit,
                 program: self.program.clone(),
                 plugin: self.params.plugin.as_ref().map(PathBuf::from),
+                oom_kill: (exit == WorkerExit::Signal(libc::SIGKILL))
+                    .then(|| self.oom.kill_since())
+                    .flatten(),
             }),
             Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
                 workers: (0..n)
