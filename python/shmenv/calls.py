@@ -1,34 +1,33 @@
 """The trainer's end of the call side channel: ``call``/``get_attr``/``set_attr`` on the
-Python envs inside the workers, with pickled arguments and results over a Unix socket per
-worker. It never touches the step path: steps go through shared memory only.
+Python envs inside the workers, with pickled arguments and results over a private Unix
+socket per worker process. It never touches the step path: steps go through shared memory
+only.
 
-The socket lives in the abstract namespace (no file, nothing to leak) under a random name,
-and a worker must present a random token before it is believed.
+There is no rendezvous: the engine makes a ``socketpair`` before it spawns each worker
+process, the worker inherits one end (``SHMENV_CALL_FD``) and the trainer takes the other
+from the pool (``Pool.take_call_socket``). No name, address or listener exists, so no other
+process can connect; only the pool's own worker holds the other end, and nothing is read
+from anyone else.
 
-Restarted workers (``max_restarts``): each worker process connects once, so a replacement
-brings a new connection, which must also be sent what its predecessor was sent (the info
-flag area). The channel follows the pool's worker pids: a worker is *ready* when its
-connection comes from the process the pool runs as that worker and has been sent every
-shared fd. A replacement that dies before (or while) it gets ready is one more death of
-the pool's: the channel never raises for it on the step path (:meth:`refresh`), and a call
-that needs it hands it to ``revive`` (the pool restarts it through the engine) and tries
-again.
+Restarted workers (``max_restarts``): each replacement process comes with a fresh socket,
+which must also be sent what its predecessor was sent (the info flag area). The channel
+follows the pool's worker pids: a worker is *ready* when the channel holds the socket of
+the process the pool runs as that worker and that process has taken every shared fd. A
+replacement that dies before (or while) it gets ready is one more death of the pool's:
+the channel never raises for it on the step path (:meth:`refresh`), and a call that needs
+it hands it to ``revive`` (the pool restarts it through the engine) and tries again.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
+import select
 import socket
-import struct
 import time
 from typing import Any, Callable, Sequence
 
 from shmenv.errors import WorkerDiedError, WorkerError
 from shmenv.worker.call_server import recv_message, send_message
-
-POLL = 0.05
-"""Seconds between looks at a worker that has not connected yet (is it still alive?)."""
 
 DEATH_GRACE = 1.0
 """Seconds a process whose connection ended may take to be seen dead (a SIGKILLed process
@@ -36,34 +35,28 @@ closes its sockets just before it becomes a zombie)."""
 
 
 class CallChannel:
-    """Connections to every worker's call thread. ``timeout`` bounds one answer and a
-    worker's first connection; ``restart_wait`` bounds the wait for a replacement worker
-    that is alive but has not connected yet (the pool's step timeout, else ``timeout``)."""
+    """Connections to every worker's call thread. ``timeout`` bounds one answer;
+    ``restart_wait`` bounds the wait for a replacement worker to take the shared fds (the
+    pool's step timeout, else ``timeout``). The pool sets :attr:`worker_pids` and
+    :attr:`take_socket` once it runs."""
 
     def __init__(self, num_workers: int, timeout: float = 60.0, restart_wait: float | None = None):
         self.num_workers = num_workers
         self.timeout = timeout
         self.restart_wait = timeout if restart_wait is None else restart_wait
-        self.token = secrets.token_hex(16)
-        self.address = f"shmenv-calls-{secrets.token_hex(8)}"
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind("\0" + self.address)
-        # Room for the connections of replacements that died before they were accepted.
-        self._listener.listen(max(64, num_workers))
         self._conns: dict[int, socket.socket] = {}
-        self._peers: dict[int, int | None] = {}  # worker index -> pid of the process at that connection
-        self._sent: dict[int, int] = {}  # worker index -> items of ``_shared`` sent on its connection
+        self._peers: dict[int, int] = {}  # worker index -> pid of the process at that socket
+        self._sent: dict[int, int] = {}  # worker index -> items of ``_shared`` sent on its socket
+        self._awaiting: dict[int, int] = {}  # worker index -> answers to those sends not read yet
         # What a replacement worker (``max_restarts``) must be sent again: (op, fd, data),
         # the fd a private duplicate.
         self._shared: list[tuple[str, int, bytes]] = []
-        # The pool's current worker pids (set by the pool): a changed pid is a restarted worker.
+        # The pool's current worker pids: a changed pid is a restarted worker.
         self.worker_pids: Callable[[], Sequence[int]] | None = None
+        # Takes the trainer's end of worker w's current call socket from the pool: (pid, fd), once.
+        self.take_socket: Callable[[int], tuple[int, int] | None] | None = None
         # Whether a worker was left not ready by the last refresh (it is tried again).
         self.pending = False
-
-    def worker_env(self) -> list[tuple[str, str]]:
-        """Environment variables that tell a worker where to connect."""
-        return [("SHMENV_CALL_ADDRESS", self.address), ("SHMENV_CALL_TOKEN", self.token)]
 
     # --- connections ----------------------------------------------------------------
 
@@ -75,31 +68,22 @@ class CallChannel:
         except Exception:  # noqa: BLE001 - e.g. a closed pool: no restart to follow
             return None
 
-    def _accept_one(self, wait: float) -> None:
-        """Accepts one connection if one comes within ``wait`` seconds and keeps it as its
-        worker's, unless that worker's current process is connected already (the newcomer
-        is then a dead predecessor's). Strangers are dropped."""
-        self._listener.settimeout(wait if wait > 0 else 0.0)
-        try:
-            conn, _ = self._listener.accept()
-        except (socket.timeout, BlockingIOError):
+    def _take(self, w: int) -> None:
+        """Takes worker ``w``'s newest call socket from the pool, if it has one (the
+        socket of a process that replaced the one this channel holds)."""
+        taken = None
+        if self.take_socket is not None:
+            try:
+                taken = self.take_socket(w)
+            except Exception:  # noqa: BLE001 - e.g. a closed pool: nothing to take
+                taken = None
+        if taken is None:
             return
+        pid, fd = taken
+        conn = socket.socket(fileno=fd)
         conn.settimeout(self.timeout)
-        try:
-            token, index = recv_message(conn)
-        except Exception:  # noqa: BLE001 - a stranger or a peer that died: drop it
-            conn.close()
-            return
-        if token != self.token or not isinstance(index, int) or not 0 <= index < self.num_workers:
-            conn.close()
-            return
-        peer, pids = _peer_pid(conn), self._current_pids()
-        current = None if pids is None else pids[index]
-        if index in self._conns and self._peers.get(index) == current and peer != current:
-            conn.close()
-            return
-        self._drop(index)
-        self._conns[index], self._peers[index], self._sent[index] = conn, peer, 0
+        self._drop(w)
+        self._conns[w], self._peers[w], self._sent[w], self._awaiting[w] = conn, pid, 0, 0
 
     def _drop(self, w: int) -> None:
         """Forgets worker ``w``'s connection."""
@@ -108,6 +92,7 @@ class CallChannel:
             old.close()
         self._peers.pop(w, None)
         self._sent.pop(w, None)
+        self._awaiting.pop(w, None)
 
     def _connected(self, w: int, pid: int | None) -> bool:
         """Whether worker ``w``'s connection comes from process ``pid`` (None: unknown, any)."""
@@ -115,31 +100,30 @@ class CallChannel:
 
     def _ready(self, w: int, pids: Sequence[int] | None) -> bool:
         pid = None if pids is None else pids[w]
-        return self._connected(w, pid) and self._sent.get(w) == len(self._shared)
+        return self._connected(w, pid) and self._sent.get(w) == len(self._shared) and not self._awaiting.get(w)
 
     def _sync(self, w: int, deadline: float) -> bool:
-        """Makes worker ``w`` ready: waits for its current process's connection and sends it
-        the shared fds it lacks. False when that process is dead (or died meanwhile): the
-        pool is to restart it. Raises :class:`WorkerError` when the process lives but did
-        not connect by ``deadline``, or refused a shared fd."""
-        while True:
+        """Makes worker ``w`` ready: takes its current process's socket and sends it the
+        shared fds it lacks, reading their answers until ``deadline``. False when that
+        process is dead (or died meanwhile): the pool is to restart it. Raises
+        :class:`WorkerError` when the process lives but did not take the shared fds by
+        ``deadline``, refused one, or its socket was closed after an error."""
+        pids = self._current_pids()
+        pid = None if pids is None else pids[w]
+        if not self._connected(w, pid):
+            self._take(w)
             pids = self._current_pids()
             pid = None if pids is None else pids[w]
-            if self._connected(w, pid):
-                break
+        if not self._connected(w, pid):
             if pid is not None and not _alive(pid):
                 return False
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WorkerError(
-                    f"worker {w} (pid {pid}) is alive but did not open its call channel in time, so calls cannot "
-                    "reach its envs; the pool still steps (look at the worker's output on stderr)"
-                )
-            self._accept_one(min(POLL, remaining))
+            raise WorkerError(
+                f"worker {w} (pid {pid}) has no call channel (it was closed after an earlier error), so calls "
+                "cannot reach its envs; the pool still steps (look at the worker's output on stderr)"
+            )
         try:
-            for op, fd, data in self._shared[self._sent[w] :]:
-                self._share_one(w, op, fd, data)
-                self._sent[w] += 1
+            self._send_shared(w)
+            self._read_share_answers(w, deadline)
         except (EOFError, OSError):
             peer = self._peers.get(w)
             self._drop(w)
@@ -151,10 +135,38 @@ class CallChannel:
             return False
         return True
 
+    def _send_shared(self, w: int) -> None:
+        """Sends worker ``w`` each shared fd it was not sent yet (its answers come later)."""
+        conn = self._conns[w]
+        for op, fd, data in self._shared[self._sent[w] :]:
+            send_message(conn, (op, [], "", [], (), {}))
+            socket.send_fds(conn, [data], [fd])
+            self._sent[w] += 1
+            self._awaiting[w] += 1
+
+    def _read_share_answers(self, w: int, deadline: float) -> None:
+        """Reads worker ``w``'s answers to the shared fds sent, until ``deadline``; raises
+        :class:`WorkerError` if one is a refusal or they are not all in by then."""
+        conn = self._conns[w]
+        while self._awaiting[w]:
+            if not _readable(conn, deadline - time.monotonic()):
+                raise WorkerError(
+                    f"worker {w} (pid {self._peers[w]}) is alive but did not take the shared info area in time, "
+                    "so calls cannot reach its envs yet; the pool still steps (look at the worker's output on "
+                    "stderr)"
+                )
+            answer = recv_message(conn)
+            self._awaiting[w] -= 1
+            if answer:
+                op = self._shared[self._sent[w] - self._awaiting[w] - 1][0]
+                err = WorkerError(f"worker {w} could not take {op}:\n{answer[0][1]}")
+                err.env_id, err.worker, err.traceback = None, w, answer[0][1]
+                raise err
+
     def refresh(self, wait: bool = True) -> None:
         """Brings every worker's connection up to date after the pool restarted some (taking
-        each replacement's connection and sending it the shared fds). Never raises: a
-        replacement that died (or, without ``wait``, has not connected yet) stays pending,
+        each replacement's socket and sending it the shared fds). Never raises: a
+        replacement that died (or, without ``wait``, has not taken them yet) stays pending,
         for the next refresh or the next call."""
         deadline = time.monotonic() + (self.restart_wait if wait else 0.0)
         pids = self._current_pids()
@@ -177,15 +189,6 @@ class CallChannel:
         for w in range(self.num_workers):
             if not self._sync(w, deadline):
                 self.pending = True
-
-    def _share_one(self, w: int, op: str, fd: int, data: bytes) -> None:
-        send_message(self._conns[w], (op, [], "", [], (), {}))
-        socket.send_fds(self._conns[w], [data], [fd])
-        answer = recv_message(self._conns[w])
-        if answer:
-            err = WorkerError(f"worker {w} could not take {op}:\n{answer[0][1]}")
-            err.env_id, err.worker, err.traceback = None, w, answer[0][1]
-            raise err
 
     # --- requests -------------------------------------------------------------------
 
@@ -301,10 +304,10 @@ class CallChannel:
         self._conns.clear()
         self._peers.clear()
         self._sent.clear()
+        self._awaiting.clear()
         for _, fd, _ in self._shared:
             os.close(fd)
         self._shared.clear()
-        self._listener.close()
 
 
 def _died(w: int, pid: int | None, what_next: str) -> WorkerDiedError:
@@ -336,10 +339,8 @@ def _dies(pid: int | None, grace: float = DEATH_GRACE) -> bool:
     return True
 
 
-def _peer_pid(conn: socket.socket) -> int | None:
-    """The pid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (AttributeError, OSError):
-        return None
-    return struct.unpack("3i", creds)[0]
+def _readable(conn: socket.socket, wait: float) -> bool:
+    """Whether ``conn`` has something to read (or was closed) within ``wait`` seconds."""
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
+    return bool(poller.poll(max(0, int(wait * 1000))))

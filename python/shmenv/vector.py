@@ -123,7 +123,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         pool_args = dict(
             num_workers=num_workers, batch_size=o.batch_size, seed=seed, config_json=json.dumps(resolved.config),
             autoreset=mode.value, max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
-            worker_program=program, worker_args=worker_args, worker_env=worker_env, wait=o.wait,
+            worker_program=program, worker_args=worker_args, worker_env=worker_env, call_socket=False, wait=o.wait,
             ring_depth=(3 if zero_copy_async else 2) if o.ring_depth is None else o.ring_depth,
             pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
             max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
@@ -264,14 +264,15 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     # --- calls into the envs (a side channel, not the step path) ---------------------
 
     def _start_pool(self, resolved, num_envs: int, pool_args: dict[str, Any]) -> None:
-        """Starts the workers (and, for Python envs, the call channel they connect to)."""
+        """Starts the workers (and, for Python envs, the call channel: a private socket per
+        worker process, made by the engine when it spawns it)."""
         num_workers = pool_args["num_workers"]
         if resolved.python and 1 <= num_workers <= num_envs:
             from shmenv.calls import CallChannel
 
-            # A replacement worker that does not connect is waited for as long as a step.
+            # A replacement worker that does not take the shared fds is waited for as long as a step.
             self._calls = CallChannel(num_workers, restart_wait=pool_args["step_timeout"])
-            pool_args["worker_env"] = pool_args["worker_env"] + self._calls.worker_env()
+            pool_args["call_socket"] = True
         try:
             self._pool = _shmenv.Pool(resolved.engine_id, num_envs, pool_args)
         except BaseException:
@@ -280,8 +281,9 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             raise
         self.closed = False
         if self._calls is not None:
-            # A changed pid is a restarted worker: the call channel then takes its replacement's connection.
+            # A changed pid is a restarted worker: the call channel then takes its replacement's socket.
             self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
+            self._calls.take_socket = self._pool.take_call_socket
 
     def _take_render_info(self, env0: dict, render_mode: str | None) -> str | None:
         """As Gymnasium's vector envs: ``metadata``'s render modes and fps are env 0's, and

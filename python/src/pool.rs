@@ -16,6 +16,7 @@ use shmenv_engine::protocol::UnknownAutoReset;
 use shmenv_engine::{
     with_element, AutoReset, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy, WorkerCommand,
 };
+use std::os::fd::IntoRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,9 +57,19 @@ pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize
 }
 
 /// A worker command: `program`, its arguments, extra environment.
-fn worker_command(program: String, args: Vec<String>, env: Vec<(String, String)>) -> WorkerCommand {
+fn worker_command(
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    call_socket: bool,
+) -> WorkerCommand {
     let command = args.into_iter().fold(WorkerCommand::new(program), WorkerCommand::arg);
-    env.into_iter().fold(command, |c, (k, v)| c.env(k, v))
+    let command = env.into_iter().fold(command, |c, (k, v)| c.env(k, v));
+    if call_socket {
+        command.call_socket()
+    } else {
+        command
+    }
 }
 
 /// Lets Ctrl-C end a wait: every [`SIGNAL_CHECK_EVERY`] at most, the pool's interrupt check
@@ -100,6 +111,7 @@ struct PoolArgs {
     worker_program: Option<String>,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
+    call_socket: bool,
     wait: String,
     ring_depth: usize,
     pin_workers: bool,
@@ -132,7 +144,12 @@ impl PoolArgs {
             .fair_scheduling(self.fair_scheduling)
             .cpu_affinity(if self.pin_workers { CpuAffinity::Auto } else { CpuAffinity::None });
         if let Some(program) = self.worker_program {
-            builder = builder.worker_command(worker_command(program, self.worker_args, self.worker_env));
+            builder = builder.worker_command(worker_command(
+                program,
+                self.worker_args,
+                self.worker_env,
+                self.call_socket,
+            ));
         }
         if let Some(w) = self.num_workers {
             builder = builder.num_workers(w);
@@ -205,6 +222,14 @@ impl PyPool {
     #[getter]
     fn worker_pids(&self) -> Vec<u32> {
         self.pool.as_ref().map_or_else(|| self.worker_pids.clone(), |p| p.worker_pids().to_vec())
+    }
+
+    /// The trainer's end of worker `w`'s private call socket, as `(pid, fd)`: that of the
+    /// worker's current process, once (the caller owns the fd); None when there is none
+    /// to take (a closed pool, no call socket asked for, taken already).
+    fn take_call_socket(&self, w: usize) -> Option<(u32, i32)> {
+        let socket = self.pool.as_ref()?.take_call_socket(w)?;
+        Some((socket.pid, socket.fd.into_raw_fd()))
     }
 
     /// What the pool did since it started (`Pool::stats`), as JSON with a `verdict`.

@@ -201,16 +201,16 @@ def test_replacements_dying_while_they_take_their_call_channel_cost_nothing(no_l
     pool's refresh after a restart): the step path carries on and the third one serves."""
     with make(batch_size=batch_size) as envs:
         ids = envs.reset()[1]["env_id"]
-        original, victims = CallChannel._share_one, []
+        original, victims = CallChannel._send_shared, []
 
-        def dying(channel, w, op, fd, data):
+        def dying(channel, w):
             if len(victims) < 2:
                 victims.append(channel._peers[w])
                 os.kill(victims[-1], signal.SIGKILL)
                 assert not wait_gone(victims[-1:])
-            return original(channel, w, op, fd, data)
+            return original(channel, w)
 
-        monkeypatch.setattr(CallChannel, "_share_one", dying)
+        monkeypatch.setattr(CallChannel, "_send_shared", dying)
         os.kill(envs.worker_pids[1], signal.SIGKILL)
         assert not wait_gone(envs.worker_pids[1:2])
         seen = _step_until_restarted(envs, ids, shard(1), lambda: len(victims) == 2)

@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod affinity;
+mod call_socket;
 pub mod fork;
 pub(crate) mod memory;
 pub(crate) mod process_group;
@@ -37,6 +38,7 @@ pub mod program;
 mod watch;
 
 pub use affinity::CpuAffinity;
+pub use call_socket::{CallSocket, CALL_SOCKET_ENV};
 pub(crate) use affinity::{place, runnable_tasks};
 use watch::supervise;
 
@@ -97,6 +99,25 @@ struct Shared {
     tails: Mutex<Vec<Vec<u8>>>,
     /// Respawn requests for the supervisor thread: worker index and where to answer.
     respawns: Mutex<Vec<(usize, mpsc::Sender<io::Result<u32>>)>>,
+    /// The trainer's end of each worker process's call socket, until taken
+    /// ([`WorkerCommand::call_socket`]); a respawn replaces it.
+    call_sockets: Mutex<Vec<Option<CallSocket>>>,
+}
+
+impl Shared {
+    /// Keeps worker `w`'s new call socket (dropping an untaken one of its predecessor).
+    fn keep_call_socket(&self, w: usize, pid: u32, fd: Option<OwnedFd>) {
+        let mut sockets = self.call_sockets.lock().unwrap_or_else(|p| p.into_inner());
+        sockets[w] = fd.map(|fd| CallSocket { pid, fd });
+    }
+}
+
+/// A worker process just spawned: the child, the read end of its output pipe, and the
+/// trainer's end of its call socket (when the command asks for one).
+struct Spawned {
+    child: Child,
+    output: OwnedFd,
+    call_socket: Option<OwnedFd>,
 }
 
 /// What the supervisor thread needs to start a worker (again).
@@ -127,12 +148,14 @@ pub struct WorkerCommand {
     pub args: Vec<OsString>,
     /// Environment variables set for the worker (on top of the trainer's environment).
     pub env: Vec<(OsString, OsString)>,
+    /// Whether each worker process gets a private call socket ([`WorkerCommand::call_socket`]).
+    pub call_socket: bool,
 }
 
 impl WorkerCommand {
     /// Runs `program` with no extra arguments or environment.
     pub fn new(program: impl Into<PathBuf>) -> Self {
-        WorkerCommand { program: program.into(), args: Vec::new(), env: Vec::new() }
+        WorkerCommand { program: program.into(), args: Vec::new(), env: Vec::new(), call_socket: false }
     }
 
     /// Appends an argument that goes before the worker's own.
@@ -144,6 +167,21 @@ impl WorkerCommand {
     /// Sets an environment variable for the worker.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Gives each worker process one end of a fresh, unnamed Unix socket pair, inherited at
+    /// exec (its fd number in [`CALL_SOCKET_ENV`]); the trainer takes the other end with
+    /// [`Pool::take_call_socket`](crate::Pool::take_call_socket). A replacement worker gets
+    /// a fresh pair. No other process can connect to it (see [`CallSocket`]).
+    ///
+    /// ```
+    /// use shmenv_engine::launch::WorkerCommand;
+    /// let cmd = WorkerCommand::new("python3").arg("-m").arg("shmenv.worker").call_socket();
+    /// assert!(cmd.call_socket);
+    /// ```
+    pub fn call_socket(mut self) -> Self {
+        self.call_socket = true;
         self
     }
 }
@@ -206,6 +244,7 @@ impl Supervisor {
             exits: Mutex::new(vec![None; num_workers]),
             tails: Mutex::new(vec![Vec::new(); num_workers]),
             respawns: Mutex::new(Vec::new()),
+            call_sockets: Mutex::new((0..num_workers).map(|_| None).collect()),
         });
         let (tx, rx) = mpsc::channel();
         let spawner = Spawner { command: command.clone(), label: label.to_string(), region_fd, cpus };
@@ -222,9 +261,10 @@ impl Supervisor {
                     return;
                 }
                 match spawner.spawn(w) {
-                    Ok((child, output)) => {
-                        children.push(child);
-                        outputs.push(Some(output));
+                    Ok(spawned) => {
+                        thread_shared.keep_call_socket(w, spawned.child.id(), spawned.call_socket);
+                        children.push(spawned.child);
+                        outputs.push(Some(spawned.output));
                     }
                     Err(e) => {
                         process_group::kill_and_reap(&mut children);
@@ -310,6 +350,14 @@ impl Supervisor {
         Ok(pid)
     }
 
+    /// Takes the trainer's end of worker `w`'s call socket, if the command asked for one
+    /// and it was not taken yet: the socket of the worker's current process (a respawn
+    /// replaces it), with that process's pid.
+    pub fn take_call_socket(&self, w: usize) -> Option<CallSocket> {
+        let mut sockets = self.shared.call_sockets.lock().unwrap_or_else(|p| p.into_inner());
+        sockets.get_mut(w).and_then(Option::take)
+    }
+
     /// How each worker ended (`None`: still running).
     pub fn exits(&self) -> Vec<Option<WorkerExit>> {
         self.shared.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -340,7 +388,7 @@ impl Drop for Supervisor {
 }
 
 impl Spawner {
-    fn spawn(&self, w: usize) -> io::Result<(Child, OwnedFd)> {
+    fn spawn(&self, w: usize) -> io::Result<Spawned> {
         spawn_worker(&self.command, &self.label, self.region_fd, w, self.cpus.get(w).copied().flatten())
     }
 }
@@ -351,10 +399,12 @@ fn spawn_worker(
     region_fd: RawFd,
     index: usize,
     cpu: Option<usize>,
-) -> io::Result<(Child, OwnedFd)> {
+) -> io::Result<Spawned> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     let (read_end, write_end) = output_pipe()?;
+    let call_pair = if command.call_socket { Some(call_socket::socket_pair()?) } else { None };
+    let call_fd = call_pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
     let cpu_set = cpu.map(|c| {
         // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); CPU_SET only writes
         // bit `c` of it and `c` comes from the allowed set or the caller (checked below).
@@ -391,6 +441,9 @@ fn spawn_worker(
         // for error reports.
         .stdout(Stdio::from(write_end.try_clone()?))
         .stderr(Stdio::from(write_end));
+    if let Some(fd) = call_fd {
+        cmd.env(CALL_SOCKET_ENV, fd.to_string());
+    }
     // SAFETY: the closure runs in the child between fork and exec and calls only
     // async-signal-safe functions (prctl, getppid, sched_setaffinity, fcntl, _exit) on
     // plain integers and a cpu set prepared before the fork.
@@ -412,12 +465,20 @@ fn spawn_worker(
             if libc::fcntl(region_fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // The same for the worker's end of its call socket.
+            if let Some(fd) = call_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
     // The caller names the program (`BuildError::Spawn`).
     let child = cmd.spawn()?;
-    Ok((child, read_end))
+    // The worker's end lives in the worker only: the trainer's copy closes here.
+    let call_socket = call_pair.map(|(ours, _theirs)| ours);
+    Ok(Spawned { child, output: read_end, call_socket })
 }
 
 /// A pipe for a worker's output: (read end, non-blocking; write end), both close-on-exec

@@ -61,11 +61,12 @@ impl Watched {
             let result = if stopping || self.alive.get(w) != Some(&false) {
                 Err(io::Error::other(format!("worker {w} cannot be respawned now")))
             } else {
-                spawner.spawn(w).map(|(child, output)| {
-                    let pid = child.id();
+                spawner.spawn(w).map(|spawned| {
+                    let pid = spawned.child.id();
+                    shared.keep_call_socket(w, pid, spawned.call_socket);
                     self.pidfds[w] = pidfd_open(pid);
-                    self.children[w] = child;
-                    self.outputs[w] = Some(output);
+                    self.children[w] = spawned.child;
+                    self.outputs[w] = Some(spawned.output);
                     self.alive[w] = true;
                     let mut exits = shared.exits.lock().unwrap_or_else(|p| p.into_inner());
                     exits[w] = None;

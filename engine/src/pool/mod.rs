@@ -201,6 +201,14 @@ impl Pool {
         self.core.supervisor.pids()
     }
 
+    /// Takes the trainer's end of worker `w`'s private call socket (the worker command
+    /// asked for one, [`WorkerCommand::call_socket`](crate::WorkerCommand::call_socket)):
+    /// that of the worker's current process, once; a restarted worker brings a new one.
+    /// `None` when there is none to take (no such worker, none asked for, or taken).
+    pub fn take_call_socket(&self, w: usize) -> Option<crate::launch::CallSocket> {
+        self.core.supervisor.take_call_socket(w)
+    }
+
     /// The base seed.
     pub fn seed(&self) -> u64 {
         self.core.seed

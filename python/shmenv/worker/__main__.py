@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -19,11 +20,13 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from shmenv._shmenv import run_worker
 
-    address = os.environ.pop("SHMENV_CALL_ADDRESS", None)
-    token = os.environ.pop("SHMENV_CALL_TOKEN", None)
-    if address and token and len(sys.argv) > 2:
+    # The worker's end of its private call socket, inherited from the trainer (a socketpair).
+    call_fd = os.environ.pop("SHMENV_CALL_FD", None)
+    if call_fd is not None and len(sys.argv) > 2:
+        sock = socket.socket(fileno=int(call_fd))
+        sock.set_inheritable(False)  # programs an env runs do not get it
         index = int(sys.argv[2])
-        threading.Thread(target=serve_calls, args=(address, token, index), daemon=True, name="shmenv-calls").start()
+        threading.Thread(target=serve_calls, args=(sock, index), daemon=True, name="shmenv-calls").start()
     code = run_worker(sys.argv)
     close_envs()
     return code

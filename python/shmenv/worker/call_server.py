@@ -1,7 +1,7 @@
 """The worker's side of the call channel: a daemon thread answers the trainer's
 ``call``/``get_attr``/``set_attr``/``is_wrapped``, reset options, info requests and side
 leaves (:mod:`shmenv.worker.side`) over a
-Unix socket that never touches the step path. :func:`send_message` and
+private Unix socket (inherited from the trainer) that never touches the step path. :func:`send_message` and
 :func:`recv_message` frame the messages on both sides (the trainer's is
 :mod:`shmenv.calls`)."""
 
@@ -80,19 +80,15 @@ def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> 
     raise ValueError(f"unknown call op {op!r}")
 
 
-def serve_calls(address: str, token: str, index: int) -> None:
-    """Connects to the trainer's call channel at `address` (an abstract Unix socket),
-    introduces itself with `token` and worker `index`, and answers requests until the
-    trainer closes it."""
+def serve_calls(sock: socket.socket, index: int) -> None:
+    """Answers the trainer's requests on `sock` (this worker's end of the socket pair the
+    trainer made before spawning it; worker `index`) until the trainer closes it."""
     from shmenv import infos
     from shmenv.worker import side
 
     envs, reset_options = worker._ENVS, worker.RESET_OPTIONS
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect("\0" + address)
-        send_message(sock, (token, index))
         while True:
             try:
                 op, local, name, values, args, kwargs = recv_message(sock)
