@@ -38,8 +38,8 @@ pub mod program;
 mod watch;
 
 pub use affinity::CpuAffinity;
-pub use call_socket::{CallSocket, CALL_SOCKET_ENV};
 pub(crate) use affinity::{place, runnable_tasks};
+pub use call_socket::{CallSocket, CALL_SOCKET_ENV};
 use watch::supervise;
 
 /// The first argument that tells a worker program it was started by a pool.
