@@ -63,15 +63,88 @@ def worker_mode(mode: str | tuple) -> str:
 def raise_mismatch(mode: str | tuple, answers: list[tuple[str | None, str | None]], obs: Space, act: Space) -> None:
     """Raises Gymnasium's ``RuntimeError`` for the first env whose spaces the workers found
     different from the pool's (``answers``: per env, its observation and action space as
-    printed when they differ, else None; ``obs``, ``act``: the pool's single spaces)."""
-    which = "the given single_observation_space" if isinstance(mode, tuple) else "env 0"
-    for i, (bad_obs, _) in enumerate(answers):
-        if bad_obs is not None:
-            message = SAME_MESSAGE if mode == "same" else DIFFERENT_MESSAGE
-            raise RuntimeError(message.format(detail=f"Env {i} has {bad_obs}, {which} has {obs}."))
-    for i, (_, bad_act) in enumerate(answers):
-        if bad_act is not None:
-            raise RuntimeError(ACTION_MESSAGE.format(space=act, detail=f"Env {i} has {bad_act}."))
+    printed when they differ, else None; ``obs``, ``act``: the pool's single spaces).
+
+    Env 0's own space is compared with its copy from the trainer, so when env 0 differs the
+    space does not equal a copy of itself: the message then names env 0 and the next env
+    that differs, and says when a space class lacks ``__eq__`` (its instances compare by
+    identity, so no two envs' spaces can be equal) and what to do."""
+    given = isinstance(mode, tuple)
+    which = "the given single_observation_space" if given else "env 0"
+    bad = [i for i, (o, _) in enumerate(answers) if o is not None]
+    if bad:
+        i, printed = _pair(bad, answers, 0, given)
+        message = SAME_MESSAGE if mode == "same" else DIFFERENT_MESSAGE
+        if i == 0 and not given:
+            detail = f"Env 0 has {answers[0][0]}, which does not equal a copy of itself."
+        else:
+            detail = f"Env {i} has {answers[i][0]}, {which} has {printed or obs}."
+        hint, cause = _unequal_hint(obs, answers[i][0], bad[0] == 0 and not given, "observation")
+        if cause:  # not two spaces meant to differ: observation_mode='different' is no answer
+            message = message.split(" If this is intentional")[0]
+        raise RuntimeError(message.format(detail=detail + hint))
+    bad = [i for i, (_, a) in enumerate(answers) if a is not None]
+    if bad:
+        i, _ = _pair(bad, answers, 1, False)
+        hint, _ = _unequal_hint(act, answers[i][1], bad[0] == 0, "action")
+        raise RuntimeError(ACTION_MESSAGE.format(space=act, detail=f"Env {i} has {answers[i][1]}." + hint))
+
+
+def _pair(bad: list[int], answers: list, k: int, given: bool) -> tuple[int, str | None]:
+    """The env to name: the first that differs, but when that is env 0 (whose space then
+    does not equal its own copy), the next that differs, if any, so that the message names
+    two envs; and what env 0 has as printed, when the other is named."""
+    if bad[0] != 0 or given or len(bad) < 2:
+        return bad[0], None
+    return bad[1], answers[0][k]
+
+
+def _unequal_hint(space: Space, printed: str, self_unequal: bool, what: str) -> tuple[str, bool]:
+    """Why ``space`` (the pool's) and an env's (``printed``) may be unequal when that is not
+    plain, and whether that is the cause (no real difference): a space class without
+    ``__eq__``, or env 0's space unequal to its own copy (``self_unequal``)."""
+    missing = sorted({type(s).__qualname__ for s in _parts(space) if type(s).__eq__ is object.__eq__})
+    if missing:
+        names = ", ".join(missing)
+        alike = printed == repr(space)
+        text = (
+            f" {'The spaces differ only because' if alike else 'They cannot be equal:'} {names} "
+            f"{'does' if len(missing) == 1 else 'do'} not define __eq__, so its instances compare by identity and "
+            f"no two envs' {what} spaces (nor a space and its copy) are ever equal (AsyncVectorEnv refuses them "
+            f"too). Define __eq__ on {names} to compare what defines the space (as Gymnasium's own "
+            "spaces do)."
+        )
+        return text, alike
+    cls = type(space).__qualname__
+    if self_unequal:
+        text = (
+            f" Env 0's {what} space does not equal its own copy (pickled to the trainer and back): {cls}.__eq__ "
+            "must return True for an equal copy (compare what defines the space, not its identity or random "
+            "generator)."
+        )
+        return text, True
+    if printed == repr(space):
+        return f" The two print alike: {cls}.__eq__ tells them apart by something not printed.", False
+    return "", False
+
+
+def _parts(space: Space):
+    """``space`` and every space inside it (Dict, Tuple, OneOf, Sequence, Graph)."""
+    from gymnasium import spaces
+
+    yield space
+    if isinstance(space, spaces.Dict):
+        inner = list(space.spaces.values())
+    elif isinstance(space, (spaces.Tuple, spaces.OneOf)):
+        inner = list(space.spaces)
+    elif isinstance(space, spaces.Sequence):
+        inner = [space.feature_space]
+    elif isinstance(space, spaces.Graph):
+        inner = [s for s in (space.node_space, space.edge_space) if s is not None]
+    else:
+        inner = []
+    for part in inner:
+        yield from _parts(part)
 
 
 _SPEC_MISMATCH = re.compile(r"worker 0 reports (\{.*\}), worker (\d+) reports (\{.*\}); an env's spaces")
