@@ -19,7 +19,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("task_id", [None, 5, b"CartPole-v1"])
 def test_a_task_id_that_is_not_a_str_is_a_typed_error(task_id):
     for make in (envpool.make, envpool.make_gym, envpool.make_spec):
-        with pytest.raises(InvalidArgumentTypeError, match=rf"task_id must be a str, got {re_escape(task_id)}.*list_all_envs"):
+        match = rf"task_id must be a str, got {re_escape(task_id)}.*list_all_envs"
+        with pytest.raises(InvalidArgumentTypeError, match=match):
             make(task_id, num_envs=1)
 
 
@@ -53,7 +54,8 @@ def test_a_bool_seed_is_refused():
 
 @pytest.mark.parametrize("flag", ["trainer_shard", "copy", "pin_workers", "fair_scheduling", "pool_infos"])
 def test_make_vec_flags_take_only_bools(flag, no_leaks):
-    with pytest.raises(InvalidArgumentTypeError, match=rf"make_vec\(\): {flag} must be True or False, got 'yes' \(str\); pass {flag}=True"):
+    match = rf"make_vec\(\): {flag} must be True or False, got 'yes' \(str\); pass {flag}=True"
+    with pytest.raises(InvalidArgumentTypeError, match=match):
         shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: "yes"})
     with pytest.raises(InvalidArgumentTypeError, match=rf"{flag} must be True or False, got 1 \(int\)"):
         shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: 1})
@@ -93,7 +95,8 @@ def test_float_env_ids_are_refused_not_truncated(no_leaks):
     try:
         sync.reset()
         for env_id in (0.5, np.array([0.5]), np.array([1.0, 3.0]), [True, False]):
-            with pytest.raises(InvalidArgumentTypeError, match=r"env_id must hold integers \(env ids are ints from 0 to 3\).*not truncated"):
+            match = r"env_id must hold integers \(env ids are ints from 0 to 3\).*not truncated"
+            with pytest.raises(InvalidArgumentTypeError, match=match):
                 sync.reset(env_id)
         with pytest.raises(InvalidArgumentTypeError, match=r"got \[0.0, 1.0, 2.0, 3.0\] \(dtype float64\)"):
             sync.step(np.zeros(4, np.int32), np.arange(4, dtype=np.float64))
