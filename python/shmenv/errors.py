@@ -36,6 +36,18 @@ class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
     (a ``reset_mask`` that is not bool)."""
 
 
+class NotEnoughMemoryError(BuildError, MemoryError):
+    """The pool would not fit in the memory this process may use (``MemAvailable`` or the
+    limit of its memory cgroup, v1 or v2), checked before any worker starts: ``num_envs``
+    asked for, ``needed`` (estimated bytes: the shared region and the workers' envs),
+    ``available`` (bytes), ``fits`` (the most envs that fit)."""
+
+    num_envs: int
+    needed: int
+    available: "int | None"
+    fits: int
+
+
 class StepError(Error):
     """A call on a running pool failed."""
 
@@ -137,6 +149,7 @@ __all__ = [
     "ConfigError",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
+    "NotEnoughMemoryError",
     "StepError",
     "ActionError",
     "ActionTypeError",

@@ -62,13 +62,23 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         BuildError::WorkerDied { worker, pid, exit, .. } => {
             worker_died(py, message, worker, pid, None, &exit, String::new())
         }
+        BuildError::NotEnoughMemory { num_envs, region, workers, fits, room, .. } => raise(
+            py,
+            "NotEnoughMemoryError",
+            message,
+            vec![
+                ("num_envs", obj(py, num_envs)),
+                ("needed", obj(py, region.saturating_add(workers))),
+                ("available", obj(py, room.room())),
+                ("fits", obj(py, fits)),
+            ],
+        ),
         // The rest have no more specific class: `BuildError` with the message.
         BuildError::Plugin { .. }
         | BuildError::WorkerProgramNotFound { .. }
         | BuildError::NotServingWorkers
         | BuildError::Spawn { .. }
         | BuildError::Region { .. }
-        | BuildError::NotEnoughMemory { .. }
         | BuildError::WorkerFailed { .. }
         | BuildError::SpecMismatch { .. }
         | BuildError::TrainerShard(_)
