@@ -19,7 +19,8 @@ NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_
 
 
 class EnvCalls:
-    """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``_check_open``, ``_calls`` (the
+    """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``_caller`` (the one-caller
+    guard), ``_check_open``, ``_calls`` (the
     channel, None for native envs), ``_shards``, ``num_envs``, ``env_id``, ``spec``, single
     spaces, ``_pool``, ``_infos``, ``_assembly``, ``is_async``, ``_restart`` (the pool
     restarts dead workers), ``_has_reset`` and ``_restarted_by_calls`` it uses."""
@@ -49,7 +50,12 @@ class EnvCalls:
 
     def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
         """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
-        Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`."""
+        Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`.
+        Raises :class:`UsageError` while another thread is inside a call on this pool."""
+        with self._caller:
+            return self._env_call(op, name, env_ids, values, args, kwargs)
+
+    def _env_call(self, op: str, name: str, env_ids, values, args: tuple, kwargs: dict | None):
         self._check_open()
         if self._calls is None:
             if op in ("get", "call") and name in NATIVE_ATTRS:

@@ -31,6 +31,7 @@ from shmenv.errors import (
 )
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
+from shmenv.caller import OneCaller
 from shmenv.env_calls import EnvCalls
 from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
@@ -82,6 +83,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def __init__(self, env: Any, num_envs: int, **options: Any):
         o = PoolOptions.of("make_vec", options)
         self.closed = True  # until the pool exists, so __del__ has nothing to close
+        # Held by every call but the native one-call path (the extension guards that one).
+        self._caller = OneCaller()
         self._calls = None
         self._infos: InfoArea | None = None
         self._restart = o.max_restarts is not None
@@ -190,6 +193,10 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         ``reset`` (hosted Python envs). In async mode returns the first
         ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
+        with self._caller:
+            return self._reset(seed, options)
+
+    def _reset(self, seed: int | Sequence[int | None] | None, options: dict | None):
         self._check_open()
         if self._pending is not None or self._abandoned is not None:
             self._refuse_if_pending("reset")
@@ -243,17 +250,23 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self.is_async:
             if self._one_call:
                 return self._pool.send_recv_gym(actions, env_ids, self.pool_infos, self._stats_key)
-            self.send(actions, env_ids)
-            return self.recv()
+            with self._caller:
+                self.send(actions, env_ids)
+                return self.recv()
         if self._one_call:
             return self._pool.step_gym(actions, self.pool_infos, self._stats_key)
-        res = self._pool.step(self._actions(actions, None))
-        self._follow_restarts(res)
-        return self._note_restarts(res, self._unpack(res))
+        with self._caller:
+            res = self._pool.step(self._actions(actions, None))
+            self._follow_restarts(res)
+            return self._note_restarts(res, self._unpack(res))
 
     def close_extras(self, **kwargs: Any):
         """Closes the pool (``AsyncVectorEnv``'s ``timeout``/``terminate`` are accepted: the
         workers stop within the shutdown grace, then are killed)."""
+        with self._caller:
+            self._close()
+
+    def _close(self) -> None:
         self._close_pending()
         self._pool.close()
         if self._calls is not None:
@@ -351,7 +364,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self._one_call:
             return self._pool.send_gym(actions, env_ids)
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        self._pool.send(self._actions(actions, ids), ids)
+        with self._caller:
+            self._pool.send(self._actions(actions, ids), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -359,13 +373,15 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         ``infos["env_id"]`` (int32) saying which env each row is."""
         if self._one_call:
             return self._pool.recv_gym(self.pool_infos, self._stats_key)
-        res = self._pool.recv()
-        self._follow_restarts(res)
-        return self._note_restarts(res, self._unpack(res))
+        with self._caller:
+            res = self._pool.recv()
+            self._follow_restarts(res)
+            return self._note_restarts(res, self._unpack(res))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
-        self._pool.async_reset()
+        with self._caller:
+            self._pool.async_reset()
 
     # --- shmenv extras ---------------------------------------------------------------
 
@@ -378,7 +394,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         (``others_share``); and a verdict ("contended", "oversubscribed", "env-bound",
         "trainer-bound", "sync-bound"). See docs/profiling.md; ``shmenv top --pid <this
         pid>`` shows the same live."""
-        return json.loads(self._pool.stats_json())
+        with self._caller:
+            return json.loads(self._pool.stats_json())
 
     @property
     def episode_stats_key(self) -> str:

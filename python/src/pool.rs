@@ -207,34 +207,36 @@ impl PyPool {
 
     /// The env spec (observation arrays, action space) as canonical JSON.
     #[getter]
-    fn spec_json(&self) -> &str {
-        &self.spec_json
+    fn spec_json(slf: &Bound<'_, Self>) -> PyResult<String> {
+        Ok(Self::shared(slf)?.spec_json.clone())
     }
 
     /// The keep-alive object every returned array has as its numpy `base`.
     #[getter]
-    fn lease(&self, py: Python<'_>) -> Py<Lease> {
-        self.results.lease.clone_ref(py)
+    fn lease(slf: &Bound<'_, Self>) -> PyResult<Py<Lease>> {
+        Ok(Self::shared(slf)?.results.lease.clone_ref(slf.py()))
     }
 
     /// Process ids of the workers (current ones, restarted workers included; after
     /// `close()` the last ones, to check they are gone).
     #[getter]
-    fn worker_pids(&self) -> Vec<u32> {
-        self.pool.as_ref().map_or_else(|| self.worker_pids.clone(), |p| p.worker_pids().to_vec())
+    fn worker_pids(slf: &Bound<'_, Self>) -> PyResult<Vec<u32>> {
+        let this = Self::shared(slf)?;
+        Ok(this.pool.as_ref().map_or_else(|| this.worker_pids.clone(), |p| p.worker_pids().to_vec()))
     }
 
     /// The trainer's end of worker `w`'s private call socket, as `(pid, fd)`: that of the
     /// worker's current process, once (the caller owns the fd); None when there is none
     /// to take (a closed pool, no call socket asked for, taken already).
-    fn take_call_socket(&self, w: usize) -> Option<(u32, i32)> {
-        let socket = self.pool.as_ref()?.take_call_socket(w)?;
-        Some((socket.pid, socket.fd.into_raw_fd()))
+    fn take_call_socket(slf: &Bound<'_, Self>, w: usize) -> PyResult<Option<(u32, i32)>> {
+        let this = Self::shared(slf)?;
+        let socket = this.pool.as_ref().and_then(|p| p.take_call_socket(w));
+        Ok(socket.map(|s| (s.pid, s.fd.into_raw_fd())))
     }
 
     /// What the pool did since it started (`Pool::stats`), as JSON with a `verdict`.
-    fn stats_json(&self) -> PyResult<String> {
-        let report = self.pool()?.stats();
+    fn stats_json(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let report = Self::shared(slf)?.pool()?.stats();
         let mut v = serde_json::to_value(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;
         v["verdict"] = report.verdict().into();
         Ok(v.to_string())
@@ -242,32 +244,33 @@ impl PyPool {
 
     /// The base seed of the first reset (the `seed` given, or the one drawn from the clock).
     #[getter]
-    fn seed(&self) -> PyResult<u64> {
-        Ok(self.pool()?.seed())
+    fn seed(slf: &Bound<'_, Self>) -> PyResult<u64> {
+        Ok(Self::shared(slf)?.pool()?.seed())
     }
 
     /// Restarts so far, per worker.
     #[getter]
-    fn restarts(&self) -> PyResult<Vec<u32>> {
-        Ok(self.pool()?.restarts().to_vec())
+    fn restarts(slf: &Bound<'_, Self>) -> PyResult<Vec<u32>> {
+        Ok(Self::shared(slf)?.pool()?.restarts().to_vec())
     }
 
     /// The env range `(start, end)` of each worker.
-    fn shards(&self) -> PyResult<Vec<(usize, usize)>> {
-        let pool = self.pool()?;
+    fn shards(slf: &Bound<'_, Self>) -> PyResult<Vec<(usize, usize)>> {
+        let this = Self::shared(slf)?;
+        let pool = this.pool()?;
         Ok((0..pool.num_workers()).map(|w| pool.shard(w)).map(|r| (r.start, r.end)).collect())
     }
 
     /// Whether `close()` was called.
     #[getter]
-    fn closed(&self) -> bool {
-        self.pool.is_none()
+    fn closed(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        Ok(Self::shared(slf)?.pool.is_none())
     }
 
     /// Envs with an action in flight (async mode).
     #[getter]
-    fn in_flight(&self) -> PyResult<usize> {
-        Ok(self.pool()?.in_flight())
+    fn in_flight(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Ok(Self::shared(slf)?.pool()?.in_flight())
     }
 
     /// Resets every env (seeding env `i` with `seed + i` when `seed` is given, or on the
@@ -490,13 +493,23 @@ impl PyPool {
 
     /// The pool for one call, or a `UsageError` while another thread is inside a call.
     fn exclusive<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRefMut<'py, Self>> {
-        slf.try_borrow_mut().map_err(|_| {
-            let message = "this pool is in a call from another thread: a pool is used from one thread at a \
-                           time; give each thread its own pool, or guard this one with a lock"
-                .to_string();
-            crate::errors::raise(slf.py(), "UsageError", message, vec![])
-        })
+        slf.try_borrow_mut().map_err(|_| busy(slf.py()))
     }
+
+    /// The pool for a read (stats, pids, shards), or a `UsageError` while another thread
+    /// is inside a call (rather than PyO3's bare `RuntimeError: Already mutably borrowed`).
+    fn shared<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRef<'py, Self>> {
+        slf.try_borrow().map_err(|_| busy(slf.py()))
+    }
+}
+
+/// The error for a call made while another thread is inside one on the same pool.
+fn busy(py: Python<'_>) -> PyErr {
+    let message =
+        "this pool is in a call from another thread: a pool is used from one thread at a time; give \
+                   each thread its own pool, or guard this one with a lock"
+            .to_string();
+    crate::errors::raise(py, "UsageError", message, vec![])
 }
 
 fn closed() -> PyErr {
