@@ -1,5 +1,6 @@
 //! Errors of each pool operation. Every message says what went wrong and what to do.
 
+pub use crate::launch::memory::OomKill;
 use crate::launch::WorkerExit;
 use crate::spec::DType;
 use std::fmt;
@@ -95,7 +96,7 @@ pub enum BuildError {
          ring_depth, or raise the memory limit",
         crate::launch::memory::human(region.saturating_add(*workers)),
         region.saturating_add(*workers),
-        need_parts(*region, *workers, *per_env),
+        crate::launch::memory::need_parts(*region, *workers, *per_env),
         crate::launch::memory::human(room.room().unwrap_or(0)),
         room.describe()
     )]
@@ -118,7 +119,7 @@ pub enum BuildError {
     /// A worker process ended during start-up.
     #[error(
         "worker {worker} (pid {pid}) {} during start-up; its stderr is above. {}",
-        died_how(exit, oom_kill.as_ref()),
+        crate::launch::memory::died_how(exit, oom_kill.as_ref()),
         startup_death_hint(program, plugin.as_deref(), exit, oom_kill.as_ref())
     )]
     WorkerDied {
@@ -482,50 +483,6 @@ pub enum ViewError {
     /// Final observations exist only with `AutoReset::SameStep`.
     #[error("final observations are only kept with AutoReset::SameStep")]
     NoFinalObs,
-}
-
-/// What a pool needs, in parts: "the shared-memory region 1.20 GiB and the workers' envs
-/// 3.40 GiB (144 bytes per env)".
-fn need_parts(region: u64, workers: u64, per_env: u64) -> String {
-    let human = crate::launch::memory::human;
-    if workers == 0 {
-        format!(
-            "the shared-memory region {} (the workers' envs, built already, hold their own)",
-            human(region)
-        )
-    } else {
-        format!(
-            "the shared-memory region {} (at least, before the env's spec is known) and the workers' envs {} \
-             (an estimated {per_env} bytes per env)",
-            human(region),
-            human(workers)
-        )
-    }
-}
-
-/// A kernel OOM kill seen on a counter between a pool's start and a worker's death.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OomKill {
-    /// The counter: a cgroup's `memory.events` (v2) or `memory.oom_control` (v1), or
-    /// `/proc/vmstat`, whose `oom_kill` count rose.
-    pub counter: PathBuf,
-    /// Its count when the pool started.
-    pub before: u64,
-    /// Its count when the worker was found dead.
-    pub after: u64,
-}
-
-/// How a worker ended: its exit, or the OOM killer.
-fn died_how(exit: &WorkerExit, oom_kill: Option<&OomKill>) -> String {
-    match oom_kill {
-        Some(k) => format!(
-            "was killed by the OOM killer (memory) ({exit}; oom_kill in {} went from {} to {})",
-            k.counter.display(),
-            k.before,
-            k.after
-        ),
-        None => exit.to_string(),
-    }
 }
 
 /// [`PoolFailure::Timeout`]'s message. With no worker behind (`workers` empty), what did

@@ -200,10 +200,10 @@ impl OomWatch {
     }
 
     /// The first counter that rose from `self` to `now`: the file, and both counts.
-    pub(crate) fn rose(&self, now: &OomWatch) -> Option<crate::error::OomKill> {
+    pub(crate) fn rose(&self, now: &OomWatch) -> Option<OomKill> {
         self.counters.iter().find_map(|before| {
             let after = now.counters.iter().find(|c| c.file == before.file)?;
-            (after.kills > before.kills).then(|| crate::error::OomKill {
+            (after.kills > before.kills).then(|| OomKill {
                 counter: before.file.clone(),
                 before: before.kills,
                 after: after.kills,
@@ -213,8 +213,51 @@ impl OomWatch {
 
     /// Whether the OOM killer killed something since `self` was read (reads the counters
     /// again).
-    pub(crate) fn kill_since(&self) -> Option<crate::error::OomKill> {
+    pub(crate) fn kill_since(&self) -> Option<OomKill> {
         self.rose(&OomWatch::read())
+    }
+}
+
+/// What a pool needs, in parts: "the shared-memory region 1.20 GiB and the workers' envs
+/// 3.40 GiB (144 bytes per env)".
+pub(crate) fn need_parts(region: u64, workers: u64, per_env: u64) -> String {
+    if workers == 0 {
+        format!(
+            "the shared-memory region {} (the workers' envs, built already, hold their own)",
+            human(region)
+        )
+    } else {
+        format!(
+            "the shared-memory region {} (at least, before the env's spec is known) and the workers' envs {} \
+             (an estimated {per_env} bytes per env)",
+            human(region),
+            human(workers)
+        )
+    }
+}
+
+/// A kernel OOM kill seen on a counter between a pool's start and a worker's death.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomKill {
+    /// The counter: a cgroup's `memory.events` (v2) or `memory.oom_control` (v1), or
+    /// `/proc/vmstat`, whose `oom_kill` count rose.
+    pub counter: PathBuf,
+    /// Its count when the pool started.
+    pub before: u64,
+    /// Its count when the worker was found dead.
+    pub after: u64,
+}
+
+/// How a worker ended: its exit, or the OOM killer.
+pub(crate) fn died_how(exit: &crate::launch::WorkerExit, oom_kill: Option<&OomKill>) -> String {
+    match oom_kill {
+        Some(k) => format!(
+            "was killed by the OOM killer (memory) ({exit}; oom_kill in {} went from {} to {})",
+            k.counter.display(),
+            k.before,
+            k.after
+        ),
+        None => exit.to_string(),
     }
 }
 
