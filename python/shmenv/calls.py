@@ -40,8 +40,13 @@ class CallChannel:
     pool's step timeout, else ``timeout``). The pool sets :attr:`worker_pids` and
     :attr:`take_socket` once it runs."""
 
-    def __init__(self, num_workers: int, timeout: float = 60.0, restart_wait: float | None = None):
+    def __init__(
+        self, num_workers: int, timeout: float = 60.0, restart_wait: float | None = None, replaces_workers: bool = False
+    ):
         self.num_workers = num_workers
+        # Whether the pool restarts dead workers (``max_restarts``): then infos that died
+        # with a worker are given up (its envs come back restarted); else they raise.
+        self.replaces_workers = replaces_workers
         self.timeout = timeout
         self.restart_wait = timeout if restart_wait is None else restart_wait
         self._conns: dict[int, socket.socket] = {}
@@ -208,7 +213,9 @@ class CallChannel:
         A worker found dead (before or during the request) is handed to ``revive(workers)``,
         which has the pool restart it (or raises), and the request goes to the replacement;
         without ``revive`` a dead worker raises :class:`WorkerDiedError`. Op ``"infos"``
-        never revives: a dead worker's kept infos died with it (it answers none)."""
+        never revives: a dead worker's kept infos died with it; under a restart policy it
+        answers none (its envs come back restarted), else it raises
+        :class:`WorkerDiedError`, as the batch that lost them must."""
         by_worker: dict[int, list[int]] = {}
         for k, e in enumerate(env_ids):
             w = next(w for w, (a, b) in enumerate(shards) if a <= e < b)
@@ -244,6 +251,11 @@ class CallChannel:
             gone = self._exchange(todo, answers, deadline)
             if not gone:
                 return answers
+            if op == "infos" and not self.replaces_workers:
+                w = gone[0]
+                raise _died(w, self._last_pid(w), "this batch's infos of its envs died with it; the pool has no "
+                            "restart policy, so it is closed; build a new one (with max_restarts=n dead workers "
+                            "are replaced)")
             if op == "infos":
                 answers.update({w: [(True, {})] * len(messages[w][1]) for w in gone})
                 return answers

@@ -27,6 +27,7 @@ from shmenv.errors import (
     BuildError,
     InvalidArgumentError,
     UsageError,
+    WorkerDiedError,
     WorkerError,
 )
 from shmenv.spaces import modes
@@ -284,7 +285,9 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             from shmenv.calls import CallChannel
 
             # A replacement worker that does not take the shared fds is waited for as long as a step.
-            self._calls = CallChannel(num_workers, restart_wait=pool_args["step_timeout"])
+            self._calls = CallChannel(
+                num_workers, restart_wait=pool_args["step_timeout"], replaces_workers=self._restart
+            )
             pool_args["call_socket"] = True
         try:
             self._pool = _shmenv.Pool(resolved.engine_id, num_envs, pool_args)
@@ -509,7 +512,15 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         taken = self._pool.take_infos(infos)
         if taken is not None:
             same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-            self._infos.add_kept(infos, taken, res, self._calls, self._shards, same_step)
+            try:
+                self._infos.add_kept(infos, taken, res, self._calls, self._shards, same_step)
+            except WorkerDiedError as e:
+                # The worker died while it sent this batch's infos: the batch raises, and
+                # without a restart policy the pool is closed, as after a death in a step.
+                if e.worker is not None:
+                    e.env_ids = list(range(*self._shards[e.worker]))
+                self.close()
+                raise
 
 
 @with_options
