@@ -5,7 +5,7 @@
 use crate::host::{run_command, shard_report, NoScope};
 use crate::registry::Registry;
 use crate::shard::EnvShard;
-use shmenv_engine::launch::fork::Place;
+use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::pool::TrainerShard;
 use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
@@ -33,7 +33,7 @@ pub fn trainer_shard(
 ) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
     move |params: &PoolParams| {
         let mut shard = EnvShard::new(&registry, params, params.trainer_envs()).map_err(shard_report)?;
-        shard.set_place(Place::Trainer);
+        shard.stop_forked_copies(Owner::current(), Place::Trainer);
         Ok(Box::new(InTrainer { shard }) as Box<dyn TrainerShard>)
     }
 }

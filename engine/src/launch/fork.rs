@@ -162,8 +162,6 @@ pub enum Place {
     Worker(usize),
     /// In the trainer, stepping its own shard.
     Trainer,
-    /// In a process stepping envs for itself (an in-process loop).
-    InProcess,
 }
 
 /// `place` and `env` as words: "of shmenv worker 0, in env 3".
@@ -174,7 +172,6 @@ impl std::fmt::Display for Where {
         match self.0 {
             Place::Worker(worker) => write!(f, "of shmenv worker {worker}")?,
             Place::Trainer => f.write_str("of the trainer, stepping its own shard")?,
-            Place::InProcess => f.write_str("stepping envs in-process")?,
         }
         match self.1 {
             Some(env) => write!(f, ", in env {env}"),

@@ -224,7 +224,7 @@ impl Worker {
             Ok(s) => s,
             Err(e) => return self.fail(shard_report(e)),
         };
-        shard.set_place(Place::Worker(self.index));
+        shard.stop_forked_copies(self.owner, Place::Worker(self.index));
         self.report(&WorkerReport::Spec(shard.spec().to_json()), WorkerStatus::Reported);
         if self.next_command().is_err() {
             return exit_code::CLOSED;

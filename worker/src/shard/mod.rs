@@ -59,10 +59,10 @@ pub struct EnvShard {
     sampling: bool,
     tick: u32,
     hist: [u64; stats::HIST_BUCKETS],
-    /// The process that built the shard, and where it steps it: a copy that env code makes
-    /// with `fork()` is stopped as soon as the env call returns (`launch::fork`).
-    owner: Owner,
-    place: Place,
+    /// The process that steps the shard into a pool's region, and where (a worker, the
+    /// trainer): a copy that env code makes with `fork()` is stopped as soon as the env call
+    /// returns (`launch::fork`). `None` for in-process loops (local rows: nothing shared).
+    guard: Option<(Owner, Place)>,
 }
 
 impl EnvShard {
@@ -73,13 +73,11 @@ impl EnvShard {
         params: &PoolParams,
         range: Range<usize>,
     ) -> Result<EnvShard, ShardError> {
-        let owner = Owner::current();
         let source = match params.plugin.as_deref() {
             Some(path) => Source::Plugin(Plugin::load(Path::new(path))?),
             None => Source::Registry(registry),
         };
         let (envs, batch) = source.make_all(&params.env_id, &params.config, range.len())?;
-        owner.stop_if_copy(Place::InProcess, None);
         let spec = envs.first().map(|e| e.spec()).ok_or(ShardError::Empty)?;
         let spec = EnvSpec { max_episode_steps: source.max_episode_steps(&params.env_id), ..spec };
         for (i, e) in envs.iter().enumerate().skip(1) {
@@ -106,22 +104,24 @@ impl EnvShard {
             sampling: params.stats,
             tick: 0,
             hist: [0; stats::HIST_BUCKETS],
-            owner,
-            place: Place::InProcess,
+            guard: None,
         })
     }
 
-    /// Says where the shard is stepped (a worker, the trainer), for the line a forked copy
-    /// prints when it is stopped.
-    pub fn set_place(&mut self, place: Place) {
-        self.place = place;
+    /// From now on, a copy of `owner` (the process stepping the shard into a pool's region,
+    /// at `place`) that env code makes with `fork()` is stopped as soon as the env call
+    /// returns, before it writes a row or goes back to the host's loop.
+    pub fn stop_forked_copies(&mut self, owner: Owner, place: Place) {
+        self.guard = Some((owner, place));
     }
 
     /// Stops this process if env code (of env `i`, or of the batched call: `None`) made it
-    /// with `fork()`: the copy must not write a row nor go on to the host's loop.
+    /// with `fork()` (see [`EnvShard::stop_forked_copies`]).
     #[inline(always)]
     fn stop_if_copy(&self, i: Option<usize>) {
-        self.owner.stop_if_copy(self.place, i.map(|i| self.range.start + i));
+        if let Some((owner, place)) = &self.guard {
+            owner.stop_if_copy(*place, i.map(|i| self.range.start + i));
+        }
     }
 
     /// Episodes begun so far (commanded and automatic resets).
