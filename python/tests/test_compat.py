@@ -106,7 +106,9 @@ def test_a_close_that_hangs_is_cut_short_and_the_worker_killed(tmp_path, no_leak
     envs.reset(seed=0)
     start = time.monotonic()
     envs.close()
-    assert time.monotonic() - start < 5.0
+    took = time.monotonic() - start
+    # Cut short: the pool did not wait for the env's 30 s close (and the env never finished it).
+    assert took < config["close_delay"], f"close took {took:.1f} s, the env's whole close_delay"
     assert list(tmp_path.iterdir()) == []
 
 

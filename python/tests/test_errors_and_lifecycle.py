@@ -190,9 +190,10 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_promptly():
         out, err = proc.communicate()
         raise AssertionError(f"Ctrl-C not honoured in 50 s; threads (state, wchan): {where}; stdout {out!r}; stderr {err!r}")
     took = time.monotonic() - sent
-    assert "KeyboardInterrupt" in out, (out, err)
-    # Far less than the 60 s the step would take: the wait gave up.
-    assert took < 30, f"Ctrl-C took {took:.1f} s to be honoured"
+    # Honoured within the 50 s above, before the step could end: its 60 s are of CPU time
+    # (Burn-v0 burns CPU, not wall time), which no machine gives a worker in less than 60 s
+    # of wall time, however busy. So the wait gave up.
+    assert "KeyboardInterrupt" in out, f"Ctrl-C honoured after {took:.1f} s without a KeyboardInterrupt: {(out, err)}"
     assert not wait_gone(pids), f"workers left behind after Ctrl-C: {pids}"
 
 

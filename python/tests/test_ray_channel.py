@@ -19,16 +19,21 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class Handler:
-    """Echoes payloads; ``sleep`` waits first; ``fail`` raises; ``send`` is remembered."""
+    """Echoes payloads; ``sleep`` waits first; ``hold`` waits until ``release`` is set (at
+    most 30 s); ``fail`` raises; ``send`` is remembered."""
 
     def __init__(self):
         self.sent: list = []
         self.calls = 0
+        self.release = threading.Event()
 
     def __call__(self, method, payload):
         self.calls += 1
         if method == "sleep":
             time.sleep(payload)
+            return payload
+        if method == "hold":
+            self.release.wait(30)
             return payload
         if method == "fail":
             raise WorkerError(f"env {payload} failed")
@@ -75,16 +80,19 @@ def test_errors_come_back_as_the_actor_raised_them(server):
 
 
 def test_wait_returns_the_replies_ready_first():
-    servers = [StepServer("127.0.0.1", Handler()) for _ in range(2)]
+    handlers = [Handler() for _ in range(2)]
+    servers = [StepServer("127.0.0.1", h) for h in handlers]
     try:
         slow, fast = (Channel(s.address) for s in servers)
-        late, early = slow.request("sleep", 0.5), fast.request("sleep", 0.0)
-        start = time.monotonic()
-        assert wait([late, early], num_returns=1) == [early]
-        assert time.monotonic() - start < 0.4
+        # The late reply cannot come before it is released, however slow the machine.
+        late, early = slow.request("hold", 0.5), fast.request("sleep", 0.0)
+        assert wait([late, early], num_returns=1) == [early], "the reply that was ready first"
+        handlers[0].release.set()
         assert set(wait([late, early], num_returns=2)) == {late, early}
         assert (late.get(), early.get()) == (0.5, 0.0)
     finally:
+        for h in handlers:
+            h.release.set()
         for s in servers:
             s.close()
 
