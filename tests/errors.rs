@@ -121,12 +121,11 @@ fn a_panicking_env_is_reported_with_its_id() {
 fn worker_on_bad_region(mutate: impl FnOnce(&mut shmenv::engine::protocol::Header)) -> std::process::Output {
     use shmenv::engine::protocol::{bootstrap_size, Header};
     use shmenv::engine::region::Region;
-    use std::os::fd::AsRawFd;
     let region = Region::create("test", bootstrap_size(1)).unwrap();
     let mut header = Header::new(1, 1, 0);
     mutate(&mut header);
     region.write_pod(0, &header);
-    let fd = region.fd().as_raw_fd();
+    let fd = region.fd().expect("a new region holds its memfd");
     let mut cmd = std::process::Command::new(WORKER);
     cmd.args(["--shmenv-worker", "0", &fd.to_string(), &std::process::id().to_string()]);
     // SAFETY: only fcntl (async-signal-safe) between fork and exec.

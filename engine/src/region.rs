@@ -21,7 +21,9 @@ use std::sync::atomic::AtomicU32;
 /// A mapped shared-memory region backed by a memfd.
 #[derive(Debug)]
 pub struct Region {
-    file: File,
+    /// The memfd; `None` once [`Region::take_file`] took it (the mapping stays valid: a
+    /// mapping holds its own reference to the file).
+    file: Option<File>,
     map: MmapRaw,
     /// False for a read-only attachment (`shmenv top`): writes are refused.
     writable: bool,
@@ -48,7 +50,7 @@ impl Region {
         file.set_len(len as u64)?;
         add_seals(&file, libc::F_SEAL_SHRINK)?;
         let map = map_file(&file, len)?;
-        Ok(Region { file, map, writable: true })
+        Ok(Region { file: Some(file), map, writable: true })
     }
 
     /// Maps another process's region read-only, from `path` (such as `/proc/<pid>/fd/<n>`,
@@ -64,7 +66,7 @@ impl Region {
         }
         let len = file.metadata()?.len() as usize;
         let map = MmapOptions::new().len(len).map_raw_read_only(&file)?;
-        Ok(Region { file, map, writable: false })
+        Ok(Region { file: Some(file), map, writable: false })
     }
 
     /// Opens a region from an fd inherited from the trainer, mapping the whole file.
@@ -82,15 +84,16 @@ impl Region {
         }
         let len = file.metadata()?.len() as usize;
         let map = map_file(&file, len)?;
-        Ok(Region { file, map, writable: true })
+        Ok(Region { file: Some(file), map, writable: true })
     }
 
     /// Grows the region to `len` bytes once, then seals it against any further size change
     /// and pre-faults every page, so no step pays a page fault.
     pub fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
-        self.file.set_len(len as u64)?;
-        add_seals(&self.file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
-        self.map = map_file(&self.file, len)?;
+        let file = self.file()?;
+        file.set_len(len as u64)?;
+        add_seals(file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
+        self.map = map_file(file, len)?;
         match self.map.advise(Advice::PopulateWrite) {
             Ok(()) => return Ok(()),
             // Kernels before 5.14 do not know the advice: touch each page instead.
@@ -109,19 +112,31 @@ impl Region {
 
     /// Re-maps the whole file after the trainer grew it (worker side).
     pub fn remap(&mut self) -> io::Result<()> {
-        let len = self.file.metadata()?.len() as usize;
-        self.map = map_file(&self.file, len)?;
+        let file = self.file()?;
+        let len = file.metadata()?.len() as usize;
+        self.map = map_file(file, len)?;
         Ok(())
     }
 
     /// Seals currently set on the memfd.
     pub fn seals(&self) -> io::Result<i32> {
-        get_seals(&self.file)
+        get_seals(self.file()?)
     }
 
-    /// The memfd.
-    pub fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+    /// The memfd (`None` once taken).
+    pub fn fd(&self) -> Option<RawFd> {
+        self.file.as_ref().map(File::as_raw_fd)
+    }
+
+    /// Takes the memfd out of the region, which keeps its mapping: the trainer's pool
+    /// holds the file only while it may spawn workers, so views that outlive the pool
+    /// keep the memory mapped but no fd open.
+    pub fn take_file(&mut self) -> Option<File> {
+        self.file.take()
+    }
+
+    fn file(&self) -> io::Result<&File> {
+        self.file.as_ref().ok_or_else(|| io::Error::other("the region's memfd was taken out of it"))
     }
 
     /// Length of the mapping in bytes.
@@ -260,7 +275,7 @@ mod tests {
     fn create_grow_seal_and_share_between_two_mappings() {
         let mut r = Region::create("test", 4096).unwrap();
         // SAFETY: `dup` of a valid fd.
-        let dup = unsafe { libc::dup(r.fd()) };
+        let dup = unsafe { libc::dup(r.fd().unwrap()) };
         r.write_bytes(0, b"hello");
         r.grow_and_seal(3 * 4096).unwrap();
         let mut other = Region::from_inherited_fd(dup).unwrap();
@@ -269,8 +284,8 @@ mod tests {
         other.atomic_u32(8192).store(7, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(r.atomic_u32(8192).load(std::sync::atomic::Ordering::SeqCst), 7);
         // Sealed: neither side can resize it any more.
-        assert!(r.file.set_len(4096).is_err());
-        assert!(other.file.set_len(8 * 4096).is_err());
+        assert!(r.file().unwrap().set_len(4096).is_err());
+        assert!(other.file().unwrap().set_len(8 * 4096).is_err());
         other.remap().unwrap();
         assert_eq!(r.seals().unwrap() & libc::F_SEAL_GROW, libc::F_SEAL_GROW);
     }

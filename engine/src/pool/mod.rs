@@ -80,6 +80,9 @@ struct AsyncState {
 struct Core {
     // Field order matters for drop: the supervisor (workers) goes before the region.
     supervisor: Supervisor,
+    /// The region's memfd, for the workers the supervisor (re)spawns; closed with the pool,
+    /// while views may keep the mapping ([`MappingLease`]) longer.
+    region_file: Option<std::fs::File>,
     /// Shared with every [`MappingLease`], so views handed out keep the mapping alive.
     region: Arc<Region>,
     /// The data part's layout; its `ring` is moved into [`AsyncState`] (the mode says
@@ -406,6 +409,8 @@ impl Pool {
             return vec![None; self.core.params.num_workers];
         }
         self.core.shutdown();
+        // Workers are gone: the memfd goes now, even while views keep the mapping.
+        drop(self.core.region_file.take());
         self.core.supervisor.exits()
     }
 }

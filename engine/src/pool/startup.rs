@@ -66,7 +66,10 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, region, params, program, waiter, placed_for, own_shard, .. } = startup;
+        let Startup { supervisor, mut region, params, program, waiter, placed_for, own_shard, .. } = startup;
+        // The pool holds the memfd (for workers it respawns) until it closes; the region
+        // handed to views keeps only the mapping.
+        let region_file = region.take_file();
         // A replacement may take as long as the step timeout, and at least twice what this
         // start took (a restart builds envs too).
         let restart_timeout = match b.step_timeout {
@@ -93,6 +96,7 @@ impl Pool {
         let tuner = (b.wait == WaitStrategy::Auto).then(wait_tuner::WaitTuner::new);
         let core = Core {
             supervisor,
+            region_file,
             region: Arc::new(region),
             layout,
             close_wakes,
@@ -186,8 +190,12 @@ impl Startup {
         let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
         let cores = if busy { vec![None; num_workers] } else { b.affinity.assign(num_workers) };
         let oom = OomWatch::read();
+        let region_fd = region.fd().ok_or_else(|| BuildError::Region {
+            what: "hand to the workers",
+            source: std::io::Error::other("the region's memfd was taken out of it"),
+        })?;
         let supervisor =
-            Supervisor::start(&command, &params.env_id, region.fd(), cores, deadline).map_err(|source| {
+            Supervisor::start(&command, &params.env_id, region_fd, cores, deadline).map_err(|source| {
                 match source.kind() {
                     std::io::ErrorKind::TimedOut => BuildError::StartupTimeout {
                         workers: (0..num_workers).collect(),
