@@ -1,7 +1,8 @@
 //! Memory limits: env counts the memory cannot hold are refused before any worker starts
 //! (in this machine's memory, and in a 2 GiB memory cgroup of their own), the per-env
 //! figures of the built-in envs follow their structs, and a worker that the kernel's OOM
-//! killer ends is reported as such (a real OOM kill, in a small memory cgroup).
+//! killer ends, during start-up or while the pool steps, is reported as such (a real OOM
+//! kill, in a small memory cgroup).
 //!
 //! The cgroup tests run a copy of this test binary (the ignored test `child_in_cgroup`)
 //! that moves itself into a memory cgroup made for it, under this process's own (cgroup
@@ -10,11 +11,12 @@
 
 mod common;
 
+use common::plugin_library::plugin_library;
 use common::{builder, child_pids, Watchdog};
 use shmenv::engine::launch::WorkerCommand;
 use shmenv::engine::pool::MemoryRoom;
 use shmenv::worker::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
-use shmenv::{BuildError, WorkerExit};
+use shmenv::{BuildError, PoolFailure, WorkerExit};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -221,6 +223,17 @@ fn a_worker_the_oom_killer_ends_is_reported_as_such() {
     assert!(output.contains("child: the OOM kill was reported"), "{output}");
 }
 
+#[test]
+fn a_worker_the_oom_killer_ends_while_the_pool_steps_is_reported_as_such() {
+    let _serial = serial();
+    let _w = Watchdog::new("OOM kill while stepping", Duration::from_secs(240));
+    // Built here: the child in the cgroup only loads it.
+    let lib = plugin_library("tests/plugins/grows.c");
+    let mode = format!("oom-stepping:{}", lib.display());
+    let Some(output) = in_cgroup("oom-stepping", 128 << 20, &mode) else { return };
+    assert!(output.contains("child: the OOM kill while stepping was reported"), "{output}");
+}
+
 /// The part of the cgroup tests that runs inside the cgroup (started by them, with the
 /// cgroup and the mode in its environment).
 #[test]
@@ -232,6 +245,9 @@ fn child_in_cgroup() {
     match std::env::var(CHILD_MODE).as_deref() {
         Ok("refuse") => child_refuses(&dir),
         Ok("oom") => child_sees_an_oom_kill(),
+        Ok(other) if other.starts_with("oom-stepping:") => {
+            child_sees_an_oom_kill_while_stepping(Path::new(&other["oom-stepping:".len()..]))
+        }
         other => panic!("unknown mode {other:?}"),
     }
 }
@@ -280,4 +296,27 @@ fn child_sees_an_oom_kill() {
     assert!(message.contains("killed by the OOM killer (memory)"), "{message}");
     assert!(!message.contains("built against this shmenv version"), "{message}");
     println!("{message}\nchild: the OOM kill was reported");
+}
+
+/// A pool of one `Grow-v0` env (plugin `lib`), which starts at its second step to allocate
+/// until the OOM killer ends its worker: that step fails with `WorkerDied`, killed by the
+/// OOM killer (memory), naming the counter that rose.
+fn child_sees_an_oom_kill_while_stepping(lib: &Path) {
+    let mut pool = builder("Grow-v0").plugin(lib).num_envs(1).num_workers(1).build().unwrap();
+    pool.reset().unwrap();
+    pool.step(&[0i64]).unwrap();
+    let pid = pool.worker_pids()[0];
+    let err = pool.step(&[0i64]).map(|_| ()).unwrap_err();
+    let message = err.to_string();
+    let failure = err.into_failure().unwrap_or_else(|e| panic!("refused, not failed: {e}"));
+    let PoolFailure::WorkerDied { worker, pid: dead, exit, oom_kill, .. } = failure else {
+        panic!("{message}")
+    };
+    assert_eq!((worker, dead, exit), (0, pid, WorkerExit::Signal(libc::SIGKILL)), "{message}");
+    let kill = oom_kill.unwrap_or_else(|| panic!("no OOM kill seen: {message}"));
+    assert!(kill.after > kill.before, "{kill:?}");
+    assert!(message.contains("was killed by the OOM killer (memory) (killed by signal 9"), "{message}");
+    assert!(message.contains(&format!("oom_kill in {}", kill.counter.display())), "{message}");
+    assert!(message.contains("raise the memory limit"), "{message}");
+    println!("{message}\nchild: the OOM kill while stepping was reported");
 }

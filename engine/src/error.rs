@@ -223,9 +223,11 @@ pub enum ActionError {
 pub enum PoolFailure {
     /// A worker process ended; the pool cannot continue.
     #[error(
-        "worker {worker} (pid {pid}, envs {}..{}) {exit}; the pool is closed, build a new one{}",
+        "worker {worker} (pid {pid}, envs {}..{}) {}; the pool is closed, build a new one{}{}",
         env_ids.start,
         env_ids.end,
+        crate::launch::memory::died_how(exit, oom_kill.as_ref()),
+        oom_kill.as_ref().map_or(String::new(), |_| format!(". {}", crate::launch::memory::OOM_ADVICE)),
         last_output(output)
     )]
     WorkerDied {
@@ -239,6 +241,9 @@ pub enum PoolFailure {
         exit: WorkerExit,
         /// The last lines it wrote to stdout/stderr (empty if none).
         output: String,
+        /// When it was SIGKILLed and the kernel's OOM-kill counter rose since the pool
+        /// started: the counter (the OOM killer ended it, for want of memory).
+        oom_kill: Option<OomKill>,
     },
     /// An env panicked inside `reset` or `step`.
     #[error("env {env_id} panicked: {message}")]
@@ -561,10 +566,7 @@ fn startup_death_hint(
     oom_kill: Option<&OomKill>,
 ) -> String {
     if oom_kill.is_some() {
-        return "Its envs took more memory than this process may use (the pool's check estimates it before the \
-                workers start; envs that take more than the estimate get past it): use fewer envs, or raise the \
-                memory limit"
-            .to_string();
+        return crate::launch::memory::OOM_ADVICE.to_string();
     }
     if *exit == WorkerExit::Signal(libc::SIGKILL) {
         return "SIGKILL comes from outside the worker: a user, a job scheduler, or the kernel's OOM killer where \

@@ -65,13 +65,17 @@ class ActionTypeError(ActionError, TypeError):
 class WorkerDiedError(StepError):
     """A worker process ended (killed, crashed, exited). ``worker``, ``pid``, ``env_ids``
     (the envs it hosted) and ``exit`` ("killed by signal 9", "exit code 1") say which and
-    how. The pool is closed."""
+    how; ``oom_kill`` is True when the kernel's OOM killer ended it (it was SIGKILLed while
+    an ``oom_kill`` counter of this process's memory cgroup, or of the machine, rose: the
+    message names the counter), during start-up or while the pool ran. The pool is
+    closed."""
 
     worker: int
     pid: int
     env_ids: "list[int] | None"
     exit: str
     output: str  # the last lines the worker wrote to stdout/stderr
+    oom_kill: bool = False
 
 
 class ActorDiedError(WorkerDiedError):

@@ -22,23 +22,27 @@ pub(crate) fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&s
     made().unwrap_or_else(|e| e)
 }
 
-/// `WorkerDiedError` with its attributes (`env_ids` is None when the pool was still
-/// starting).
-fn worker_died(
-    py: Python<'_>,
-    message: String,
+/// How a worker died, for `WorkerDiedError`'s attributes.
+struct Death {
     worker: usize,
     pid: u32,
+    /// None when the pool was still starting.
     env_ids: Option<Vec<usize>>,
-    exit: &shmenv_engine::WorkerExit,
+    exit: shmenv_engine::WorkerExit,
     output: String,
-) -> PyErr {
+    /// Whether the kernel's OOM killer ended it.
+    oom_kill: bool,
+}
+
+/// `WorkerDiedError` with its attributes.
+fn worker_died(py: Python<'_>, message: String, death: Death) -> PyErr {
     let attrs = vec![
-        ("worker", obj(py, worker)),
-        ("pid", obj(py, pid)),
-        ("env_ids", obj(py, env_ids)),
-        ("exit", obj(py, exit.to_string())),
-        ("output", obj(py, output)),
+        ("worker", obj(py, death.worker)),
+        ("pid", obj(py, death.pid)),
+        ("env_ids", obj(py, death.env_ids)),
+        ("exit", obj(py, death.exit.to_string())),
+        ("output", obj(py, death.output)),
+        ("oom_kill", obj(py, death.oom_kill)),
     ];
     raise(py, "WorkerDiedError", message, attrs)
 }
@@ -59,8 +63,13 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         }
         BuildError::BadConfig { .. } => raise(py, "ConfigError", message, vec![]),
         BuildError::InvalidArgument(_) => raise(py, "InvalidArgumentError", message, vec![]),
-        BuildError::WorkerDied { worker, pid, exit, .. } => {
-            worker_died(py, message, worker, pid, None, &exit, String::new())
+        BuildError::WorkerDied { worker, pid, exit, oom_kill, .. } => {
+            let oom_kill = oom_kill.is_some();
+            worker_died(
+                py,
+                message,
+                Death { worker, pid, env_ids: None, exit, output: String::new(), oom_kill },
+            )
         }
         BuildError::NotEnoughMemory { num_envs, region, workers, fits, room, .. } => raise(
             py,
@@ -157,8 +166,9 @@ fn pool_failure(py: Python<'_>, failure: PoolFailure, interrupted: Option<PyErr>
         PoolFailure::Interrupted => interrupted.unwrap_or_else(|| {
             pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted while waiting for the workers")
         }),
-        PoolFailure::WorkerDied { worker, pid, env_ids, exit, output } => {
-            worker_died(py, message, worker, pid, Some(env_ids.collect()), &exit, output)
+        PoolFailure::WorkerDied { worker, pid, env_ids, exit, output, oom_kill } => {
+            let (env_ids, oom_kill) = (Some(env_ids.collect()), oom_kill.is_some());
+            worker_died(py, message, Death { worker, pid, env_ids, exit, output, oom_kill })
         }
         PoolFailure::EnvPanicked { env_id, message: traceback } => raise(
             py,

@@ -137,6 +137,8 @@ struct Core {
     owner: crate::launch::fork::Owner,
     /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard`]).
     own_shard: Option<trainer_shard::OwnShard>,
+    /// The kernel's OOM-kill counters when the pool started (see [`Core::died`]).
+    oom: crate::launch::memory::OomWatch,
 }
 
 /// Why a wait for workers was given up.
@@ -521,7 +523,7 @@ impl Core {
 
     /// The error for a worker that exited: the failure it reported before exiting if
     /// any (a worker that reported a panic may exit before the trainer looks), else
-    /// its death.
+    /// its death (by the OOM killer when it was SIGKILLed and an OOM-kill counter rose).
     fn died(&self, worker: usize, exit: WorkerExit) -> PoolFailure {
         let reported = self.control().status(worker) == Some(protocol::WorkerStatus::Failed)
             && matches!(
@@ -537,6 +539,7 @@ impl Core {
             env_ids: self.shard(worker),
             exit,
             output: self.supervisor.output_tail(worker),
+            oom_kill: crate::launch::memory::oom_kill_of(&self.oom, exit),
         }
     }
 

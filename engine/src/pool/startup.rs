@@ -18,8 +18,8 @@ use super::{
     mark_unwritten, settings, trainer_semaphore, wait_tuner, AsyncState, Control, Core, FailurePolicy,
     MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
 };
-use crate::launch::memory::{estimate, OomWatch};
-use crate::launch::{CpuAffinity, WorkerCommand, WorkerExit};
+use crate::launch::memory::{self, estimate, OomWatch};
+use crate::launch::{CpuAffinity, WorkerCommand};
 use crate::protocol::AutoReset;
 use crate::sync::WaitStrategy;
 use std::sync::Arc;
@@ -66,7 +66,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, mut region, params, program, waiter, placed_for, own_shard, .. } = startup;
+        let Startup { supervisor, mut region, params, program, waiter, placed_for, own_shard, oom } = startup;
         // The pool holds the memfd (for workers it respawns) until it closes; the region
         // handed to views keeps only the mapping.
         let region_file = region.take_file();
@@ -126,6 +126,7 @@ impl Pool {
             trace,
             owner: crate::launch::fork::Owner::current(),
             own_shard,
+            oom,
         };
         Ok(Pool { core, mode })
     }
@@ -296,9 +297,7 @@ impl Startup {
                 exit,
                 program: self.program.clone(),
                 plugin: self.params.plugin.as_ref().map(PathBuf::from),
-                oom_kill: (exit == WorkerExit::Signal(libc::SIGKILL))
-                    .then(|| self.oom.kill_since())
-                    .flatten(),
+                oom_kill: memory::oom_kill_of(&self.oom, exit),
             }),
             Err(WaitOutcome::TimedOut) => Err(BuildError::StartupTimeout {
                 workers: (0..n)

@@ -248,6 +248,17 @@ pub struct OomKill {
     pub after: u64,
 }
 
+/// The OOM kill `watch` (read when the pool started) has seen since, when a worker ended
+/// by `exit`: only a SIGKILL can be the OOM killer's (it reads the counters again).
+pub(crate) fn oom_kill_of(watch: &OomWatch, exit: crate::launch::WorkerExit) -> Option<OomKill> {
+    (exit == crate::launch::WorkerExit::Signal(libc::SIGKILL)).then(|| watch.kill_since()).flatten()
+}
+
+/// What to do about a worker the OOM killer ended, at start-up or while the pool runs.
+pub(crate) const OOM_ADVICE: &str = "Its envs took more memory than this process may use (the pool's check \
+    estimates their state before the workers start; envs that allocate more, when built or as they step, get \
+    past it): use fewer or smaller envs, or raise the memory limit";
+
 /// How a worker ended: its exit, or the OOM killer.
 pub(crate) fn died_how(exit: &crate::launch::WorkerExit, oom_kill: Option<&OomKill>) -> String {
     match oom_kill {
