@@ -1,7 +1,9 @@
 """Env counts the memory cannot hold raise ``NotEnoughMemoryError`` (a ``BuildError`` and a
 ``MemoryError``) before any worker starts: the largest count in this machine's memory, and
 ``make_vec("CartPole-v1", 60_000_000)`` in a 2 GiB memory cgroup made for the test (cgroup
-v1 or v2; skipped with the reason where none can be made)."""
+v1 or v2; skipped with the reason where none can be made). A worker the OOM killer ends
+while the pool steps raises ``WorkerDiedError`` saying so, with ``oom_kill`` True (in a
+small memory cgroup made for the test)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 import shmenv
 
@@ -146,3 +149,54 @@ def test_sixty_million_envs_in_a_2gib_cgroup_raise_not_enough_memory():
     assert "refused in" in out.stdout and "for 60000000 envs" in out.stdout, out.stdout
     assert f"{cgroup} allows 2.00 GiB" in out.stdout, out.stdout
     assert "cgroup v" in out.stdout and "the workers' envs" in out.stdout, out.stdout
+
+
+_GROWING_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    sys.path.insert(0, sys.argv[2])
+    import numpy as np
+    import shmenv
+    envs = shmenv.make_vec("shmenv_fixtures.growing:GrowingEnv", 1, num_workers=1)
+    envs.reset(seed=0)
+    envs.step(np.zeros(1, np.int64))
+    envs.set_attr("grow_mib", 4096)
+    try:
+        envs.step(np.zeros(1, np.int64))
+    except shmenv.WorkerDiedError as e:
+        print(f"died: oom_kill={e.oom_kill} exit={e.exit!r} worker={e.worker} env_ids={e.env_ids}: {e}")
+        sys.exit(0)
+    print("NOT KILLED")
+    sys.exit(1)
+    """
+)
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_the_oom_killer_ends_while_stepping_raises_worker_died_saying_so():
+    try:
+        cgroup = _make_cgroup(512 << 20)
+    except (LookupError, OSError) as e:
+        pytest.skip(f"no memory cgroup can be made for this test: {e}")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _GROWING_CHILD, str(cgroup), FIXTURES],
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+    finally:
+        for _ in range(100):
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)
+    print(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "died: oom_kill=True exit='killed by signal 9" in out.stdout, out.stdout + out.stderr
+    assert "worker=0 env_ids=[0]" in out.stdout, out.stdout
+    assert "was killed by the OOM killer (memory)" in out.stdout, out.stdout
+    assert f"oom_kill in {cgroup}/memory" in out.stdout, out.stdout
