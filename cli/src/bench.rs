@@ -3,13 +3,14 @@
 
 use crate::args::{self, Affinity, Envs, OnOff, Wait};
 use crate::contend;
+use crate::memory;
 use crate::stepping::{
     contenders, fmt_rate, load_average, warn_if_loaded, Baseline, Progress, Stepper, Tally,
 };
 use crate::trace_file::TraceFile;
 use crate::Error;
 use serde_json::json;
-use shmenv::engine::protocol::{AutoReset, PoolParams};
+use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::Registry;
 use shmenv::{Pool, StatsReport, WorkerActivity};
 use std::time::Duration;
@@ -92,6 +93,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     // Before the run: a path that cannot be written is refused now, not after it.
     let mut trace = args.trace.as_deref().map(TraceFile::check).transpose()?;
+    check_memory(registry, &args, &config, 1)?;
     warn_if_loaded("at the start");
     let pool = pool_builder(registry, &args, args.wait, args.affinity)?.build()?;
     let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
@@ -100,7 +102,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     } else {
         None
     };
-    let (contender, serial) = contenders(pool, args.seed, baseline)?;
+    let (contender, serial) = contenders("bench", pool, args.seed, baseline)?;
     let (ours, baseline, profile) = race(&args, contender, serial)?;
     if let Some(t) = trace.as_mut() {
         t.written();
@@ -182,6 +184,8 @@ fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Val
     if args.profile || args.trace.is_some() {
         return Err("--contend compares settings side by side: run --profile or --trace without it".into());
     }
+    // Every setting's pool is held at once.
+    check_memory(registry, args, config, contend::SETTINGS.len() as u64)?;
     warn_if_loaded("at the start");
     let load = contend::Load::start(args.contend.unwrap_or(0).into(), args.trainer_threads)?;
     let baseline =
@@ -195,6 +199,35 @@ fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Val
     }
     let build = |wait, affinity| Ok(pool_builder(registry, args, wait, affinity)?.build()?);
     contend::run(build, args.seed, baseline, &load, args.seconds, args.json)
+}
+
+/// Refuses a run whose `pools` pools (the engine's estimate), action tapes and baseline
+/// would need more memory than this process may use, before any pool is built.
+fn check_memory(
+    registry: &Registry,
+    args: &BenchArgs,
+    config: &serde_json::Value,
+    pools: u64,
+) -> Result<(), Box<memory::NotEnoughMemory>> {
+    let params = memory::pool_params(
+        &args.envs,
+        config,
+        args.workers,
+        args.batch_size,
+        args.trace.is_some(),
+        args.trainer_shard,
+    );
+    let spec = memory::builtin_spec(registry, &args.envs, config);
+    memory::Plan {
+        command: "bench",
+        num_envs: args.envs.num_envs,
+        batch_size: params.batch_size,
+        spec: spec.as_ref(),
+        pool: Some(&params),
+        pools,
+        baseline: args.baseline.then_some(&params),
+    }
+    .check()
 }
 
 /// What to expect of the ratio, and what to check when it is low.
@@ -226,21 +259,11 @@ fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolPar
         None => None,
     };
     Ok(PoolParams {
-        env_id: args.envs.env.clone(),
-        config: config.clone(),
-        num_envs: args.envs.num_envs,
         num_workers: 1,
-        autoreset: AutoReset::NextStep,
-        max_episode_steps: None,
-        wait: shmenv::WaitStrategy::Auto,
-        batch_size: args.envs.num_envs,
-        ring_depth: 2,
         stats: false,
-        trace: false,
-        restart: false,
         plugin,
         cores: 0,
-        trainer_shard: false,
+        ..memory::pool_params(&args.envs, config, Some(1), None, false, false)
     })
 }
 

@@ -203,7 +203,7 @@ pub fn run(
     let mut all = Vec::new();
     let mut serial = None;
     for (wait, affinity) in SETTINGS {
-        let (stepper, s) = contenders(build(wait, affinity)?, seed, baseline.take())?;
+        let (stepper, s) = contenders("bench", build(wait, affinity)?, seed, baseline.take())?;
         serial = serial.or(s);
         all.push(Contestant {
             wait: Some(wait),

@@ -8,6 +8,7 @@ mod args;
 mod bench;
 mod contend;
 mod limits;
+mod memory;
 mod soak;
 mod stepping;
 mod top;

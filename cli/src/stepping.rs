@@ -1,7 +1,7 @@
 //! What `bench` and `tune` time: a pool (sync or async) or the same envs stepped in this
 //! process, fed the same pre-drawn random actions.
 
-use crate::Error;
+use crate::{memory, Error};
 use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::{EnvShard, LocalRows, Registry};
 use shmenv::{Element, Pool, Space};
@@ -9,7 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// Random action batches, pre-drawn so the pool and the baseline get the same ones and
-/// drawing them is not timed.
+/// drawing them is not timed: [`memory::TAPE_BATCHES`] batches, repeating after that
+/// (their memory is checked with the pool's before the run, see [`memory`]).
 struct ActionTape<T> {
     batches: Vec<Vec<T>>,
 }
@@ -39,7 +40,8 @@ impl<T: Element> ActionTape<T> {
             };
             T::from_f64(v)
         };
-        let batches = (0..64).map(|_| (0..num_envs * per_env).map(&mut value).collect()).collect();
+        let batches =
+            (0..memory::TAPE_BATCHES).map(|_| (0..num_envs * per_env).map(&mut value).collect()).collect();
         ActionTape { batches }
     }
 
@@ -168,9 +170,26 @@ pub struct Baseline<'a> {
     pub params: PoolParams,
 }
 
-/// The steppers of one run: `pool` (reset, with actions drawn from `seed`) and, with a
-/// baseline, the same envs and actions in this process.
-pub fn contenders(pool: Pool, seed: u64, baseline: Option<Baseline<'_>>) -> Result<Steppers, Error> {
+/// The steppers of one run of `command`: `pool` (reset, with actions drawn from `seed`)
+/// and, with a baseline, the same envs and actions in this process. Refused (the pool
+/// dropped) when the action tapes and the baseline's envs, with the pool's spec, need more
+/// memory than is left.
+pub fn contenders(
+    command: &'static str,
+    pool: Pool,
+    seed: u64,
+    baseline: Option<Baseline<'_>>,
+) -> Result<Steppers, Error> {
+    memory::Plan {
+        command,
+        num_envs: pool.num_envs(),
+        batch_size: pool.batch_size(),
+        spec: Some(pool.spec()),
+        pool: None,
+        pools: 1,
+        baseline: baseline.as_ref().map(|b| &b.params),
+    }
+    .check()?;
     // The one place that maps the action dtype to its Rust type.
     shmenv::engine::with_element!(pool.spec().action.dtype(), T => contenders_typed::<T>(pool, seed, baseline))
 }

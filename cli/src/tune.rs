@@ -3,6 +3,7 @@
 //! the fastest for each front end (CLI, Rust, Python).
 
 use crate::args::{self, Affinity, Envs};
+use crate::memory;
 use crate::stepping::{contenders, fmt_rate, load_average, Progress, Tally};
 use crate::Error;
 use serde_json::{json, Value};
@@ -55,6 +56,21 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
     let n = args.envs.num_envs;
     let cores = shmenv::engine::sync::available_cores();
     let slice = Duration::from_secs_f64(args.seconds);
+    // Before any trial: a pool (one at a time; the sync one of the first trials) and its
+    // action tape must fit.
+    let params = memory::pool_params(&args.envs, &config, Some(1), None, false, false);
+    let spec = memory::builtin_spec(registry, &args.envs, &config);
+    let (pool, baseline) = (Some(&params), None);
+    memory::Plan {
+        command: "tune",
+        num_envs: n,
+        batch_size: n,
+        spec: spec.as_ref(),
+        pool,
+        pools: 1,
+        baseline,
+    }
+    .check()?;
     let run = |workers: usize, batch: usize, wait: WaitStrategy, affinity: Affinity| -> Result<f64, Error> {
         let builder = args.envs.builder()?.num_workers(workers).batch_size(batch).seed(0);
         trial(builder.wait(wait).cpu_affinity(affinity.setting()).build()?, slice)
@@ -241,7 +257,7 @@ fn envs_per_worker(n: usize, w: usize) -> String {
 
 /// Steps `pool` with random actions for `slice` (after a short warm-up); returns steps/s.
 fn trial(pool: Pool, slice: Duration) -> Result<f64, Error> {
-    let (mut stepper, _) = contenders(pool, 0, None)?;
+    let (mut stepper, _) = contenders("tune", pool, 0, None)?;
     let mut warm = Tally::default();
     warm.run(stepper.as_mut(), slice / 5, &mut Progress::new("", true))?;
     let mut tally = Tally::default();

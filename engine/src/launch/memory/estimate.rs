@@ -107,14 +107,45 @@ pub fn region_bytes(params: &PoolParams, num_envs: u64, rows: RowShape) -> u64 {
     total.saturating_add(PAGE as u64)
 }
 
+/// What a pool will need of the memory, as [`crate::PoolBuilder::build`] estimates it
+/// before any worker starts: for callers that keep per-env memory of their own beside the
+/// pool (the `shmenv` CLI's action tapes) and check both together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolEstimate {
+    /// The shared-memory region, bytes.
+    pub region: u64,
+    /// The workers' env state, bytes.
+    pub workers: u64,
+    /// The workers' bytes per env in `workers`.
+    pub per_env: u64,
+}
+
+impl PoolEstimate {
+    /// For a pool of `params` with `num_envs` envs (its batch no larger; the other
+    /// settings as in `params`) whose envs have `spec`; without one, the least region any
+    /// spec gives and the state of envs whose rows are not known, as `build` checks it.
+    pub fn new(params: &PoolParams, num_envs: u64, spec: Option<&EnvSpec>) -> PoolEstimate {
+        let rows = spec.map_or(RowShape::LEAST, RowShape::of);
+        let per_env = worker_bytes_per_env(params, spec);
+        PoolEstimate {
+            region: region_bytes(&at_most(params, num_envs), num_envs, rows),
+            workers: num_envs.saturating_mul(per_env),
+            per_env,
+        }
+    }
+
+    /// Both parts together, bytes.
+    pub fn total(&self) -> u64 {
+        self.region.saturating_add(self.workers)
+    }
+}
+
 /// What a pool of `params` needs, before any worker starts: the least region any spec
 /// gives and the workers' env state. Refused when it is more than the room left.
 pub fn check_before_start(params: &PoolParams, room: &MemoryRoom) -> Result<(), BuildError> {
     let per_env = worker_bytes_per_env(params, None);
-    let need = |n: u64| {
-        region_bytes(&at_most(params, n), n, RowShape::LEAST).saturating_add(n.saturating_mul(per_env))
-    };
-    check(params, room, per_env, need, |n| region_bytes(&at_most(params, n), n, RowShape::LEAST))
+    let need = |n: u64| PoolEstimate::new(params, n, None).total();
+    check(params, room, per_env, need, |n| PoolEstimate::new(params, n, None).region)
 }
 
 /// What the region of `params` with `spec` needs, once the workers have built their envs

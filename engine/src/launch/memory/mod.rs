@@ -273,7 +273,7 @@ pub(crate) fn died_how(exit: &crate::launch::WorkerExit, oom_kill: Option<&OomKi
 }
 
 /// Bytes as a short figure: "7.45 GiB", "512.0 MiB", "12.0 KiB".
-pub(crate) fn human(bytes: u64) -> String {
+pub fn human(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let b = bytes as f64;
