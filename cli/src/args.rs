@@ -5,7 +5,7 @@ use shmenv::{CpuAffinity, Pool, PoolBuilder, WaitStrategy};
 use std::path::PathBuf;
 
 /// Which envs to run (shared by `bench`, `tune` and `soak`).
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct Envs {
     /// Env id (see `shmenv list`).
     #[arg(long, default_value = "CartPole-v1")]

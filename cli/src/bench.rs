@@ -7,6 +7,7 @@ use crate::memory;
 use crate::stepping::{
     contenders, fmt_rate, load_average, warn_if_loaded, Baseline, Progress, Stepper, Tally,
 };
+use crate::sweep;
 use crate::trace_file::TraceFile;
 use crate::Error;
 use serde_json::json;
@@ -16,69 +17,71 @@ use shmenv::{Pool, StatsReport, WorkerActivity};
 use std::time::Duration;
 
 /// `shmenv bench` arguments.
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct BenchArgs {
     #[command(flatten)]
-    envs: Envs,
+    pub(crate) envs: Envs,
     /// Number of worker processes (default: available cores; one fewer with --trainer-shard).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
-    workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
     /// The trainer steps a shard of the envs itself (sync mode): the envs are split into
     /// --workers + 1 shards, the trainer's first. Trades the trainer's safety from its
     /// envs' crashes for one process fewer per core.
     #[arg(long)]
-    trainer_shard: bool,
+    pub(crate) trainer_shard: bool,
     /// Results per batch: fewer than --num-envs runs the pool in async mode (send/recv,
     /// each batch holds the envs that finished first). Default: all envs (sync).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
-    batch_size: Option<usize>,
+    pub(crate) batch_size: Option<usize>,
     /// Seconds to step (each of pool and baseline).
     #[arg(long, default_value_t = 3.0, value_parser = args::bench_seconds, allow_negative_numbers = true)]
-    seconds: f64,
+    pub(crate) seconds: f64,
     /// Also run the same envs and actions in an in-process serial loop and report the ratio.
     #[arg(long)]
-    baseline: bool,
+    pub(crate) baseline: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// How the trainer and workers wait for each other.
     #[arg(long, value_enum, default_value_t = Wait::Auto)]
-    wait: Wait,
+    pub(crate) wait: Wait,
     /// Base seed.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Worker CPU affinity: auto (a core per worker when there are enough) or none.
     #[arg(long, value_enum, default_value_t = Affinity::Auto)]
-    affinity: Affinity,
+    pub(crate) affinity: Affinity,
     /// After the run, show where the pool's time went (env work, waiting, publishing) and
     /// a one-line verdict: env-bound, trainer-bound, sync-bound, contended or oversubscribed.
     #[arg(long)]
-    profile: bool,
+    pub(crate) profile: bool,
     /// Live stats in the region: on (default) or off (to measure their cost).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
-    stats: OnOff,
+    pub(crate) stats: OnOff,
     /// Record trace spans (trainer calls, each worker's waits, env work and publishing) and
     /// write them to this file as Chrome trace JSON (open it in https://ui.perfetto.dev).
     /// The file is opened for writing before the run: a path that cannot be written is
     /// refused at once.
     #[arg(long)]
-    trace: Option<std::path::PathBuf>,
+    pub(crate) trace: Option<std::path::PathBuf>,
     /// Run under `FailurePolicy::Restart` with this budget (to measure its cost).
     #[arg(long)]
-    max_restarts: Option<u32>,
+    pub(crate) max_restarts: Option<u32>,
     /// Async mode: fair scheduling (every env gets its share of steps) on (default) or
     /// off (to measure its cost).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
-    fair: OnOff,
+    pub(crate) fair: OnOff,
     /// Compare every --wait and --affinity, idle and with N busy processes beside the pool,
     /// in interleaved rounds (--seconds each, per setting and condition); with --baseline,
     /// against the serial loop under the same load.
     #[arg(long, value_parser = clap::value_parser!(u16).range(0..=256))]
-    contend: Option<u16>,
+    pub(crate) contend: Option<u16>,
     /// With --contend (or alone, as --contend 0): the loaded rounds' trainer also does
     /// multi-threaded work between batches (matrix products on this many threads).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
-    trainer_threads: Option<usize>,
+    pub(crate) trainer_threads: Option<usize>,
+    #[command(flatten)]
+    pub(crate) sweep: sweep::SweepArgs,
 }
 
 /// Runs `shmenv bench`.
@@ -87,6 +90,9 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     let stats = args.stats == OnOff::On;
     if args.profile && !stats {
         return Err("--profile reads the live stats: drop --stats off".into());
+    }
+    if args.sweep.sweep.is_some() {
+        return sweep::run(registry, &args, &config);
     }
     if args.contend.is_some() || args.trainer_threads.is_some() {
         return run_contended(registry, &args, &config);
@@ -149,7 +155,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
 }
 
 /// The pool of `args`, waiting by `wait` with workers placed by `affinity`.
-fn pool_builder(
+pub(crate) fn pool_builder(
     registry: &Registry,
     args: &BenchArgs,
     wait: Wait,
@@ -203,7 +209,7 @@ fn run_contended(registry: &Registry, args: &BenchArgs, config: &serde_json::Val
 
 /// Refuses a run whose `pools` pools (the engine's estimate), action tapes and baseline
 /// would need more memory than this process may use, before any pool is built.
-fn check_memory(
+pub(crate) fn check_memory(
     registry: &Registry,
     args: &BenchArgs,
     config: &serde_json::Value,
@@ -248,7 +254,7 @@ fn ratio_hint(ratio: f64) -> String {
 
 /// The baseline's envs: all of them in one shard, as the pool would make them (from the
 /// same plugin library, loaded into this process, when the pool takes its env from one).
-fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolParams, Error> {
+pub(crate) fn serial_params(args: &BenchArgs, config: &serde_json::Value) -> Result<PoolParams, Error> {
     let plugin = match &args.envs.plugin {
         Some(path) => Some(
             std::fs::canonicalize(path)

@@ -1,14 +1,17 @@
-//! `bench --trace FILE`: the file is opened for writing before the run, so that a path that
-//! cannot be written is refused at once, not after the whole run (with its results lost).
+//! `bench --trace FILE` and `bench --sweep ... --plot FILE`: the file is opened for writing
+//! before the run, so that a path that cannot be written is refused at once, not after the
+//! whole run (with its results lost).
 
 use std::fmt;
 use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The trace file cannot be opened for writing.
+/// The trace (or plot) file cannot be opened for writing.
 #[derive(Debug)]
 pub struct TraceFileError {
+    /// The option that named it (`--trace`, `--plot`).
+    flag: &'static str,
     /// The path given with `--trace`.
     path: PathBuf,
     /// The OS error.
@@ -19,8 +22,9 @@ impl fmt::Display for TraceFileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "--trace {}: cannot open it for writing: {} (checked before the run; nothing was run): give a path \
+            "{} {}: cannot open it for writing: {} (checked before the run; nothing was run): give a path \
              in an existing directory that this user may write",
+            self.flag,
             self.path.display(),
             self.source
         )
@@ -43,9 +47,15 @@ pub struct TraceFile {
 }
 
 impl TraceFile {
-    /// Opens `path` for writing (creating it if it does not exist) and closes it again.
+    /// Opens `path` (the `--trace` file) for writing (creating it if it does not exist) and
+    /// closes it again.
     pub fn check(path: &Path) -> Result<TraceFile, TraceFileError> {
-        let error = |source| TraceFileError { path: path.to_path_buf(), source };
+        Self::check_for("--trace", path)
+    }
+
+    /// [`TraceFile::check`] for the file of the option `flag` (named in the error).
+    pub fn check_for(flag: &'static str, path: &Path) -> Result<TraceFile, TraceFileError> {
+        let error = |source| TraceFileError { flag, path: path.to_path_buf(), source };
         let created = match OpenOptions::new().write(true).create_new(true).open(path) {
             Ok(_) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -57,7 +67,7 @@ impl TraceFile {
         Ok(TraceFile { path: path.to_path_buf(), created, written: false })
     }
 
-    /// The trace is in the file: keep it.
+    /// The trace (or plot) is in the file: keep it.
     pub fn written(&mut self) {
         self.written = true;
     }
