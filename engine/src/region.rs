@@ -72,16 +72,22 @@ impl Region {
     /// Opens a region from an fd inherited from the trainer, mapping the whole file.
     ///
     /// The fd is taken over (closed when the region drops). Checks that it is a memfd
-    /// sealed against shrinking, so nobody can truncate it under our feet (SIGBUS).
+    /// sealed against shrinking, so nobody can truncate it under our feet (SIGBUS), then
+    /// makes it close-on-exec again: the trainer cleared the flag so that it survives the
+    /// worker's exec, and a program an env starts (`os.system`, a plugin's fork and exec)
+    /// must not inherit a writable fd of the shared region that outlives the pool.
     pub fn from_inherited_fd(fd: RawFd) -> io::Result<Region> {
         // SAFETY: F_GETFD only queries the fd table; a bad fd yields EBADF.
-        cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+        let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
         // SAFETY: the fd is valid (checked above) and was handed to this process to own.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let seals = get_seals(&file)?;
         if seals & libc::F_SEAL_SHRINK == 0 {
             return Err(io::Error::other("the region fd is not sealed against shrinking"));
         }
+        // SAFETY: F_SETFD on the fd `file` owns (valid, checked above), setting only the
+        // close-on-exec flag on top of the flags F_GETFD returned.
+        cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
         let len = file.metadata()?.len() as usize;
         let map = map_file(&file, len)?;
         Ok(Region { file: Some(file), map, writable: true })
@@ -288,6 +294,22 @@ mod tests {
         assert!(other.file().unwrap().set_len(8 * 4096).is_err());
         other.remap().unwrap();
         assert_eq!(r.seals().unwrap() & libc::F_SEAL_GROW, libc::F_SEAL_GROW);
+    }
+
+    #[test]
+    fn an_inherited_fd_is_close_on_exec_again() {
+        let r = Region::create("test", 4096).unwrap();
+        // SAFETY: `dup` of a valid fd; the copy has no close-on-exec flag, as a worker
+        // inherits it.
+        let dup = unsafe { libc::dup(r.fd().unwrap()) };
+        assert!(dup >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: F_GETFD on the fd just made.
+        assert_eq!(unsafe { libc::fcntl(dup, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);
+        let other = Region::from_inherited_fd(dup).unwrap();
+        assert_eq!(other.fd(), Some(dup));
+        // SAFETY: F_GETFD on the fd `other` owns.
+        let flags = unsafe { libc::fcntl(dup, libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC, "the region fd {dup} is inherited at exec");
     }
 
     #[test]
