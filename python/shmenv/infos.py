@@ -29,6 +29,7 @@ bytes only while the env has no action in flight. This module never imports gymn
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import socket
@@ -180,6 +181,10 @@ def map_flags(sock: socket.socket, index: int) -> None:
         for fd in fds:
             os.close(fd)
     area = _Area(mm, workers, stride)
+    # A copy of this worker that env code forks must not write the trainer's infos.
+    from shmenv._shmenv import guard_infos_in_children
+
+    guard_infos_in_children(ctypes.addressof(ctypes.c_char.from_buffer(mm)), len(mm))
     _WORKER, _OFFSET = index, index * stride
     # A restarted worker takes over its predecessor's part: its own keys, no stale values.
     area.counts[index] = 0

@@ -28,6 +28,16 @@ fn run_worker(py: Python<'_>, argv: Vec<String>) -> u8 {
     py.detach(|| shmenv_worker::host::run_with_scope(&registry, &argv, &pyenv::GilScope))
 }
 
+/// Worker side: every child this worker process forks from now on gets private zero pages
+/// in place of `len` bytes at `address` (the info area's mapping, which the worker keeps
+/// for its life), so a copy that env code makes with `fork()` never writes the trainer's
+/// infos (the region gets the same from the worker host).
+#[pyfunction]
+fn guard_infos_in_children(address: usize, len: usize) {
+    let which = shmenv_engine::launch::fork::SharedMapping::Infos;
+    shmenv_engine::launch::fork::guard_in_children(which, address, len);
+}
+
 /// The env id a pool uses for Python envs (the config says which env).
 #[pyfunction]
 fn python_env_id() -> &'static str {
@@ -74,6 +84,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<results::Results>()?;
     m.add_class::<views::Lease>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(guard_infos_in_children, m)?)?;
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(pool::autoreset_name, m)?)?;
     m.add_function(wrap_pyfunction!(pool::default_num_workers, m)?)?;

@@ -28,14 +28,18 @@ def recorded(pid_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in pid_dir.iterdir())
 
 
-def steps_count_up(envs, n: int) -> None:
-    """Resets, then steps 8 times: every env's observation is its step count, in order."""
+def steps_count_up(envs, n: int, infos_count: bool = False) -> None:
+    """Resets, then steps 8 times: every env's observation (and with ``infos_count`` its
+    info ``t``, nothing else) is its step count, in order."""
     obs, _ = envs.reset(seed=0)
     np.testing.assert_array_equal(obs.reshape(n), np.zeros(n))
     for t in range(1, 9):
-        obs, _, term, trunc, _ = envs.step(np.zeros(n, dtype=np.int64))
+        obs, _, term, trunc, infos = envs.step(np.zeros(n, dtype=np.int64))
         np.testing.assert_array_equal(obs.reshape(n), np.full(n, t), err_msg=f"step {t}")
         assert not (term.any() or trunc.any()), f"step {t}"
+        if infos_count:
+            assert set(infos) <= {"t", "_t", "episode_stats", "_episode_stats"}, f"step {t}: {infos}"
+            np.testing.assert_array_equal(infos["t"], np.full(n, t), err_msg=f"step {t}: {infos}")
 
 
 def reap(pid: int, timeout: float = 20.0) -> int:
@@ -57,12 +61,17 @@ def test_a_hosted_env_forking_in_step_keeps_the_pool_in_order(tmp_path, capfd, n
         config = {"pid_dir": str(pid_dir), "fork_at": 2}
         with shmenv.make_vec("FixtureForking-v0", 2, num_workers=1, config=config, step_timeout=20) as envs:
             workers = list(envs.worker_pids)
-            steps_count_up(envs, 2)
+            steps_count_up(envs, 2, infos_count=True)
             copies = recorded(pid_dir)
             assert len(copies) == 2, f"one copy per env: {copies}"
             # Stopped at once (zombies of their worker until it ends), not serving commands.
             assert not wait_gone(copies, timeout=20), f"copies still running: {copies}"
             assert all(p not in children() for p in copies), "copies of the worker, not of the trainer"
+            # The copies ran their env code to its end before they were stopped: what they
+            # wrote went to private pages, not to the infos the trainer reads.
+            for t in (9, 10):
+                obs, _, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+                assert "ghost" not in infos and list(infos["t"]) == [t, t], f"step {t}: {infos}"
             assert set(workers) == set(envs.worker_pids), "no worker was replaced"
         assert not [p for p in copies if alive(p)], f"copies running after close: {copies}"
         err = capfd.readouterr().err

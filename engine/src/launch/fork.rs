@@ -28,15 +28,25 @@
 //! fork then exec, as `subprocess` does, pays one `mmap` call in the child).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Once;
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static REGISTER: Once = Once::new();
 
-/// The mapping a child of this process must not share (a worker's region): address, length.
-static PROCESS_ADDR: AtomicUsize = AtomicUsize::new(0);
-static PROCESS_LEN: AtomicUsize = AtomicUsize::new(0);
+/// A shared mapping of a worker process that its forked children must not share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedMapping {
+    /// The pool's region.
+    Region = 0,
+    /// The trainer's info area (Python-hosted envs write their numeric infos there).
+    Infos = 1,
+}
+
+/// Per [`SharedMapping`], the mapping a child of this process must not share: a pointer
+/// to an immutable, leaked `(address, length)`, so the child handler reads both words of
+/// one registration, never the address of one and the length of another (null: none).
+static PROCESS_MAPPINGS: [AtomicPtr<(usize, usize)>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
 
 thread_local! {
     /// The mapping a child forked by this thread must not share (the trainer's region while
@@ -52,7 +62,15 @@ extern "C" fn in_child() {
     // Async-signal-safe: atomic and thread-local loads (const-initialized, no destructor:
     // no lazy registration), an atomic add and `mmap`; no allocation, no lock.
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    blank(PROCESS_ADDR.load(Ordering::Relaxed), PROCESS_LEN.load(Ordering::Relaxed));
+    for slot in &PROCESS_MAPPINGS {
+        let mapping = slot.load(Ordering::Acquire);
+        if !mapping.is_null() {
+            // SAFETY: a non-null pointer is a leaked `Box` that `guard_in_children` stored
+            // (Release, paired with the Acquire above) and never frees or changes.
+            let (addr, len) = unsafe { *mapping };
+            blank(addr, len);
+        }
+    }
     if let Ok((addr, len)) = THREAD_MAPPING.try_with(Cell::get) {
         blank(addr, len);
     }
@@ -66,10 +84,12 @@ fn blank(addr: usize, len: usize) {
     }
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
-    // SAFETY: `addr..addr + len` is a mapping of the region that its owner registered and
-    // keeps registered only while it is mapped; in this freshly forked child it is replaced
-    // in place (same addresses, private zero pages), so every reference into it stays valid
-    // and no longer reaches the parent's memory. Only syscalls: async-signal-safe.
+    // SAFETY: `addr..addr + len` is a shared mapping that its owner registered and keeps
+    // registered only while it is mapped; in this freshly forked child it is replaced in
+    // place (same addresses, private zero pages): every pointer into it stays valid to read
+    // and write, and no longer reaches the parent's memory. What the copy's env code holds
+    // there now reads zeros (it is stopped when it returns into shmenv). Only syscalls:
+    // async-signal-safe.
     unsafe {
         let mapped = libc::mmap(addr as *mut libc::c_void, len, prot, flags, -1, 0);
         if mapped == libc::MAP_FAILED {
@@ -88,13 +108,13 @@ fn register() {
 }
 
 /// A worker: every child this process forks from now on gets private zero pages in place
-/// of `len` bytes at `addr` (its region's mapping; called again after each remap, with the
-/// mapping's new address). `len` 0 stops it.
-pub fn guard_in_children(addr: usize, len: usize) {
+/// of `len` bytes at `addr`, the mapping `which` (called again after each remap, with the
+/// mapping's new address). `len` 0 stops it. Each call leaks 16 bytes (a worker calls it
+/// a few times in its life), so a child handler running meanwhile never reads a freed one.
+pub fn guard_in_children(which: SharedMapping, addr: usize, len: usize) {
     register();
-    PROCESS_LEN.store(0, Ordering::Relaxed);
-    PROCESS_ADDR.store(addr, Ordering::Relaxed);
-    PROCESS_LEN.store(len, Ordering::Relaxed);
+    let mapping = if len == 0 { std::ptr::null_mut() } else { Box::into_raw(Box::new((addr, len))) };
+    PROCESS_MAPPINGS[which as usize].store(mapping, Ordering::Release);
 }
 
 /// While it lives, a child that the calling thread forks gets private zero pages in place

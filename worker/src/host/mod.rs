@@ -144,7 +144,7 @@ struct Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         // The mapping goes with the worker: forks after it must not replace those addresses.
-        fork::guard_in_children(0, 0);
+        fork::guard_in_children(fork::SharedMapping::Region, 0, 0);
     }
 }
 
@@ -160,7 +160,7 @@ impl Worker {
         let region = Region::from_inherited_fd(fd)?;
         let worker = attach_checks(region, index, parent)?;
         // Before any env code runs: a child forked from here on does not share the region.
-        fork::guard_in_children(worker.region.base_addr(), worker.region.len());
+        fork::guard_in_children(fork::SharedMapping::Region, worker.region.base_addr(), worker.region.len());
         Ok(worker)
     }
 
@@ -253,9 +253,9 @@ impl Worker {
     /// Re-maps the grown region and checks that its layout is the one this worker computes.
     fn map_data_part(&mut self, spec: &shmenv_engine::EnvSpec) -> Result<Layout, AttachError> {
         // Forks meanwhile (from an env's own threads) leave the old mapping alone.
-        fork::guard_in_children(0, 0);
+        fork::guard_in_children(fork::SharedMapping::Region, 0, 0);
         self.region.remap()?;
-        fork::guard_in_children(self.region.base_addr(), self.region.len());
+        fork::guard_in_children(fork::SharedMapping::Region, self.region.base_addr(), self.region.len());
         let header: Header = self.region.read_pod(0);
         header.validate(self.region.len())?;
         let layout = Layout::compute(spec, &self.params);
