@@ -12,6 +12,7 @@ use crate::bench::{self, BenchArgs};
 use crate::plot;
 use crate::stepping::{contenders, load_average, warn_if_loaded, Baseline, Progress, Stepper, Tally};
 use crate::sweep_report::{self, Measured, Run};
+use crate::trace_file::TraceFile;
 use crate::Error;
 use shmenv::engine::pool::{default_num_workers, MAX_WORKERS};
 use shmenv::worker::Registry;
@@ -71,6 +72,10 @@ pub struct SweepArgs {
     /// opened for writing before the runs.
     #[arg(long, requires = "sweep")]
     pub plot: Option<PathBuf>,
+    /// With --sweep: also write the --json object to this file (the table still goes to
+    /// stdout); opened for writing before the runs.
+    #[arg(long, requires = "sweep")]
+    pub json_file: Option<PathBuf>,
 }
 
 /// A sweep that cannot run as asked: what is wrong, the value, what is valid.
@@ -116,9 +121,13 @@ pub fn run(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) ->
         None => default_values(args, sweep, cores),
     };
     let settings = values.iter().map(|&v| setting(args, sweep, v, cores)).collect::<Result<Vec<_>, _>>()?;
-    // Before any run: the plot file, then every value's memory (one pool at a time).
+    // Before any run: the output files, then every value's memory (one pool at a time).
     let mut plot_file = match &args.sweep.plot {
         Some(path) => Some((plot::check_path(path)?, path)),
+        None => None,
+    };
+    let mut json_file = match &args.sweep.json_file {
+        Some(path) => Some((TraceFile::check_for("--json-file", path)?, path)),
         None => None,
     };
     for s in &settings {
@@ -129,10 +138,16 @@ pub fn run(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) ->
     let (runs, serial) = measure(registry, args, config, sweep, &settings)?;
     warn_if_loaded("at the end");
     let measured = Measured { sweep, cores, settings, runs, serial, loads: (load_before, load_average()) };
+    let doc = sweep_report::json(args, config, &measured);
     if args.json {
-        println!("{}", sweep_report::json(args, config, &measured));
+        println!("{doc}");
     } else {
         sweep_report::print_table(args, &measured);
+    }
+    if let Some((file, path)) = json_file.as_mut() {
+        std::fs::write(&path, format!("{doc}\n"))
+            .map_err(|e| format!("cannot write the JSON to {}: {e}", path.display()))?;
+        file.written();
     }
     if let Some((file, path)) = plot_file.as_mut() {
         plot::write_svg(path, &sweep_report::plot_data(args, &measured))?;

@@ -147,7 +147,7 @@ pub fn print_table(args: &BenchArgs, m: &Measured) {
             let shard = if args.trainer_shard { " and the trainer's shard" } else { "" };
             notes.push(format!("oversubscribed: {} workers{shard} on {} cores", s.workers, m.cores));
         }
-        println!(
+        let line = format!(
             "  {:>9}  {:>14} {:>10} {:>10} {vs_serial:>10} {vs_linear:>10}  {}",
             s.value,
             fmt_rate(sum.median),
@@ -155,6 +155,7 @@ pub fn print_table(args: &BenchArgs, m: &Measured) {
             fmt_rate(sum.max),
             notes.join("; ")
         );
+        println!("{}", line.trim_end());
     }
     if let Some(runs) = &m.serial {
         let sum = summary(runs);
