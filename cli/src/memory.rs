@@ -9,7 +9,9 @@
 //! held), before the tapes are drawn.
 
 use crate::args::Envs;
-use shmenv::engine::pool::{default_num_workers, human_bytes, MemoryRoom, PoolEstimate, MAX_WORKERS};
+use shmenv::engine::pool::{
+    default_num_workers, human_bytes, most_that_fit, MemoryRoom, PoolEstimate, MAX_WORKERS,
+};
 use shmenv::engine::protocol::{queue_entry::ENV_MASK, AutoReset, PoolParams};
 use shmenv::engine::spec::EnvSpec;
 use shmenv::worker::Registry;
@@ -146,18 +148,13 @@ impl Plan<'_> {
     fn check_in(&self, room: &MemoryRoom) -> Result<(), Box<NotEnoughMemory>> {
         let n = self.num_envs as u64;
         let Some(free) = room.room() else { return Ok(()) };
-        if n > u64::from(ENV_MASK) || self.needs(n).total() <= free {
+        if n > u64::from(ENV_MASK) {
             return Ok(());
         }
-        // The needs grow with the env count: the largest count that fits, by bisection.
-        let (mut lo, mut hi) = (0u64, n);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.needs(mid).total() <= free {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
+        // The needs grow with the env count: the engine's search for the largest that fits.
+        let fits = most_that_fit(n, free, |k| self.needs(k).total());
+        if fits == n {
+            return Ok(());
         }
         Err(Box::new(NotEnoughMemory {
             command: self.command,
@@ -165,7 +162,7 @@ impl Plan<'_> {
             needs: self.needs(n),
             pools: self.pools,
             room: room.clone(),
-            fits: lo as usize,
+            fits: fits as usize,
         }))
     }
 }

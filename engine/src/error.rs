@@ -94,10 +94,10 @@ pub enum BuildError {
         "the pool would need about {} ({} bytes) for {num_envs} envs: {}, more than this process may use: {} \
          available ({}). At most {fits} envs fit: use fewer envs, smaller observations or a smaller \
          ring_depth, or raise the memory limit",
-        crate::launch::memory::human(region.saturating_add(*workers)),
+        crate::launch::memory::human_bytes(region.saturating_add(*workers)),
         region.saturating_add(*workers),
         crate::launch::memory::need_parts(*region, *workers, *per_env),
-        crate::launch::memory::human(room.room().unwrap_or(0)),
+        crate::launch::memory::human_bytes(room.room().unwrap_or(0)),
         room.describe()
     )]
     NotEnoughMemory {

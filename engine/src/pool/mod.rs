@@ -26,7 +26,10 @@ mod trainer_shard;
 mod wait_tuner;
 
 use crate::batch::BatchData;
-pub use crate::launch::memory::{estimate::PoolEstimate, human as human_bytes, CgroupLimit, MemoryRoom};
+pub use crate::launch::memory::{
+    estimate::{most_that_fit, PoolEstimate},
+    human_bytes, CgroupLimit, MemoryRoom,
+};
 use async_mode::RingState;
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};

@@ -154,21 +154,17 @@ pub(super) fn tightest(
     best
 }
 
-/// The `oom_kill` count of a v2 `memory.events` or a v1 `memory.oom_control` text (both
-/// are `key value` lines).
+/// The `oom_kill` count of a v2 `memory.events`, a v1 `memory.oom_control` or a
+/// `/proc/vmstat` text (all three are `key value` lines; vmstat's counts every OOM kill on
+/// the machine, since 4.13).
 pub(super) fn parse_oom_kills(text: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
 }
 
-/// The `oom_kill` count of a `/proc/vmstat` text (every OOM kill on the machine, since 4.13).
-pub(super) fn parse_vmstat_oom_kills(text: &str) -> Option<u64> {
-    parse_oom_kills(text)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::reader;
     use super::*;
-    use std::collections::HashMap;
 
     /// A hybrid (v1 + v2) host, as systemd sets it up, in a v1 memory cgroup of its own.
     const PROC_CGROUP_V1: &str = "12:hugetlb:/\n9:name=systemd:/\n8:pids:/\n\
@@ -190,12 +186,6 @@ mod tests {
     const MEMORY_EVENTS: &str = "low 0\nhigh 0\nmax 17\noom 2\noom_kill 2\noom_group_kill 0\n";
     /// memory.oom_control of a v1 cgroup (kernel 4.13+).
     const OOM_CONTROL: &str = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
-
-    fn reader(files: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
-        let map: HashMap<PathBuf, String> =
-            files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
-        move |p: &Path| map.get(p).cloned()
-    }
 
     #[test]
     fn proc_cgroup_and_mountinfo_find_the_memory_cgroups() {
@@ -276,6 +266,6 @@ mod tests {
         assert_eq!(parse_oom_kills(OOM_CONTROL), Some(3));
         // Kernels before 4.13 have no oom_kill line.
         assert_eq!(parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n"), None);
-        assert_eq!(parse_vmstat_oom_kills("nr_free_pages 5\noom_kill 7\nnuma_hit 1\n"), Some(7));
+        assert_eq!(parse_oom_kills("nr_free_pages 5\noom_kill 7\nnuma_hit 1\n"), Some(7));
     }
 }

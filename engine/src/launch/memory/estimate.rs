@@ -157,6 +157,27 @@ pub fn check_region(params: &PoolParams, spec: &EnvSpec, room: &MemoryRoom) -> R
     check(params, room, 0, region, region)
 }
 
+/// The most envs, from 0 to `num_envs`, whose need fits in `free` bytes: `need(n)` is the
+/// bytes `n` envs need, and must not shrink as `n` grows. `num_envs` when it fits, else the
+/// largest count that does, by bisection (0 when not even none fits). For the pool's checks
+/// and for callers that keep memory of their own per env beside the pool (the `shmenv`
+/// CLI adds its action tapes to a [`PoolEstimate`]).
+pub fn most_that_fit(num_envs: u64, free: u64, need: impl Fn(u64) -> u64) -> u64 {
+    if need(num_envs) <= free {
+        return num_envs;
+    }
+    let (mut lo, mut hi) = (0u64, num_envs);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if need(mid) <= free {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Refuses `need(num_envs)` bytes above the room, naming the most envs that fit.
 fn check(
     params: &PoolParams,
@@ -167,18 +188,9 @@ fn check(
 ) -> Result<(), BuildError> {
     let Some(free) = room.room() else { return Ok(()) };
     let n = params.num_envs as u64;
-    if need(n) <= free {
+    let fits = most_that_fit(n, free, need);
+    if fits == n {
         return Ok(());
-    }
-    // `need` grows with the env count: the largest count that fits, by bisection.
-    let (mut lo, mut hi) = (0u64, n);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if need(mid) <= free {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
     }
     Err(BuildError::NotEnoughMemory {
         num_envs: params.num_envs,
@@ -186,7 +198,7 @@ fn check(
         workers: n.saturating_mul(per_env),
         per_env,
         room: room.clone(),
-        fits: lo as usize,
+        fits: fits as usize,
     })
 }
 
@@ -318,6 +330,19 @@ mod tests {
         assert_eq!(worker_bytes_per_env(&plugin, Some(&spec)), SHARD_BYTES_PER_ENV + DEFAULT_ENV_BYTES + 24);
         let python = params(PYTHON_ENV_ID, 10);
         assert_eq!(worker_bytes_per_env(&python, None), SHARD_BYTES_PER_ENV + PYTHON_ENV_BYTES);
+    }
+
+    #[test]
+    fn the_most_that_fit_is_the_largest_count_whose_need_fits() {
+        let need = |n: u64| 100u64.saturating_add(n.saturating_mul(7));
+        assert_eq!(most_that_fit(1000, 1000, need), (1000 - 100) / 7);
+        assert!(need(128) <= 1000 && need(129) > 1000);
+        // A count that fits is itself; with nothing left, none fits.
+        assert_eq!(most_that_fit(50, 1000, need), 50);
+        assert_eq!(most_that_fit(1000, 99, need), 0);
+        assert_eq!(most_that_fit(0, 0, |_| 0), 0);
+        // Saturating needs of absurd counts: bisection over the whole range.
+        assert_eq!(most_that_fit(u64::MAX, u64::MAX - 1, need), (u64::MAX - 1 - 100) / 7);
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl MemoryRoom {
     /// allows 2.00 GiB (memory.limit_in_bytes) with 1.50 GiB in use".
     pub fn describe(&self) -> String {
         let mem_available = match self.mem_available {
-            Some(a) => format!("MemAvailable is {}", human(a)),
+            Some(a) => format!("MemAvailable is {}", human_bytes(a)),
             None => "MemAvailable is unknown".to_string(),
         };
         let cgroup = match &self.cgroup {
@@ -114,9 +114,9 @@ impl MemoryRoom {
                 "cgroup v{} {} allows {} ({}) with {} in use",
                 c.version,
                 c.path.display(),
-                human(c.max),
+                human_bytes(c.max),
                 c.files().0,
-                human(c.current)
+                human_bytes(c.current)
             ),
             None => "no cgroup v1 or v2 memory limit".to_string(),
         };
@@ -193,7 +193,7 @@ impl OomWatch {
             .collect();
         if counters.is_empty() {
             let file = PathBuf::from("/proc/vmstat");
-            let kills = read(&file).as_deref().and_then(cgroup::parse_vmstat_oom_kills);
+            let kills = read(&file).as_deref().and_then(cgroup::parse_oom_kills);
             counters.extend(kills.map(|kills| OomCounter { file, kills }));
         }
         OomWatch { counters }
@@ -224,14 +224,14 @@ pub(crate) fn need_parts(region: u64, workers: u64, per_env: u64) -> String {
     if workers == 0 {
         format!(
             "the shared-memory region {} (the workers' envs, built already, hold their own)",
-            human(region)
+            human_bytes(region)
         )
     } else {
         format!(
             "the shared-memory region {} (at least, before the env's spec is known) and the workers' envs {} \
              (an estimated {per_env} bytes per env)",
-            human(region),
-            human(workers)
+            human_bytes(region),
+            human_bytes(workers)
         )
     }
 }
@@ -273,7 +273,7 @@ pub(crate) fn died_how(exit: &crate::launch::WorkerExit, oom_kill: Option<&OomKi
 }
 
 /// Bytes as a short figure: "7.45 GiB", "512.0 MiB", "12.0 KiB".
-pub fn human(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let b = bytes as f64;
@@ -286,16 +286,18 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// A `read` function over the files `files` (path, text) and no other, for the tests of
+/// this module and of [`cgroup`].
+#[cfg(test)]
+fn reader(files: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
+    let map: std::collections::HashMap<PathBuf, String> =
+        files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
+    move |p: &Path| map.get(p).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn reader(files: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
-        let map: HashMap<PathBuf, String> =
-            files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
-        move |p: &Path| map.get(p).cloned()
-    }
 
     const MEMINFO: &str = "MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    8388608 kB\n";
     const MOUNTINFO: &str = "\
@@ -395,8 +397,8 @@ mod tests {
 
     #[test]
     fn byte_figures_are_short() {
-        assert_eq!(human(3 << 30), "3.00 GiB");
-        assert_eq!(human(512 << 20), "512.0 MiB");
-        assert_eq!(human(2048), "2.0 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
+        assert_eq!(human_bytes(512 << 20), "512.0 MiB");
+        assert_eq!(human_bytes(2048), "2.0 KiB");
     }
 }
