@@ -14,9 +14,10 @@ mod common;
 use common::plugin_library::plugin_library;
 use common::{builder, child_pids, Watchdog};
 use shmenv::engine::launch::WorkerCommand;
-use shmenv::engine::pool::MemoryRoom;
+use shmenv::engine::pool::{most_that_fit, MemoryRoom, PoolEstimate};
+use shmenv::engine::protocol::{AutoReset, PoolParams};
 use shmenv::worker::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
-use shmenv::{BuildError, PoolFailure, WorkerExit};
+use shmenv::{BuildError, PoolFailure, WaitStrategy, WorkerExit};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -75,8 +76,11 @@ fn the_largest_env_count_is_refused_before_any_worker_starts() {
 
 #[test]
 fn the_built_in_envs_per_env_figures_follow_their_structs() {
-    let _serial = serial();
     let _w = Watchdog::new("per-env figures", Duration::from_secs(120));
+    // A room of 2 GiB made here, not read from this machine: the figures are checked
+    // whatever it has free.
+    let room = MemoryRoom { mem_available: Some(2 << 30), cgroup: None };
+    let free = room.room().unwrap();
     // Besides the env's own struct, a worker holds at least its boxed slot and bookkeeping
     // (29 bytes); Burn-v0 also holds its observation shape (a few dims).
     for (id, size, extra) in [
@@ -84,10 +88,39 @@ fn the_built_in_envs_per_env_figures_follow_their_structs() {
         ("Pendulum-v1", size_of::<Pendulum>(), 0),
         ("Burn-v0", size_of::<Burn>(), 32),
     ] {
-        let Some(err) = refuse_max_envs(id) else { return };
-        let BuildError::NotEnoughMemory { per_env, .. } = err else { panic!("{id}: {err}") };
+        // The estimate the pool checks before any worker starts (no spec yet).
+        let params = pool_params(id, MAX_ENVS);
+        let estimate = |n: u64| PoolEstimate::new(&params, n, None);
+        let per_env = estimate(MAX_ENVS as u64).per_env;
         let least = (size + extra + 29) as u64;
         assert!(per_env >= least && per_env <= least + 160, "{id}: {per_env} bytes per env, struct {size}");
+        assert_eq!(estimate(MAX_ENVS as u64).workers, MAX_ENVS as u64 * per_env, "{id}");
+        // In the room, the count that fits is bounded by the per-env figure alone.
+        let fits = most_that_fit(MAX_ENVS as u64, free, |n| estimate(n).total());
+        assert!(fits > 0 && fits * per_env < free, "{id}: {fits} envs fit in {free} bytes");
+        assert!(estimate(fits).total() <= free && estimate(fits + 1).total() > free, "{id}: {fits}");
+    }
+}
+
+/// The settings of a pool of `num_envs` envs `env_id` on 2 workers, as the builder makes
+/// them by default.
+fn pool_params(env_id: &str, num_envs: usize) -> PoolParams {
+    PoolParams {
+        env_id: env_id.into(),
+        config: serde_json::json!({}),
+        num_envs,
+        num_workers: 2,
+        autoreset: AutoReset::NextStep,
+        max_episode_steps: None,
+        wait: WaitStrategy::Auto,
+        batch_size: num_envs,
+        ring_depth: 2,
+        stats: true,
+        trace: false,
+        restart: false,
+        plugin: None,
+        cores: 2,
+        trainer_shard: false,
     }
 }
 
