@@ -59,6 +59,30 @@ fn axis_x(data: &PlotData, x: f64) -> f64 {
     }
 }
 
+/// The top of what the chart shows: the highest run or the serial loop, or the linear line
+/// up to twice that (past it the line stops: the measured values stay readable). The y
+/// axis goes 30% higher, room for the legend.
+fn data_top(data: &PlotData) -> f64 {
+    let measured = data.maxs.iter().chain(data.serial.iter()).copied().fold(1.0, f64::max);
+    let linear = data.linear.as_ref().and_then(|l| l.last().copied()).unwrap_or(0.0);
+    measured.max(linear.min(2.0 * measured))
+}
+
+/// The points of a line up to where it crosses `top` (that point included).
+fn clip_line(points: &[(f64, f64)], top: f64) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for &(x, y) in points {
+        match out.last().copied() {
+            Some((x0, y0)) if y > top => {
+                out.push((x0 + (x - x0) * (top - y0) / (y - y0), top));
+                break;
+            }
+            _ => out.push((x, y.min(top))),
+        }
+    }
+    out
+}
+
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 fn draw(path: &Path, data: &PlotData) -> DrawResult {
@@ -67,20 +91,13 @@ fn draw(path: &Path, data: &PlotData) -> DrawResult {
     let xs: Vec<f64> = data.xs.iter().map(|&x| axis_x(data, x)).collect();
     let (lo, hi) = (xs.iter().copied().fold(f64::INFINITY, f64::min), xs.iter().copied().fold(0.0, f64::max));
     let pad = ((hi - lo) * 0.05).max(0.25);
-    let top = data
-        .maxs
-        .iter()
-        .chain(data.serial.iter())
-        .chain(data.linear.iter().flatten())
-        .copied()
-        .fold(1.0, f64::max)
-        * 1.3; // room for the legend above the highest point
+    let top = data_top(data);
     let mut chart = ChartBuilder::on(&root)
         .caption(&data.title, ("sans-serif", 18))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d((lo - pad)..(hi + pad), 0f64..top)?;
+        .build_cartesian_2d((lo - pad)..(hi + pad), 0f64..top * 1.3)?;
     let log_x = data.log_x;
     // Labels at whole numbers only (on a log axis, whole powers of two).
     let x_fmt = move |x: &f64| match (x.fract().abs() < 1e-9, log_x) {
@@ -96,7 +113,7 @@ fn draw(path: &Path, data: &PlotData) -> DrawResult {
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&|y: &f64| fmt_rate(*y))
         .draw()?;
-    draw_series(&mut chart, data, &xs, (lo - pad, hi + pad))?;
+    draw_series(&mut chart, data, &xs, (lo - pad, hi + pad, top))?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
@@ -113,8 +130,9 @@ type Chart<'a> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
-/// The medians with their min-max, the serial loop and the linear line, each labelled.
-fn draw_series(chart: &mut Chart<'_>, data: &PlotData, xs: &[f64], span: (f64, f64)) -> DrawResult {
+/// The medians with their min-max, the serial loop and the linear line, each labelled;
+/// `span` is the x axis's ends and the top of the data (where the linear line stops).
+fn draw_series(chart: &mut Chart<'_>, data: &PlotData, xs: &[f64], span: (f64, f64, f64)) -> DrawResult {
     let points: Vec<(f64, f64)> = xs.iter().copied().zip(data.medians.iter().copied()).collect();
     chart
         .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))?
@@ -139,10 +157,23 @@ fn draw_series(chart: &mut Chart<'_>, data: &PlotData, xs: &[f64], span: (f64, f
     }
     if let Some(linear) = &data.linear {
         let line: Vec<(f64, f64)> = xs.iter().copied().zip(linear.iter().copied()).collect();
+        let line = clip_line(&line, span.2);
         chart
             .draw_series(DashedLineSeries::new(line, 4, 4, RED.stroke_width(2)))?
             .label("linear scaling (fewest workers' median x workers)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_stops_where_it_leaves_the_chart() {
+        let line = [(1.0, 10.0), (2.0, 20.0), (4.0, 40.0), (8.0, 80.0)];
+        assert_eq!(clip_line(&line, 30.0), vec![(1.0, 10.0), (2.0, 20.0), (3.0, 30.0)]);
+        assert_eq!(clip_line(&line, 100.0), line.to_vec());
+    }
 }
