@@ -16,11 +16,15 @@ as clear errors:
 - an env *instance* -> rebuilt from its ``spec`` when it has one, refused otherwise;
 - anything defined in ``__main__`` -> refused: workers cannot import the trainer's script;
 - kwargs that are not JSON -> refused, naming the key.
+
+It also says which program the workers run (:func:`worker_command`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -318,3 +322,24 @@ def pass_render_mode(resolved, render_mode: str | None) -> None:
             f"render_mode={render_mode!r} and config['render_mode']={kwargs['render_mode']!r} disagree: pass one"
         )
     kwargs["render_mode"] = render_mode
+
+
+def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
+    """How a Python worker starts: this interpreter, ``-m shmenv.worker``, with this
+    process's ``sys.path`` so that the same packages import the same way."""
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    env = [("PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))]
+    return sys.executable, ["-m", "shmenv.worker"], env
+
+
+def worker_command(resolved, worker_program) -> tuple[str, list[str], list[tuple[str, str]]]:
+    """The workers' program, arguments and environment: ``python -m shmenv.worker`` for
+    every env but a native one with its own ``worker_program``."""
+    if worker_program is None:
+        return python_worker_command()
+    if resolved.python:
+        raise InvalidArgumentError(
+            f"{resolved.label} is a Python env: it runs in Python workers (python -m shmenv.worker); "
+            "worker_program is for native worker binaries"
+        )
+    return os.fspath(worker_program), [], []

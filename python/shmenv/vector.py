@@ -4,8 +4,6 @@ whose observations are numpy views of the shared memory they write into."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,37 +30,15 @@ from shmenv.errors import (
 )
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
-from shmenv.caller import OneCaller
 from shmenv.env_calls import EnvCalls
 from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
 from shmenv.options import PoolOptions, with_options
 from shmenv.pending import PendingCalls
-from shmenv.resolve import pass_render_mode, resolve, resolve_plugin
+from shmenv.resolve import pass_render_mode, python_worker_command, resolve, resolve_plugin, worker_command
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
-
-
-def python_worker_command() -> tuple[str, list[str], list[tuple[str, str]]]:
-    """How a Python worker starts: this interpreter, ``-m shmenv.worker``, with this
-    process's ``sys.path`` so that the same packages import the same way."""
-    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-    env = [("PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))]
-    return sys.executable, ["-m", "shmenv.worker"], env
-
-
-def _worker_command(resolved, worker_program) -> tuple[str, list[str], list[tuple[str, str]]]:
-    """The workers' program, arguments and environment: ``python -m shmenv.worker`` for
-    every env but a native one with its own ``worker_program``."""
-    if worker_program is None:
-        return python_worker_command()
-    if resolved.python:
-        raise InvalidArgumentError(
-            f"{resolved.label} is a Python env: it runs in Python workers (python -m shmenv.worker); "
-            "worker_program is for native worker binaries"
-        )
-    return os.fspath(worker_program), [], []
 
 
 class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
@@ -84,8 +60,9 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def __init__(self, env: Any, num_envs: int, **options: Any):
         o = PoolOptions.of("make_vec", options)
         self.closed = True  # until the pool exists, so __del__ has nothing to close
-        # Held by every call but the native one-call path (the extension guards that one).
-        self._caller = OneCaller()
+        # One caller at a time: held by every call but the native one-call path, whose
+        # extension calls check it (a second thread's call raises UsageError).
+        self._caller = _shmenv.CallerGuard()
         self._calls = None
         self._infos: InfoArea | None = None
         self._restart = o.max_restarts is not None
@@ -122,7 +99,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         batch = num_envs if o.batch_size is None else _count("batch_size", o.batch_size)
         seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
         zero_copy_async = batch < num_envs and not o.copy
-        program, worker_args, worker_env = _worker_command(resolved, o.worker_program)
+        program, worker_args, worker_env = worker_command(resolved, o.worker_program)
         # The engine's arguments (the extension's `PoolArgs`), checked and resolved.
         pool_args = dict(
             num_workers=num_workers, batch_size=o.batch_size, seed=seed, config_json=json.dumps(resolved.config),
@@ -132,7 +109,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
             max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
             retain_batches=1 if zero_copy_async else 0, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
-            trainer_shard=bool(o.trainer_shard),
+            trainer_shard=bool(o.trainer_shard), caller_guard=self._caller,
         )
         try:
             self._start_pool(resolved, num_envs, pool_args)
@@ -252,8 +229,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             if self._one_call:
                 return self._pool.send_recv_gym(actions, env_ids, self.pool_infos, self._stats_key)
             with self._caller:
-                self.send(actions, env_ids)
-                return self.recv()
+                self._send(actions, env_ids)
+                return self._recv()
         if self._one_call:
             return self._pool.step_gym(actions, self.pool_infos, self._stats_key)
         with self._caller:
@@ -366,9 +343,12 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         mode), as EnvPool's ``send(action, env_id)``."""
         if self._one_call:
             return self._pool.send_gym(actions, env_ids)
-        ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
         with self._caller:
-            self._pool.send(self._actions(actions, ids), ids)
+            self._send(actions, env_ids)
+
+    def _send(self, actions, env_ids) -> None:
+        ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
+        self._pool.send(self._actions(actions, ids), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -377,9 +357,12 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self._one_call:
             return self._pool.recv_gym(self.pool_infos, self._stats_key)
         with self._caller:
-            res = self._pool.recv()
-            self._follow_restarts(res)
-            return self._note_restarts(res, self._unpack(res))
+            return self._recv()
+
+    def _recv(self):
+        res = self._pool.recv()
+        self._follow_restarts(res)
+        return self._note_restarts(res, self._unpack(res))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""

@@ -3,12 +3,14 @@
 //! numpy arrays over the shared region (`views`), maps errors to `shmenv.errors`
 //! (`errors`), and runs the worker host inside `python -m shmenv.worker`.
 
+mod caller;
 mod checks;
 mod errors;
 mod gym_tuple;
 mod info_columns;
 mod one_call;
 mod pool;
+mod pool_args;
 mod pyenv;
 mod recycle;
 mod results;
@@ -81,13 +83,14 @@ fn dtypes(py: Python<'_>) -> Vec<(&'static str, Bound<'_, numpy::PyArrayDescr>)>
 #[pymodule]
 fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
+    m.add_class::<caller::CallerGuard>()?;
     m.add_class::<results::Results>()?;
     m.add_class::<views::Lease>()?;
     m.add_function(wrap_pyfunction!(run_worker, m)?)?;
     m.add_function(wrap_pyfunction!(guard_infos_in_children, m)?)?;
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
-    m.add_function(wrap_pyfunction!(pool::autoreset_name, m)?)?;
-    m.add_function(wrap_pyfunction!(pool::default_num_workers, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_args::autoreset_name, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_args::default_num_workers, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add_function(wrap_pyfunction!(shard, m)?)?;

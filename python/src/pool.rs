@@ -2,20 +2,19 @@
 //! arrays over the region (see `views`); the Python layer (`shmenv.vector`) turns them
 //! into Gymnasium's and SB3's conventions.
 
+use crate::caller::{busy, CallerGuard};
 use crate::errors::{build_error, CallError};
 use crate::gym_tuple::InfoForm;
 use crate::info_columns::{AreaLayout, InfoReader};
 use crate::one_call::OneCallArgs;
+use crate::pool_args::PoolArgs;
 use crate::results::{Results, ResultsMaker};
 use crate::views::Lease;
 use numpy::{PyArrayDyn, PyArrayMethods, PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use shmenv_engine::protocol::UnknownAutoReset;
-use shmenv_engine::{
-    with_element, AutoReset, CpuAffinity, DType, Element, Pool, PoolBuilder, WaitStrategy, WorkerCommand,
-};
+use shmenv_engine::{with_element, AutoReset, DType, Element, Pool};
 use std::os::fd::IntoRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,42 +33,8 @@ pub(crate) struct PyPool {
     results: ResultsMaker,
     /// How the one-call path takes its arguments (`set_converters`).
     one_call: Option<Arc<OneCallArgs>>,
-}
-
-/// The auto-reset mode named `name` (any spelling `AutoReset` parses), by its Gymnasium
-/// value name (`"NextStep"`, ...): `shmenv.arguments` turns it into `AutoresetMode`, so the
-/// names are parsed here only.
-#[pyfunction]
-pub(crate) fn autoreset_name(name: &str) -> PyResult<&'static str> {
-    Ok(parse_autoreset(name)?.name())
-}
-
-fn parse_autoreset(name: &str) -> PyResult<AutoReset> {
-    name.parse().map_err(|e: UnknownAutoReset| invalid_argument(format!("autoreset_mode: {e}")))
-}
-
-/// The worker count a pool of `num_envs` envs gets by default (one per core this process
-/// may use, at most one per env; one fewer with a trainer shard), as the engine computes it.
-#[pyfunction]
-#[pyo3(signature = (num_envs, trainer_shard = false))]
-pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize {
-    shmenv_engine::pool::default_num_workers(num_envs, shmenv_engine::sync::available_cores(), trainer_shard)
-}
-
-/// A worker command: `program`, its arguments, extra environment.
-fn worker_command(
-    program: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    call_socket: bool,
-) -> WorkerCommand {
-    let command = args.into_iter().fold(WorkerCommand::new(program), WorkerCommand::arg);
-    let command = env.into_iter().fold(command, |c, (k, v)| c.env(k, v));
-    if call_socket {
-        command.call_socket()
-    } else {
-        command
-    }
+    /// The `ShmVectorEnv`'s one-caller guard: a call while another thread holds it is refused.
+    caller_guard: Py<CallerGuard>,
 }
 
 /// Lets Ctrl-C end a wait: every [`SIGNAL_CHECK_EVERY`] at most, the pool's interrupt check
@@ -95,103 +60,13 @@ fn install_interrupt_check(pool: &mut Pool) -> Arc<Mutex<Option<PyErr>>> {
     interrupted
 }
 
-/// What Python's `shmenv.vector` passes to start a pool: `shmenv.options.PoolOptions`
-/// checked and resolved (the env's JSON config, the worker command, the mode names), as a
-/// dict with one item per field. Defaults live in Python (`PoolOptions`) and in
-/// [`Pool::builder`]; none here.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct PoolArgs {
-    num_workers: Option<usize>,
-    batch_size: Option<usize>,
-    seed: Option<u64>,
-    config_json: String,
-    autoreset: String,
-    max_episode_steps: Option<u32>,
-    worker_program: Option<String>,
-    worker_args: Vec<String>,
-    worker_env: Vec<(String, String)>,
-    call_socket: bool,
-    wait: String,
-    ring_depth: usize,
-    pin_workers: bool,
-    step_timeout: Option<f64>,
-    max_restarts: Option<u32>,
-    copy: bool,
-    retain_batches: usize,
-    fair_scheduling: bool,
-    plugin: Option<String>,
-    trainer_shard: bool,
-}
-
-impl PoolArgs {
-    /// The engine's builder for these arguments; a bad value is a `ValueError`.
-    fn builder(self, py: Python<'_>, env_id: &str, num_envs: usize) -> PyResult<PoolBuilder> {
-        let config = crate::checks::parse_config(py, env_id, &self.config_json)?;
-        let wait = WaitStrategy::from_name(&self.wait).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "unknown wait strategy {:?}: use auto, spin, yield or block",
-                self.wait
-            ))
-        })?;
-        let mut builder = Pool::builder(env_id)
-            .num_envs(num_envs)
-            .config(config)
-            .autoreset(parse_autoreset(&self.autoreset)?)
-            .wait(wait)
-            .ring_depth(self.ring_depth)
-            .retain_batches(self.retain_batches)
-            .fair_scheduling(self.fair_scheduling)
-            .cpu_affinity(if self.pin_workers { CpuAffinity::Auto } else { CpuAffinity::None });
-        if let Some(program) = self.worker_program {
-            builder = builder.worker_command(worker_command(
-                program,
-                self.worker_args,
-                self.worker_env,
-                self.call_socket,
-            ));
-        }
-        if let Some(w) = self.num_workers {
-            builder = builder.num_workers(w);
-        }
-        if let Some(path) = self.plugin {
-            builder = builder.plugin(path);
-        }
-        if let Some(b) = self.batch_size {
-            builder = builder.batch_size(b);
-        }
-        if self.trainer_shard {
-            builder =
-                builder.trainer_shard(shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins()));
-        }
-        if let Some(s) = self.seed {
-            builder = builder.seed(s);
-        }
-        if let Some(max_restarts) = self.max_restarts {
-            builder = builder.failure_policy(shmenv_engine::FailurePolicy::Restart { max_restarts });
-        }
-        if let Some(t) = self.step_timeout {
-            if !(t > 0.0 && t.is_finite()) {
-                return Err(PyValueError::new_err(format!(
-                    "step_timeout must be a positive number of seconds, got {t}"
-                )));
-            }
-            builder = builder.step_timeout(Duration::from_secs_f64(t));
-        }
-        if let Some(k) = self.max_episode_steps {
-            builder = builder.max_episode_steps(k);
-        }
-        Ok(builder)
-    }
-}
-
 #[pymethods]
 impl PyPool {
     /// Starts a pool of `num_envs` envs of `env_id` with `args` (a dict of `PoolArgs`'s
     /// fields, from Python's `shmenv.vector`).
     #[new]
     fn new(py: Python<'_>, env_id: &str, num_envs: usize, args: PoolArgs) -> PyResult<Self> {
-        let copy = args.copy;
+        let (copy, caller_guard) = (args.copy, args.caller_guard.clone_ref(py));
         let builder = args.builder(py, env_id, num_envs)?;
         let mut pool = py.detach(|| builder.build()).map_err(|e| build_error(py, e))?;
         let interrupted = install_interrupt_check(&mut pool);
@@ -202,6 +77,7 @@ impl PyPool {
             pool: Some(pool),
             results: ResultsMaker::new(lease, copy, interrupted),
             one_call: None,
+            caller_guard,
         })
     }
 
@@ -493,23 +369,16 @@ impl PyPool {
 
     /// The pool for one call, or a `UsageError` while another thread is inside a call.
     fn exclusive<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRefMut<'py, Self>> {
-        slf.try_borrow_mut().map_err(|_| busy(slf.py()))
+        let this = slf.try_borrow_mut().map_err(|_| busy(slf.py(), None))?;
+        this.caller_guard.get().check(slf.py())?;
+        Ok(this)
     }
 
     /// The pool for a read (stats, pids, shards), or a `UsageError` while another thread
     /// is inside a call (rather than PyO3's bare `RuntimeError: Already mutably borrowed`).
     fn shared<'py>(slf: &Bound<'py, Self>) -> PyResult<PyRef<'py, Self>> {
-        slf.try_borrow().map_err(|_| busy(slf.py()))
+        slf.try_borrow().map_err(|_| busy(slf.py(), None))
     }
-}
-
-/// The error for a call made while another thread is inside one on the same pool.
-fn busy(py: Python<'_>) -> PyErr {
-    let message =
-        "this pool is in a call from another thread: a pool is used from one thread at a time; give \
-                   each thread its own pool, or guard this one with a lock"
-            .to_string();
-    crate::errors::raise(py, "UsageError", message, vec![])
 }
 
 fn closed() -> PyErr {
@@ -555,7 +424,7 @@ pub(crate) fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult
 }
 
 /// A `shmenv.InvalidArgumentError` with `message`.
-fn invalid_argument(message: String) -> PyErr {
+pub(crate) fn invalid_argument(message: String) -> PyErr {
     Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
 }
 

@@ -30,11 +30,14 @@ def _wait_inside(envs, thread: threading.Thread, limit: float = 60.0) -> None:
 
 
 @pytest.mark.parametrize("batch_size", [None, 2], ids=["sync", "async"])
-def test_a_second_thread_is_refused_while_a_step_is_inside(no_leaks, batch_size):
+def test_a_second_thread_is_refused_while_a_step_is_inside(no_leaks, batch_size, tmp_path):
+    gate = tmp_path / "gate"
     with shmenv.make_vec(ENV, 4, num_workers=2, seed=0, batch_size=batch_size, step_timeout=30) as envs:
         infos = envs.reset()[1]
         ids = infos["env_id"] if batch_size else None
-        envs.set_attr("delay", 1.0)
+        if batch_size:
+            envs.recv()  # the other envs' resets: every env is idle now
+        envs.set_attr("gate", str(gate))  # the step waits inside the pool until the gate opens
         errors: list[BaseException] = []
         actions = np.zeros(4 if batch_size is None else 2, np.int64)
 
@@ -58,15 +61,17 @@ def test_a_second_thread_is_refused_while_a_step_is_inside(no_leaks, batch_size)
         ):
             with pytest.raises(UsageError, match="in a call from thread 'stepper'"):
                 attempt()
+        assert stepper.is_alive(), "the step left the pool before the gate opened"
+        gate.touch()
         stepper.join(60)
         assert not stepper.is_alive() and not errors, errors
-        envs.set_attr("delay", 0.0)
+        envs.set_attr("gate", None)
         assert envs.get_attr("mode") == ("fast",) * 4  # the refused set_attr changed nothing
-        envs.step(actions, None if batch_size is None else envs.recv()[4]["env_id"])
+        envs.step(actions, ids)
 
 
 def test_concurrent_get_attr_and_step_never_mix_their_answers(no_leaks):
-    """The reported race: one thread loops ``step`` (string infos over the call channel),
+    """A race that used to mix answers: one thread loops ``step`` (string infos over the call channel),
     another loops ``get_attr``; each call either answers its own question or is refused."""
     with shmenv.make_vec(ENV, 4, num_workers=2, seed=0, step_timeout=30) as envs:
         envs.reset()
@@ -119,20 +124,35 @@ def test_concurrent_get_attr_and_step_never_mix_their_answers(no_leaks):
         assert set(envs.stats()) >= {"verdict"}
 
 
-def test_stats_from_another_thread_during_a_native_step_is_a_usage_error(no_leaks):
+def test_reads_from_another_thread_during_a_native_step_are_a_usage_error(no_leaks):
     """Native pools step in one extension call: a read from another thread meanwhile is
-    refused with ``UsageError``, not PyO3's bare ``RuntimeError: Already mutably borrowed``."""
-    with shmenv.make_vec("Burn-v0", 2, num_workers=1, config={"step_us": 200_000}, seed=0) as envs:
+    refused with ``UsageError``, not PyO3's bare ``RuntimeError: Already mutably borrowed``.
+    The stepping thread steps (each step 20 ms of env code) until the reader has been
+    refused once, so the two surely meet, however busy the machine."""
+    with shmenv.make_vec("Burn-v0", 2, num_workers=1, config={"step_us": 20_000}, seed=0) as envs:
         envs.reset()
-        stepper = threading.Thread(target=envs.step, args=(np.zeros((2,) + envs.single_action_space.shape, envs.single_action_space.dtype),))
+        act = np.zeros((2,) + envs.single_action_space.shape, envs.single_action_space.dtype)
+        refused = threading.Event()
+        steps = []
+
+        def stepping():
+            while not refused.is_set() and len(steps) < 3000:
+                envs.step(act)
+                steps.append(1)
+
+        stepper = threading.Thread(target=stepping, name="stepper")
         stepper.start()
+        others: list[BaseException] = []
         while stepper.is_alive():
             try:
                 envs.stats()
                 envs.worker_pids
             except UsageError:
-                pass
-            except RuntimeError as e:
-                pytest.fail(f"a bare RuntimeError from another thread: {e}")
+                refused.set()
+            except BaseException as e:  # noqa: BLE001 - any other error is a failure
+                others.append(e)
+                refused.set()
         stepper.join()
+        assert not others, f"not a UsageError: {others[:1]}"
+        assert refused.is_set(), f"the reads never met a step in {len(steps)} steps"
         assert envs.stats()["verdict"]
