@@ -113,12 +113,13 @@ class CallChannel:
         process is dead (or died meanwhile): the pool is to restart it. Raises
         :class:`WorkerError` when the process lives but did not take the shared fds by
         ``deadline``, refused one, or its socket was closed after an error."""
-        pids = self._current_pids()
-        pid = None if pids is None else pids[w]
-        if not self._connected(w, pid):
+        pid = self._last_pid(w)
+        # Twice: a restart between taking the socket and reading the pids brings a newer one.
+        for _ in range(2):
+            if self._connected(w, pid):
+                break
             self._take(w)
-            pids = self._current_pids()
-            pid = None if pids is None else pids[w]
+            pid = self._last_pid(w)
         if not self._connected(w, pid):
             if pid is not None and not _alive(pid):
                 return False

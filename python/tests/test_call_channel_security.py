@@ -61,3 +61,49 @@ def test_a_stranger_cannot_run_code_in_the_trainer_through_the_call_channel():
     assert stranger["seen"] == [control["name"]], f"abstract sockets a stranger could reach: {stranger['seen']}"
     assert result["abstract_sockets_after"] == [control["name"]], result
     assert not result["marker"], "the stranger's pickle ran code in the trainer or a worker"
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of process ``pid``'s sockets (``socket:[N]`` links in ``/proc/<pid>/fd``)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _named_unix_sockets() -> dict[str, str]:
+    """Inode -> path of every Unix socket with a name (a file or ``@abstract``) here."""
+    named = {}
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8:
+                named[fields[6]] = fields[7]
+    return named
+
+
+def test_no_socket_of_the_pool_has_a_name_anyone_could_connect_to(no_leaks):
+    """Without root: every Unix socket the trainer and its workers hold is unnamed (a
+    socketpair end), so nothing of the pool's is listed with a path or an abstract name."""
+    import gymnasium as gym
+    import numpy as np
+
+    import shmenv
+
+    before = _socket_inodes(os.getpid())  # this process's own (another test's Ray, say)
+    with shmenv.make_vec(gym.spec("CartPole-v1"), 4, num_workers=2, seed=0) as envs:
+        envs.reset()
+        envs.step(np.zeros(4, np.int64))
+        assert envs.get_attr("spec")[0].id == "CartPole-v1"  # the channel is in use
+        named = _named_unix_sockets()
+        sockets = {os.getpid(): _socket_inodes(os.getpid()) - before}
+        sockets.update({p: _socket_inodes(p) for p in envs.worker_pids})
+        assert len(sockets[os.getpid()]) >= 2, "the trainer holds a socket per worker"
+        reachable = {p: [named[i] for i in inodes if i in named] for p, inodes in sockets.items()}
+    assert not any(reachable.values()), f"sockets of the pool with a name: {reachable}"

@@ -22,9 +22,10 @@ def main() -> int:
 
     # The worker's end of its private call socket, inherited from the trainer (a socketpair).
     call_fd = os.environ.pop("SHMENV_CALL_FD", None)
-    if call_fd is not None and len(sys.argv) > 2:
+    if call_fd is not None:
         sock = socket.socket(fileno=int(call_fd))
         sock.set_inheritable(False)  # programs an env runs do not get it
+    if call_fd is not None and len(sys.argv) > 2:
         index = int(sys.argv[2])
         threading.Thread(target=serve_calls, args=(sock, index), daemon=True, name="shmenv-calls").start()
     code = run_worker(sys.argv)
