@@ -75,13 +75,13 @@ def assert_batches_equal(got, want, where: str) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 def test_sync_steps_equal_one_local_pool(cluster, mode):
-    n = 9  # actors of 5 and 4 envs
+    n = 9  # actors of 4 and 5 envs (the engine's shards of 9 envs on 2 workers)
     kwargs = dict(seed=11, autoreset_mode=mode, max_episode_steps=40)
     envs = shmenv_ray.make_vec("CartPole-v1", n, num_actors=2, num_workers=2, placement="strict_spread", **kwargs)
     local = shmenv.make_vec("CartPole-v1", n, num_workers=2, pool_infos=True, **kwargs)
     try:
         assert len({a["node_id"] for a in envs.actors}) == 2, envs.actors
-        assert [a["envs"] for a in envs.actors] == [(0, 5), (5, 9)]
+        assert [a["envs"] for a in envs.actors] == [(0, 4), (4, 9)] == [tuple(r) for r in local._pool.shards()]
         assert envs.single_observation_space == local.single_observation_space
         assert envs.observation_space == local.observation_space
         assert envs.metadata["autoreset_mode"] == local.metadata["autoreset_mode"]

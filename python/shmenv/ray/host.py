@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shmenv._shmenv import shard
 from shmenv.errors import Error
 from shmenv.ray.channel import StepServer
 
@@ -182,13 +183,11 @@ class PoolHost:
 
 
 def split_evenly(total: int, parts: int) -> list[tuple[int, int]]:
-    """``[a, b)`` ranges of ``total`` items in ``parts`` contiguous shards (the first
-    ``total % parts`` one larger), as the engine splits envs among workers."""
-    base, extra = divmod(total, parts)
-    bounds = [0]
-    for k in range(parts):
-        bounds.append(bounds[-1] + base + (1 if k < extra else 0))
-    return list(zip(bounds[:-1], bounds[1:]))
+    """``[a, b)`` ranges of ``total`` items in ``parts`` contiguous shards, each of
+    ``total // parts`` or one more items: the engine's split of envs among workers
+    (``_shmenv.shard``, the one rule), so actor ``k`` hosts the envs that worker ``k`` of
+    one pool of ``total`` envs and ``parts`` workers would."""
+    return [shard(k, total, parts) for k in range(parts)]
 
 
 def concat_batches(batches: Sequence[tuple]) -> tuple:
