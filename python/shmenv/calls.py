@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from shmenv.errors import WorkerDiedError, WorkerError
+from shmenv.worker import ops
 from shmenv.worker.call_server import recv_message, send_message
 
 DEATH_GRACE = 1.0
@@ -213,7 +214,7 @@ class CallChannel:
 
         A worker found dead (before or during the request) is handed to ``revive(workers)``,
         which has the pool restart it (or raises), and the request goes to the replacement;
-        without ``revive`` a dead worker raises :class:`WorkerDiedError`. Op ``"infos"``
+        without ``revive`` a dead worker raises :class:`WorkerDiedError`. Op :data:`~shmenv.worker.ops.INFOS`
         never revives: a dead worker's kept infos died with it; under a restart policy it
         answers none (its envs come back restarted), else it raises
         :class:`WorkerDiedError`, as the batch that lost them must."""
@@ -252,12 +253,12 @@ class CallChannel:
             gone = self._exchange(todo, answers, deadline)
             if not gone:
                 return answers
-            if op == "infos" and not self.replaces_workers:
+            if op == ops.INFOS and not self.replaces_workers:
                 w = gone[0]
                 raise _died(w, self._last_pid(w), "this batch's infos of its envs died with it; the pool has no "
                             "restart policy, so it is closed; build a new one (with max_restarts=n dead workers "
                             "are replaced)")
-            if op == "infos":
+            if op == ops.INFOS:
                 answers.update({w: [(True, {})] * len(messages[w][1]) for w in gone})
                 return answers
             if revive is None:

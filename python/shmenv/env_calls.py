@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from shmenv.errors import InvalidArgumentError, UsageError, WorkerDiedError
+from shmenv.worker import ops
 
 NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_space")
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
@@ -33,11 +34,11 @@ class EnvCalls:
         envs answer the attributes of :data:`NATIVE_ATTRS` and ``render`` (None)."""
         if self._calls is None and name == "render":
             return tuple(None for _ in range(self.num_envs))
-        return tuple(self.env_call("call", name, range(self.num_envs), args=args, kwargs=kwargs))
+        return tuple(self.env_call(ops.CALL, name, range(self.num_envs), args=args, kwargs=kwargs))
 
     def get_attr(self, name: str) -> tuple:
         """Attribute `name` of every env, in env order."""
-        return tuple(self.env_call("get", name, range(self.num_envs)))
+        return tuple(self.env_call(ops.GET, name, range(self.num_envs)))
 
     def set_attr(self, name: str, values: Any) -> None:
         """Sets attribute `name` of every env: `values` is one value per env (a list or
@@ -46,10 +47,11 @@ class EnvCalls:
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
-        self.env_call("set", name, range(self.num_envs), values=values)
+        self.env_call(ops.SET, name, range(self.num_envs), values=values)
 
     def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
-        """Runs `op` ("get", "set", "call", "is_wrapped") on envs `env_ids` in their workers.
+        """Runs `op` (one of :mod:`shmenv.worker.ops`: "get", "set", "call", "is_wrapped" ...)
+        on envs `env_ids` in their workers.
         Native envs have no Python objects: "get" and "call" answer :data:`NATIVE_ATTRS`.
         Raises :class:`UsageError` while another thread is inside a call on this pool."""
         with self._caller:
@@ -58,7 +60,7 @@ class EnvCalls:
     def _env_call(self, op: str, name: str, env_ids, values, args: tuple, kwargs: dict | None):
         self._check_open()
         if self._calls is None:
-            if op in ("get", "call") and name in NATIVE_ATTRS:
+            if op in (ops.GET, ops.CALL) and name in NATIVE_ATTRS:
                 return [self._native_attr(name) for _ in env_ids]
             raise AttributeError(
                 f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
@@ -119,7 +121,7 @@ class EnvCalls:
                 "pass settings through config=..."
             )
         targets = [i for i in range(self.num_envs) if mask is None or mask[i]]
-        self.env_call("reset_options", "", targets, values=[options] * len(targets))
+        self.env_call(ops.RESET_OPTIONS, "", targets, values=[options] * len(targets))
 
     def _check_spaces(self, mode: str | tuple, env_spaces: tuple | None) -> None:
         """As ``AsyncVectorEnv`` at start-up: every env's spaces checked in its worker
@@ -131,13 +133,13 @@ class EnvCalls:
 
         try:
             if env_spaces is None:  # unpicklable spaces: the workers' own comparison of their spec
-                if any(self.env_call("mismatched", "", range(self.num_envs))):
+                if any(self.env_call(ops.MISMATCHED, "", range(self.num_envs))):
                     raise RuntimeError(modes.SAME_MESSAGE.format(detail="(the spaces cannot be pickled to say more)"))
                 return
             single = mode[1] if isinstance(mode, tuple) else env_spaces[0]
             kind = "same" if mode == "same" else "different"
             values = [(kind, single, env_spaces[1])] * self.num_envs
-            answers = self.env_call("check_spaces", "", range(self.num_envs), values=values)
+            answers = self.env_call(ops.CHECK_SPACES, "", range(self.num_envs), values=values)
             modes.raise_mismatch(mode, answers, single, env_spaces[1])
             batched = modes.batched_observation_space(mode, list(self.get_attr("observation_space")))
         except BaseException:

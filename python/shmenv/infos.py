@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shmenv.worker import ops
+
 SLOTS = 16
 """Keys each worker can keep in columns; more keys go pickled."""
 
@@ -252,7 +254,7 @@ class InfoArea:
         infos, fetched over the call channel, merged with the numbers; keys ``infos`` has
         already (shmenv's) win."""
         extra, pickled = taken
-        slots = calls.request(shards, res.env_id[pickled].tolist(), "infos", "")
+        slots = calls.request(shards, res.env_id[pickled].tolist(), ops.INFOS, "")
         done = np.logical_or(res.terminated, res.truncated)
         merge_slots(extra, np.array(pickled), slots, done, res.elapsed_step, same_step)
         # Under same-step autoreset ``final_info`` is the dict of the ended rows' step

@@ -37,6 +37,7 @@ from shmenv.options import PoolOptions, with_options
 from shmenv.pending import PendingCalls
 from shmenv.resolve import pass_render_mode, python_worker_command, resolve, resolve_plugin, worker_command
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
+from shmenv.worker import ops
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
@@ -189,7 +190,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             self._send_reset_options(env_options, mask)
         if seed is None and not self._has_reset and self._pool_seed is None and self._calls is not None:
             # As Gymnasium's vector envs: an unseeded first reset calls reset(seed=None).
-            self.env_call("unseeded", "", range(self.num_envs))
+            self.env_call(ops.UNSEEDED, "", range(self.num_envs))
         self._forget_call_restarts(mask)
         for k, (env_mask, base) in enumerate(commands):
             if k > 0 and self._infos is not None:
@@ -298,13 +299,13 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         """Env 0's ``metadata``, ``render_mode`` and ``spaces`` (its observation and action
         spaces, which say whether they nest), through its worker's call channel."""
         try:
-            metadata = self.env_call("get", "metadata", [0])[0]
+            metadata = self.env_call(ops.GET, "metadata", [0])[0]
             try:
-                render_mode = self.env_call("get", "render_mode", [0])[0]
+                render_mode = self.env_call(ops.GET, "render_mode", [0])[0]
             except WorkerError:
                 render_mode = None  # an env without the attribute (not a gym.Env) does not render
             try:
-                env_spaces = tuple(self.env_call("get", name, [0])[0] for name in ("observation_space", "action_space"))
+                env_spaces = tuple(self.env_call(ops.GET, name, [0])[0] for name in ("observation_space", "action_space"))
             except WorkerError:
                 env_spaces = None  # unpicklable spaces: the spec's (composite spaces need them picklable)
         except BaseException:
@@ -447,7 +448,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def _side_obs(self, res) -> list[tuple[list, list]]:
         """Each row's side-leaf values (its observation's, and the one before: a final
         observation's under same-step autoreset), fetched from the workers."""
-        return self._calls.request(self._shards, res.env_id.tolist(), "side_obs", "")
+        return self._calls.request(self._shards, res.env_id.tolist(), ops.SIDE_OBS, "")
 
     def _actions(self, actions: Any, env_ids) -> np.ndarray:
         """The engine's action array for ``env_ids`` (all envs if None); the side leaves'
@@ -457,7 +458,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         packing = self._assembly.packing
         if packing is not None and packing.side:
             ids = list(range(self.num_envs)) if env_ids is None else [int(i) for i in env_ids]
-            self._calls.request(self._shards, ids, "side_actions", "", values=packing.side_values(actions, count))
+            self._calls.request(self._shards, ids, ops.SIDE_ACTIONS, "", values=packing.side_values(actions, count))
         return packed
 
     def _info_columns(self, arrays: tuple, rows: np.ndarray | None) -> dict[str, Any]:
@@ -481,7 +482,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             return None
         area = InfoArea(self._pool, self._shards)
         try:
-            self._calls.share_fd("map_infos", area.fd, area.data())
+            self._calls.share_fd(ops.MAP_INFOS, area.fd, area.data())
         except BaseException:
             area.close()
             raise

@@ -3,7 +3,7 @@
 leaves (:mod:`shmenv.worker.side`) over a
 private Unix socket (inherited from the trainer) that never touches the step path. :func:`send_message` and
 :func:`recv_message` frame the messages on both sides (the trainer's is
-:mod:`shmenv.calls`)."""
+:mod:`shmenv.calls`). The ops are :mod:`shmenv.worker.ops`'s."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import traceback
 from typing import Any
 
 import shmenv.worker as worker
+from shmenv.worker import ops
 
 
 def send_message(sock: socket.socket, obj: Any) -> None:
@@ -54,21 +55,21 @@ def _check_spaces(env, mode: str, observation_space, action_space) -> tuple[str 
 
 
 def _run_one(op: str, env, name: str, value: Any, args: tuple, kwargs: dict) -> Any:
-    if op == "get":
+    if op == ops.GET:
         return _attr(env, name)
-    if op == "call":
+    if op == ops.CALL:
         attr = _attr(env, name)
         return attr(*args, **kwargs) if callable(attr) else attr
-    if op == "set":
+    if op == ops.SET:
         setter = getattr(env, "set_wrapper_attr", None)
         if setter is not None:
             setter(name, value)
         else:
             setattr(env, name, value)
         return None
-    if op == "check_spaces":
+    if op == ops.CHECK_SPACES:
         return _check_spaces(env, *value)
-    if op == "is_wrapped":
+    if op == ops.IS_WRAPPED:
         from gymnasium import Wrapper
 
         e = env
@@ -94,7 +95,7 @@ def serve_calls(sock: socket.socket, index: int) -> None:
                 op, local, name, values, args, kwargs = recv_message(sock)
             except EOFError:
                 return
-            if op == "map_infos":  # the fd follows with the stride (SCM_RIGHTS)
+            if op == ops.MAP_INFOS:  # the fd follows with the stride (SCM_RIGHTS)
                 try:
                     infos.map_flags(sock, index)
                     send_message(sock, [])
@@ -103,25 +104,25 @@ def serve_calls(sock: socket.socket, index: int) -> None:
                 continue
             results = []
             for k, i in enumerate(local):
-                if op == "infos":
+                if op == ops.INFOS:
                     results.append((True, infos.take(i)))
                     continue
-                if op == "reset_options":
+                if op == ops.RESET_OPTIONS:
                     reset_options[i] = values[k]
                     results.append((True, None))
                     continue
-                if op == "unseeded":
+                if op == ops.UNSEEDED:
                     worker.UNSEEDED.add(i)
                     results.append((True, None))
                     continue
-                if op == "side_obs":
+                if op == ops.SIDE_OBS:
                     results.append((True, side.obs(i)))
                     continue
-                if op == "side_actions":
+                if op == ops.SIDE_ACTIONS:
                     side.give_actions(i, values[k])
                     results.append((True, None))
                     continue
-                if op == "mismatched":
+                if op == ops.MISMATCHED:
                     results.append((True, i in worker.MISMATCHED))
                     continue
                 try:
