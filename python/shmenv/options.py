@@ -20,28 +20,34 @@ from gymnasium.vector import AutoresetMode
 
 from shmenv import _shmenv
 
+ENGINE_DEFAULTS: dict[str, Any] = _shmenv.pool_defaults()
+"""The engine's pool defaults (its ``PoolBuilder::DEFAULT_*``, the one place they are
+written), by option name: the defaults below that the engine decides are read from here."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PoolOptions:
     """The keyword options of :func:`shmenv.make_vec`; its docstring and docs/python.md
-    describe each one."""
+    describe each one. ``None`` leaves a setting to the engine (or to the rule that
+    :func:`ring_settings` states); the other defaults the engine has are its own
+    (:data:`ENGINE_DEFAULTS`)."""
 
     num_workers: int | None = None
     envs_per_worker: int | None = None
     batch_size: int | None = None
     seed: int | None = None
     config: dict | None = None
-    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP
+    autoreset_mode: str | AutoresetMode = AutoresetMode(ENGINE_DEFAULTS["autoreset_mode"])
     copy: bool = True
     worker_program: str | os.PathLike | None = None
     max_episode_steps: int | None = None
-    wait: str = "auto"
+    wait: str = ENGINE_DEFAULTS["wait"]
     ring_depth: int | None = None
-    pin_workers: bool = True
+    pin_workers: bool = ENGINE_DEFAULTS["pin_workers"]
     episode_stats_key: str = "episode_stats"
     step_timeout: float | None = None
     max_restarts: int | None = None
-    fair_scheduling: bool = True
+    fair_scheduling: bool = ENGINE_DEFAULTS["fair_scheduling"]
     render_mode: str | None = None
     plugin: str | os.PathLike | None = None
     observation_mode: str | tuple = "same"
@@ -67,6 +73,19 @@ class PoolOptions:
                     f"pass {name}=True or {name}=False"
                 )
         return cls(**options)
+
+
+def ring_settings(ring_depth: int | None, zero_copy_async: bool) -> tuple[int, int]:
+    """``(ring_depth, retain_batches)`` for the engine: its defaults, except for a zero-copy
+    async pool (``copy=False`` and ``batch_size < num_envs``), the one place where Python
+    chooses otherwise. Its observations are views of the ring's blocks, which the engine's
+    borrow rules cannot follow, so one received batch is retained (the previous batch stays
+    intact next to the current one), and the ring gets one block more than the engine's
+    default, so that workers still fill a block while the trainer holds its two (the
+    builder's ``retain_batches`` doc). A ``ring_depth`` given is passed as it is."""
+    retain = 1 if zero_copy_async else ENGINE_DEFAULTS["retain_batches"]
+    depth = ENGINE_DEFAULTS["ring_depth"] + retain if ring_depth is None else ring_depth
+    return depth, retain
 
 
 #: The option names, in declaration order.

@@ -33,7 +33,7 @@ from shmenv.spaces.assembly import Assembly
 from shmenv.env_calls import EnvCalls
 from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
-from shmenv.options import PoolOptions, with_options
+from shmenv.options import PoolOptions, ring_settings, with_options
 from shmenv.pending import PendingCalls
 from shmenv.resolve import pass_render_mode, python_worker_command, resolve, resolve_plugin, worker_command
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
@@ -101,15 +101,16 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
         zero_copy_async = batch < num_envs and not o.copy
         program, worker_args, worker_env = worker_command(resolved, o.worker_program)
+        ring_depth, retain_batches = ring_settings(o.ring_depth, zero_copy_async)
         # The engine's arguments (the extension's `PoolArgs`), checked and resolved.
         pool_args = dict(
             num_workers=num_workers, batch_size=o.batch_size, seed=seed, config_json=json.dumps(resolved.config),
             autoreset=mode.value, max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
             worker_program=program, worker_args=worker_args, worker_env=worker_env, call_socket=False, wait=o.wait,
-            ring_depth=(3 if zero_copy_async else 2) if o.ring_depth is None else o.ring_depth,
+            ring_depth=ring_depth,
             pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
             max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
-            retain_batches=1 if zero_copy_async else 0, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
+            retain_batches=retain_batches, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
             trainer_shard=bool(o.trainer_shard), caller_guard=self._caller,
         )
         try:

@@ -5,6 +5,7 @@
 
 mod caller;
 mod checks;
+mod defaults;
 mod errors;
 mod gym_tuple;
 mod info_columns;
@@ -96,6 +97,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard, m)?)?;
     m.add_function(wrap_pyfunction!(closest_match, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::pool_defaults, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

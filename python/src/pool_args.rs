@@ -49,8 +49,8 @@ fn worker_command(
 
 /// What Python's `shmenv.vector` passes to start a pool: `shmenv.options.PoolOptions`
 /// checked and resolved (the env's JSON config, the worker command, the mode names), as a
-/// dict with one item per field. Defaults live in Python (`PoolOptions`) and in
-/// [`Pool::builder`]; none here.
+/// dict with one item per field. Defaults live in [`Pool::builder`] (`PoolBuilder`'s
+/// `DEFAULT_*`), which Python reads (`_shmenv.pool_defaults()`); none here.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
 pub(crate) struct PoolArgs {

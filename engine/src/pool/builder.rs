@@ -39,8 +39,28 @@ pub struct PoolBuilder {
 }
 
 impl PoolBuilder {
-    /// A builder with every default (the one place they are written; each setter's doc
-    /// names its default).
+    /// Default of [`PoolBuilder::autoreset`].
+    pub const DEFAULT_AUTORESET: AutoReset = AutoReset::NextStep;
+    /// Default of [`PoolBuilder::wait`].
+    pub const DEFAULT_WAIT: WaitStrategy = WaitStrategy::Auto;
+    /// Default of [`PoolBuilder::cpu_affinity`].
+    pub const DEFAULT_AFFINITY: CpuAffinity = CpuAffinity::Auto;
+    /// Default of [`PoolBuilder::ring_depth`].
+    pub const DEFAULT_RING_DEPTH: usize = 2;
+    /// Default of [`PoolBuilder::retain_batches`].
+    pub const DEFAULT_RETAIN_BATCHES: usize = 0;
+    /// Default of [`PoolBuilder::fair_scheduling`].
+    pub const DEFAULT_FAIR_SCHEDULING: bool = true;
+    /// Default of [`PoolBuilder::stats`].
+    pub const DEFAULT_STATS: bool = true;
+    /// Default of [`PoolBuilder::trace`].
+    pub const DEFAULT_TRACE: bool = false;
+    /// Default of [`PoolBuilder::startup_timeout`].
+    pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// A builder with every default: the constants above and the absent settings here are
+    /// the one place they are written (each setter's doc names its default; bindings read
+    /// the constants, as Python's `_shmenv.pool_defaults()` does).
     pub(super) fn new(env_id: String) -> PoolBuilder {
         PoolBuilder {
             env_id,
@@ -48,21 +68,21 @@ impl PoolBuilder {
             num_envs: 1,
             num_workers: None,
             seed: None,
-            autoreset: AutoReset::NextStep,
+            autoreset: Self::DEFAULT_AUTORESET,
             max_episode_steps: None,
             worker_command: None,
-            wait: WaitStrategy::Auto,
-            affinity: CpuAffinity::Auto,
+            wait: Self::DEFAULT_WAIT,
+            affinity: Self::DEFAULT_AFFINITY,
             batch_size: None,
-            ring_depth: 2,
-            retain_batches: 0,
-            fair_scheduling: true,
-            stats: true,
-            trace: false,
+            ring_depth: Self::DEFAULT_RING_DEPTH,
+            retain_batches: Self::DEFAULT_RETAIN_BATCHES,
+            fair_scheduling: Self::DEFAULT_FAIR_SCHEDULING,
+            stats: Self::DEFAULT_STATS,
+            trace: Self::DEFAULT_TRACE,
             step_timeout: None,
             failure_policy: FailurePolicy::Fail,
             trainer_shard: None,
-            startup_timeout: Duration::from_secs(60),
+            startup_timeout: Self::DEFAULT_STARTUP_TIMEOUT,
             plugin: None,
         }
     }
