@@ -4,6 +4,7 @@ each space is stored in. Workers use :func:`space_to_json`, the trainer the rest
 from __future__ import annotations
 
 import copy
+import json
 import math
 from typing import Any
 
@@ -143,23 +144,35 @@ def space_from_json(s: dict) -> spaces.Space:
     if kind == "Box":
         return _box_from_json(s)
     if kind == "Discrete":
-        return spaces.Discrete(int(s["n"]), start=int(s.get("start", 0)))
+        # The engine's JSON always has "start"; without it, Gymnasium's own default.
+        return spaces.Discrete(int(s["n"]), **({"start": int(s["start"])} if "start" in s else {}))
     if kind == "MultiDiscrete":
-        dtype = DTYPES[s.get("dtype", "i64")]
-        shape = tuple(s.get("shape") or [len(s["nvec"])])
-        nvec, start = (_per_entry(s.get(key) or [0], dtype, shape) for key in ("nvec", "start"))
+        dtype = DTYPES[_given_or_engine(s, "dtype")]
+        shape = tuple(_given_or_engine(s, "shape"))
+        nvec, start = (_per_entry(_given_or_engine(s, key), dtype, shape) for key in ("nvec", "start"))
         return spaces.MultiDiscrete(nvec, dtype=dtype, start=start)
     if kind == "MultiBinary":
-        shape = s.get("shape") or [s["n"]]
+        shape = _given_or_engine(s, "shape")
         return spaces.MultiBinary(int(shape[0]) if len(shape) == 1 else [int(d) for d in shape])
     raise ValueError(f"unknown space type {kind!r} in the env spec")
+
+
+def _given_or_engine(s: dict, key: str) -> Any:
+    """``s[key]``; where the space's JSON leaves the key out (or gives it empty), the value
+    the engine fills in (its canonical form of ``s``): the JSON form's defaults are the
+    engine's (``Space`` in engine/src/spec/space.rs), never restated here. The engine's
+    spec and :func:`space_to_json` write every key, so only hand-written JSON asks."""
+    value = s.get(key)
+    if value is None or (isinstance(value, list) and not value):
+        value = json.loads(_shmenv.canonical_space(json.dumps(s)))[key]
+    return value
 
 
 def dtype_of(s: dict) -> np.dtype:
     """The dtype the engine stores a value of space `s` (its JSON) in."""
     kind = s["type"]
     if kind in ("Box", "MultiDiscrete"):
-        return np.dtype(DTYPES[s.get("dtype", "i64")])
+        return np.dtype(DTYPES[_given_or_engine(s, "dtype")])
     if kind == "Discrete":
         return np.dtype(np.int64)
     return np.dtype(np.int8)
@@ -244,7 +257,7 @@ def shape_only_json(s: dict) -> dict:
     if kind == "Discrete":
         return {"type": "Discrete", "n": 1 << 62, "start": -(1 << 61)}
     if kind == "MultiDiscrete":
-        info = np.iinfo(DTYPES[s.get("dtype", "i64")])
+        info = np.iinfo(DTYPES[_given_or_engine(s, "dtype")])
         return dict(s, nvec=[int(info.max) // 2], start=[int(info.min) // 2])
     return s
 
