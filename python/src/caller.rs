@@ -80,7 +80,7 @@ pub(crate) fn busy(py: Python<'_>, owner: Option<u64>) -> PyErr {
         "this pool is in a call from {who}: a pool is used from one thread at a time; give each thread its own \
          pool, or guard this one with a lock"
     );
-    crate::errors::raise(py, "UsageError", message, vec![])
+    crate::errors::raise(py, crate::errors::ErrorClass::UsageError, message, vec![])
 }
 
 /// The name of the live Python thread whose `ident` is `id`.

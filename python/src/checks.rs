@@ -48,7 +48,9 @@ pub(crate) fn check_actions(
             .map_err(|e| PyValueError::new_err(format!("internal error: {what}'s actions: {e}")))?;
         action::validate(&space, num_envs, values)
     });
-    checked.map_err(|e| crate::errors::raise(py, "ActionError", format!("{what}: {e}"), vec![]))
+    checked.map_err(|e| {
+        crate::errors::raise(py, crate::errors::ErrorClass::ActionError, format!("{what}: {e}"), vec![])
+    })
 }
 
 /// The pool's config (`config_json`, as `json.dumps` wrote it) parsed, or a
@@ -71,7 +73,7 @@ pub(crate) fn parse_config(py: Python<'_>, env_id: &str, config_json: &str) -> P
             };
             crate::errors::raise(
                 py,
-                "ConfigError",
+                crate::errors::ErrorClass::ConfigError,
                 format!(
                     "config{path} is {value}: the config goes to the workers as JSON, and JSON has no NaN or \
                      Infinity; {todo}"

@@ -10,10 +10,73 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
     v.into_py_any(py).unwrap_or_else(|_| py.None())
 }
 
+/// The classes of `shmenv.errors` the extension raises: the one list of their names on the
+/// Rust side (`_shmenv.error_class_names()` exports it, and a Python test checks that each
+/// is a class of `shmenv.errors`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    BuildError,
+    UnknownEnvError,
+    ConfigError,
+    InvalidArgumentError,
+    NotEnoughMemoryError,
+    ActionError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+    ClosedError,
+    UsageError,
+}
+
+impl ErrorClass {
+    /// Every class, in `shmenv.errors`'s order.
+    const ALL: [ErrorClass; 11] = [
+        ErrorClass::BuildError,
+        ErrorClass::UnknownEnvError,
+        ErrorClass::ConfigError,
+        ErrorClass::InvalidArgumentError,
+        ErrorClass::NotEnoughMemoryError,
+        ErrorClass::ActionError,
+        ErrorClass::WorkerDiedError,
+        ErrorClass::WorkerError,
+        ErrorClass::WorkerTimeoutError,
+        ErrorClass::ClosedError,
+        ErrorClass::UsageError,
+    ];
+
+    /// The class's name in `shmenv.errors`.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            ErrorClass::BuildError => "BuildError",
+            ErrorClass::UnknownEnvError => "UnknownEnvError",
+            ErrorClass::ConfigError => "ConfigError",
+            ErrorClass::InvalidArgumentError => "InvalidArgumentError",
+            ErrorClass::NotEnoughMemoryError => "NotEnoughMemoryError",
+            ErrorClass::ActionError => "ActionError",
+            ErrorClass::WorkerDiedError => "WorkerDiedError",
+            ErrorClass::WorkerError => "WorkerError",
+            ErrorClass::WorkerTimeoutError => "WorkerTimeoutError",
+            ErrorClass::ClosedError => "ClosedError",
+            ErrorClass::UsageError => "UsageError",
+        }
+    }
+}
+
+/// The names of every `shmenv.errors` class the extension can raise ([`ErrorClass`]).
+#[pyfunction]
+pub(crate) fn error_class_names() -> Vec<&'static str> {
+    ErrorClass::ALL.iter().map(|c| c.name()).collect()
+}
+
 /// An instance of `shmenv.errors.<class>` carrying `message`, with `attrs` set on it.
-pub(crate) fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&str, Py<PyAny>)>) -> PyErr {
+pub(crate) fn raise(
+    py: Python<'_>,
+    class: ErrorClass,
+    message: String,
+    attrs: Vec<(&str, Py<PyAny>)>,
+) -> PyErr {
     let made = || -> PyResult<PyErr> {
-        let exc = py.import("shmenv.errors")?.getattr(class)?.call1((message,))?;
+        let exc = py.import("shmenv.errors")?.getattr(class.name())?.call1((message,))?;
         for (k, v) in attrs {
             exc.setattr(k, v)?;
         }
@@ -44,7 +107,7 @@ fn worker_died(py: Python<'_>, message: String, death: Death) -> PyErr {
         ("output", obj(py, death.output)),
         ("oom_kill", obj(py, death.oom_kill)),
     ];
-    raise(py, "WorkerDiedError", message, attrs)
+    raise(py, ErrorClass::WorkerDiedError, message, attrs)
 }
 
 /// The Python exception for a pool that could not be built.
@@ -53,16 +116,16 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
     match err {
         BuildError::UnknownEnv { id, registered, closest } => raise(
             py,
-            "UnknownEnvError",
+            ErrorClass::UnknownEnvError,
             message,
             vec![("env_id", obj(py, id)), ("registered", obj(py, registered)), ("closest", obj(py, closest))],
         ),
         // A Python env's constructor failed in a worker: its traceback is the message.
         BuildError::BadConfig { id, message } if id == crate::pyenv::PYTHON_ENV_ID => {
-            raise(py, "BuildError", message, vec![])
+            raise(py, ErrorClass::BuildError, message, vec![])
         }
-        BuildError::BadConfig { .. } => raise(py, "ConfigError", message, vec![]),
-        BuildError::InvalidArgument(_) => raise(py, "InvalidArgumentError", message, vec![]),
+        BuildError::BadConfig { .. } => raise(py, ErrorClass::ConfigError, message, vec![]),
+        BuildError::InvalidArgument(_) => raise(py, ErrorClass::InvalidArgumentError, message, vec![]),
         BuildError::WorkerDied { worker, pid, exit, oom_kill, .. } => {
             let oom_kill = oom_kill.is_some();
             worker_died(
@@ -73,7 +136,7 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         }
         BuildError::NotEnoughMemory { num_envs, region, workers, fits, room, .. } => raise(
             py,
-            "NotEnoughMemoryError",
+            ErrorClass::NotEnoughMemoryError,
             message,
             vec![
                 ("num_envs", obj(py, num_envs)),
@@ -91,7 +154,7 @@ pub(crate) fn build_error(py: Python<'_>, err: BuildError) -> PyErr {
         | BuildError::WorkerFailed { .. }
         | BuildError::SpecMismatch { .. }
         | BuildError::TrainerShard(_)
-        | BuildError::StartupTimeout { .. } => raise(py, "BuildError", message, vec![]),
+        | BuildError::StartupTimeout { .. } => raise(py, ErrorClass::BuildError, message, vec![]),
     }
 }
 
@@ -110,9 +173,9 @@ impl CallError for StepError {
         let message = self.to_string();
         match self {
             StepError::Failed(f) => pool_failure(py, f, interrupted),
-            StepError::Action(_) => raise(py, "ActionError", message, vec![]),
+            StepError::Action(_) => raise(py, ErrorClass::ActionError, message, vec![]),
             StepError::NotReset | StepError::NeedsReset { .. } | StepError::WrongMode(_) => {
-                raise(py, "UsageError", message, vec![])
+                raise(py, ErrorClass::UsageError, message, vec![])
             }
         }
     }
@@ -126,7 +189,7 @@ impl CallError for ResetError {
             ResetError::BadMask { .. }
             | ResetError::PartialFirstReset
             | ResetError::InFlight { .. }
-            | ResetError::WrongMode(_) => raise(py, "UsageError", message, vec![]),
+            | ResetError::WrongMode(_) => raise(py, ErrorClass::UsageError, message, vec![]),
         }
     }
 }
@@ -136,12 +199,12 @@ impl CallError for SendError {
         let message = self.to_string();
         match self {
             SendError::Failed(f) => pool_failure(py, f, interrupted),
-            SendError::Action(_) => raise(py, "ActionError", message, vec![]),
+            SendError::Action(_) => raise(py, ErrorClass::ActionError, message, vec![]),
             SendError::NotReset
             | SendError::BadEnvId { .. }
             | SendError::EnvBusy { .. }
             | SendError::NeedsReset { .. }
-            | SendError::WrongMode(_) => raise(py, "UsageError", message, vec![]),
+            | SendError::WrongMode(_) => raise(py, ErrorClass::UsageError, message, vec![]),
         }
     }
 }
@@ -152,7 +215,7 @@ impl CallError for RecvError {
         match self {
             RecvError::Failed(f) => pool_failure(py, f, interrupted),
             RecvError::NotEnoughInFlight { .. } | RecvError::WrongMode(_) => {
-                raise(py, "UsageError", message, vec![])
+                raise(py, ErrorClass::UsageError, message, vec![])
             }
         }
     }
@@ -172,24 +235,24 @@ fn pool_failure(py: Python<'_>, failure: PoolFailure, interrupted: Option<PyErr>
         }
         PoolFailure::EnvPanicked { env_id, message: traceback } => raise(
             py,
-            "WorkerError",
+            ErrorClass::WorkerError,
             message,
             vec![("env_id", obj(py, env_id)), ("worker", py.None()), ("traceback", obj(py, traceback))],
         ),
         PoolFailure::WorkerFailed { worker, .. } => raise(
             py,
-            "WorkerError",
+            ErrorClass::WorkerError,
             message,
             vec![("env_id", py.None()), ("worker", obj(py, worker)), ("traceback", py.None())],
         ),
         PoolFailure::Timeout { workers, env_ids, .. } => raise(
             py,
-            "WorkerTimeoutError",
+            ErrorClass::WorkerTimeoutError,
             message,
             vec![("workers", obj(py, workers)), ("env_ids", obj(py, env_ids))],
         ),
-        PoolFailure::Closed { .. } => raise(py, "ClosedError", message, vec![]),
-        PoolFailure::Protocol { .. } => raise(py, "WorkerError", message, unattributed()),
-        PoolFailure::ForeignProcess { .. } => raise(py, "UsageError", message, vec![]),
+        PoolFailure::Closed { .. } => raise(py, ErrorClass::ClosedError, message, vec![]),
+        PoolFailure::Protocol { .. } => raise(py, ErrorClass::WorkerError, message, unattributed()),
+        PoolFailure::ForeignProcess { .. } => raise(py, ErrorClass::UsageError, message, vec![]),
     }
 }

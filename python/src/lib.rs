@@ -99,6 +99,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::pool_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::canonical_space, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::error_class_names, m)?)?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

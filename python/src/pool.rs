@@ -385,7 +385,7 @@ fn closed() -> PyErr {
     Python::attach(|py| {
         crate::errors::raise(
             py,
-            "ClosedError",
+            crate::errors::ErrorClass::ClosedError,
             "the pool is closed (close() was called); build a new one".into(),
             vec![],
         )
@@ -425,7 +425,9 @@ pub(crate) fn env_id_list(array: &Bound<'_, PyAny>, num_envs: usize) -> PyResult
 
 /// A `shmenv.InvalidArgumentError` with `message`.
 pub(crate) fn invalid_argument(message: String) -> PyErr {
-    Python::attach(|py| crate::errors::raise(py, "InvalidArgumentError", message, vec![]))
+    Python::attach(|py| {
+        crate::errors::raise(py, crate::errors::ErrorClass::InvalidArgumentError, message, vec![])
+    })
 }
 
 /// An action element type as numpy holds it: the same type, but for bools, which come as
