@@ -8,7 +8,7 @@
 //! use shmenv::worker::Registry;
 //! use shmenv::{AutoReset, Pool};
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! fn main() -> Result<(), shmenv::Report> {
 //!     // The workers are this same program, started again by the pool.
 //!     shmenv::worker::serve_if_worker(Registry::with_builtins);
 //!     let mut pool = Pool::builder("CartPole-v1")
@@ -52,9 +52,9 @@
 pub use shmenv_engine as engine;
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
-    FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, PoolFailure, RecvError, ResetError,
-    SendError, Space, StatsReport, StatsSnapshot, StepError, ViewError, WaitMode, WaitStrategy,
-    WorkerActivity, WorkerCommand, WorkerExit, WrongMode,
+    FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, PoolFailure, RecvError, Report,
+    ResetError, SendError, Space, StatsReport, StatsSnapshot, StepError, Verdict, ViewError, WaitMode,
+    WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit, WrongMode,
 };
 #[doc(inline)]
 pub use shmenv_worker as worker;

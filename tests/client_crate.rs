@@ -1,8 +1,9 @@
 //! Link and go: a separate cargo crate that depends on shmenv by path runs the README's
 //! Rust snippet, extracted verbatim from README.md (so the two cannot drift), with no
 //! worker binary to build, copy or point at. Two more binaries of that crate check what a
-//! user sees when the entry line is missing: a readable error (the `Debug` of shmenv's
-//! errors is their message), and a worker program that runs trainer code is refused
+//! user sees when the entry line is missing: a readable error (`main` returns
+//! `shmenv::Report`, whose `Debug` is the error's message), and a worker program that runs
+//! trainer code is refused
 //! instead of starting workers of its own.
 //!
 //! Cost: the crate builds in debug into `target/client-crate` (its own target dir, kept
@@ -26,13 +27,13 @@ fn readme_rust_snippet() -> String {
     section[start..start + len + 1].to_string()
 }
 
-const NO_ENTRY: &str = r#"fn main() -> Result<(), Box<dyn std::error::Error>> {
+const NO_ENTRY: &str = r#"fn main() -> Result<(), shmenv::Report> {
     let _pool = shmenv::Pool::builder("CartPole-v1").num_envs(2).num_workers(1).build()?;
     Ok(())
 }
 "#;
 
-const SELF_WITHOUT_ENTRY: &str = r#"fn main() -> Result<(), Box<dyn std::error::Error>> {
+const SELF_WITHOUT_ENTRY: &str = r#"fn main() -> Result<(), shmenv::Report> {
     let _pool = shmenv::Pool::builder("CartPole-v1")
         .num_envs(2)
         .num_workers(1)
@@ -120,7 +121,8 @@ fn a_client_crate_runs_the_readme_snippet() {
         "{stdout}"
     );
 
-    // No entry line, no shmenv-worker: the error says what to add, readably (Debug).
+    // No entry line, no shmenv-worker: the error says what to add, readably (the Report's
+    // Debug is the message).
     let out = run(bin("no_entry"), Duration::from_secs(60));
     let stderr = text(&out.stderr);
     assert!(!out.status.success());

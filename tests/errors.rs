@@ -28,10 +28,10 @@ fn unknown_env_lists_registered_ids_and_the_closest() {
             && msg.contains("registered ids: Burn-v0, CartPole-v1, Pendulum-v1"),
         "{msg}"
     );
-    // A `main` returning `Result<(), Box<dyn Error>>` prints `Error: {:?}`: the message.
-    assert_eq!(format!("{err:?}"), msg);
-    let boxed: Box<dyn std::error::Error> = Box::new(err);
-    assert_eq!(format!("{boxed:?}"), msg);
+    // A `main` returning `Result<(), shmenv::Report>` prints `Error: {:?}`: the message.
+    let report = shmenv::Report::from(err);
+    assert_eq!(format!("{report:?}"), msg);
+    assert!(matches!(report.error().downcast_ref(), Some(BuildError::UnknownEnv { .. })));
 }
 
 #[test]

@@ -135,7 +135,7 @@ proptest! {
             serde_json::json!({"type": "MultiBinary", "n": 4, "shape": shape}),
         ];
         for space in spaces {
-            let e = Space::from_json(&space).unwrap_err();
+            let e = Space::from_json(&space).unwrap_err().to_string();
             prop_assert!(e.contains(&format!("{shape:?}")) && e.contains("1 GiB"), "{}", e);
             let spec = serde_json::json!({"observations": [{"name": "obs", "space": space}], "action": {"type": "Discrete", "n": 2, "start": 0}});
             prop_assert!(EnvSpec::from_json(&spec).is_err());
@@ -269,7 +269,7 @@ proptest! {
             && s.claimed - start <= in_flight
             && window_rows.clone().all(|g| is_reserved(g) || owner(g) != RowOwner::Corrupt);
         if consistent && sane {
-            let p = result.as_ref().map_err(|e| TestCaseError::fail(e.clone()))?;
+            let p = result.as_ref().map_err(|e| TestCaseError::fail(e.to_string()))?;
             let want: u32 = (next_batch..s.window_end).map(taken).sum();
             prop_assert_eq!(p.take_back.iter().map(|&(_, n)| n).sum::<u32>(), want);
         }

@@ -52,7 +52,7 @@ fn sync_stats_count_exactly_what_the_pool_did() {
     assert!(report.trainer_wait_share > 0.0 && report.trainer_wait_share <= report.trainer_call_share);
     assert!(report.trainer_call_share <= 1.0);
     let verdicts = ["contended", "oversubscribed", "env-bound", "trainer-bound", "sync-bound"];
-    assert!(verdicts.contains(&report.verdict()));
+    assert!(verdicts.contains(&report.verdict().as_str()));
     // Intervals: nothing happened between two snapshots taken back to back.
     let later = pool.stats_snapshot();
     let idle = later.since(Some(&snap));
@@ -183,7 +183,7 @@ fn a_pool_with_more_workers_than_cores_is_oversubscribed_not_contended() {
     let n = report.workers.len() as f64;
     assert!(report.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n >= CONTENDED_RUNQUEUE);
     // Whatever else runs: fewer workers is the remedy.
-    assert_eq!(report.verdict(), "oversubscribed", "{report:#?}");
+    assert_eq!(report.verdict(), shmenv::Verdict::Oversubscribed, "{report:#?}");
     // Other tasks are counted on the trainer thread's one core only, where the pool's
     // three processes took nearly all the time (the other tests here take turns with this
     // one; other processes may still come).

@@ -13,7 +13,7 @@ use crate::Error;
 use serde_json::json;
 use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::Registry;
-use shmenv::{Pool, StatsReport, WorkerActivity};
+use shmenv::{Pool, StatsReport, Verdict, WorkerActivity};
 use std::time::Duration;
 
 /// `shmenv bench` arguments.
@@ -377,11 +377,11 @@ fn print_profile(p: &StatsReport) {
     };
     println!("    env step p50 / p99 (us)  {} / {}", us(|w| w.step_p50_us), us(|w| w.step_p99_us));
     let why = match p.verdict() {
-        "contended" => "other processes hold the cores the pool needs: the default wait (auto) sleeps then; with a fixed --wait, try --wait block --affinity none, or free cores",
-        "oversubscribed" => "the processes stepping envs (workers, and the trainer with --trainer-shard) outnumber the cores, and every batch waits until each of them has had a core: use at most as many workers as cores (or one fewer with --trainer-shard), with more envs each",
-        "env-bound" => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
-        "trainer-bound" => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
-        _ => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",
+        Verdict::Contended => "other processes hold the cores the pool needs: the default wait (auto) sleeps then; with a fixed --wait, try --wait block --affinity none, or free cores",
+        Verdict::Oversubscribed => "the processes stepping envs (workers, and the trainer with --trainer-shard) outnumber the cores, and every batch waits until each of them has had a core: use at most as many workers as cores (or one fewer with --trainer-shard), with more envs each",
+        Verdict::EnvBound => "workers spend most of their time in env code: more workers (cores) or a cheaper env step",
+        Verdict::TrainerBound => "workers mostly wait while the trainer is busy outside the pool: speed up the trainer, or use async mode",
+        Verdict::SyncBound => "neither the envs nor the trainer fill the time, the handoffs do: more envs per worker, fewer workers, or async mode",
     };
     println!("  verdict: {} ({why})", p.verdict());
 }

@@ -8,8 +8,11 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod report;
+pub use report::Report;
+
 /// Why [`crate::PoolBuilder::build`] failed.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The plugin library named with `PoolBuilder::plugin` cannot be used (checked in the
     /// trainer before any worker starts; what the workers find when they load it comes back
@@ -174,7 +177,7 @@ pub enum BuildError {
 }
 
 /// Why an action batch was refused. Nothing reached any worker.
-#[derive(thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ActionError {
     /// The slice's element type is not the action space's.
     #[error("actions have dtype {found}, but the action space {space} takes {expected}: pass a &[{expected}] slice")]
@@ -219,7 +222,7 @@ pub enum ActionError {
 /// What ends any pool call that works with the workers, and closes the pool (every call's
 /// `Failed` case): a worker died, failed or hung, the wait was interrupted, the region broke
 /// the protocol, the pool belongs to another process, or an earlier failure closed it.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum PoolFailure {
     /// A worker process ended; the pool cannot continue.
     #[error(
@@ -307,7 +310,7 @@ pub enum PoolFailure {
 
 /// A call made in the mode that does not have it (`step` on an async pool, `recv` on a
 /// sync one, ...).
-#[derive(thiserror::Error, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[error("{call}() is not available: {hint}")]
 pub struct WrongMode {
     /// The call made.
@@ -317,7 +320,7 @@ pub struct WrongMode {
 }
 
 /// Why [`crate::Pool::step`] failed.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum StepError {
     /// The pool failed and is closed.
     #[error(transparent)]
@@ -341,7 +344,7 @@ pub enum StepError {
 
 /// Why [`crate::Pool::reset`], [`crate::Pool::reset_with_seed`],
 /// [`crate::Pool::reset_envs`] or [`crate::Pool::async_reset`] failed.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ResetError {
     /// The pool failed and is closed.
     #[error(transparent)]
@@ -375,7 +378,7 @@ pub enum ResetError {
 }
 
 /// Why [`crate::Pool::send`] failed.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The pool failed and is closed.
     #[error(transparent)]
@@ -412,7 +415,7 @@ pub enum SendError {
 }
 
 /// Why [`crate::Pool::recv`] failed.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum RecvError {
     /// The pool failed and is closed.
     #[error(transparent)]
@@ -465,7 +468,7 @@ fn needs_reset(env_ids: &[usize]) -> String {
 }
 
 /// Why a typed view of a batch could not be made.
-#[derive(thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ViewError {
     /// No observation array has this name.
     #[error("no observation array named {name:?}; the env has {available:?}")]
@@ -529,33 +532,6 @@ fn last_output(output: &str) -> String {
         format!("; its last output:\n{output}")
     }
 }
-
-/// Formats an error's `Debug` as its `Display` message: a `main` that returns
-/// `Result<(), Box<dyn Error>>` prints errors with `Debug`, and the message (what went
-/// wrong, the value, what to do) is what its user needs to read. Match on the variants to
-/// tell errors apart.
-#[macro_export]
-macro_rules! debug_as_display {
-    ($($t:ty),+ $(,)?) => {$(
-        impl ::std::fmt::Debug for $t {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                ::std::fmt::Display::fmt(self, f)
-            }
-        }
-    )+};
-}
-
-debug_as_display!(
-    BuildError,
-    ActionError,
-    PoolFailure,
-    WrongMode,
-    StepError,
-    ResetError,
-    SendError,
-    RecvError,
-    ViewError
-);
 
 /// What to check when a worker ends during start-up: its memory when the OOM killer ended
 /// it, who sent a SIGKILL otherwise, else the plugin it loads first, if any.

@@ -50,7 +50,8 @@ pub mod error;
 pub use batch::{ArrayView, Batch, Episode, Flags};
 #[cfg(not(loom))]
 pub use error::{
-    ActionError, BuildError, PoolFailure, RecvError, ResetError, SendError, StepError, ViewError, WrongMode,
+    ActionError, BuildError, PoolFailure, RecvError, Report, ResetError, SendError, StepError, ViewError,
+    WrongMode,
 };
 #[cfg(not(loom))]
 pub use launch::{CpuAffinity, WorkerCommand, WorkerExit};
@@ -59,5 +60,5 @@ pub use pool::{FailurePolicy, MappingLease, Pool, PoolBuilder};
 pub use protocol::AutoReset;
 pub use spec::{DType, Element, EnvSpec, ObsArray, Space};
 #[cfg(not(loom))]
-pub use stats::{StatsReport, StatsSnapshot, WorkerActivity};
+pub use stats::{StatsReport, StatsSnapshot, Verdict, WorkerActivity};
 pub use sync::{WaitMode, WaitStrategy};

@@ -25,7 +25,7 @@ pub(crate) fn check_actions(
 ) -> PyResult<()> {
     let json: serde_json::Value = serde_json::from_str(space_json)
         .map_err(|e| PyValueError::new_err(format!("bad space JSON: {e}")))?;
-    let space = Space::from_json(&json).map_err(PyValueError::new_err)?;
+    let space = Space::from_json(&json).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let descr = views::descr(py, space.dtype());
     if !actions.is_c_contiguous() || !actions.dtype().is_equiv_to(&descr) {
         return Err(PyValueError::new_err(format!(

@@ -114,7 +114,7 @@ impl PyPool {
     fn stats_json(slf: &Bound<'_, Self>) -> PyResult<String> {
         let report = Self::shared(slf)?.pool()?.stats();
         let mut v = serde_json::to_value(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        v["verdict"] = report.verdict().into();
+        v["verdict"] = report.verdict().as_str().into();
         Ok(v.to_string())
     }
 

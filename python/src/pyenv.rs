@@ -73,7 +73,7 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             module.call_method1("spec_json", (&env,)).map_err(fail)?.extract().map_err(fail)?;
         let value: serde_json::Value =
             serde_json::from_str(&spec_json).map_err(|e| ConfigError(format!("bad spec JSON: {e}")))?;
-        let spec = EnvSpec::from_json(&value).map_err(ConfigError)?;
+        let spec = EnvSpec::from_json(&value).map_err(|e| ConfigError(e.to_string()))?;
         let names: Vec<String> = spec.observations.iter().map(|o| o.name.clone()).collect();
         // `make_env` appended the env to the worker's list: its index there is its local id.
         let local = module.getattr("_ENVS").and_then(|l| l.len()).map_err(fail)? - 1;

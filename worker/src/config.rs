@@ -4,11 +4,9 @@
 use serde_json::{Map, Value};
 
 /// An env's config was refused. The message names the key.
-#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
-
-shmenv_engine::debug_as_display!(ConfigError);
 
 /// A config object being read; every key must be one of `known`.
 pub struct Config<'a> {

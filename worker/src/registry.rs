@@ -22,7 +22,7 @@ pub struct EnvEntry {
 }
 
 /// Why an env could not be made.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum MakeError {
     /// The id is not registered.
     #[error("unknown env id {id:?}; registered ids: {}", registered.join(", "))]
@@ -49,8 +49,6 @@ pub enum MakeError {
         message: String,
     },
 }
-
-shmenv_engine::debug_as_display!(MakeError);
 
 /// Env ids known to a worker program.
 #[derive(Clone, Default)]

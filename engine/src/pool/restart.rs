@@ -369,7 +369,7 @@ impl Core {
         };
         let plan = match recovery::plan(&snapshot, owner, committed) {
             Ok(plan) => plan,
-            Err(message) => return corrupt(self, message),
+            Err(e) => return corrupt(self, e.to_string()),
         };
         for &(q, posts) in &plan.take_back {
             if !words.committed(words.block_of(q)).try_acquire(posts) {

@@ -219,6 +219,50 @@ impl RecoveryPlan {
     }
 }
 
+/// Why [`plan`] found no recovery: the ring is in a state no sequence of worker deaths
+/// leaves (a corrupt region).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecoveryError {
+    /// The claim counter is below the first row not yet received.
+    #[error("the claim counter ({claimed}) is behind the rows already received ({received})")]
+    ClaimsBehind {
+        /// The claim counter.
+        claimed: u64,
+        /// The rows received.
+        received: u64,
+    },
+    /// More rows are claimed than there are actions in flight.
+    #[error(
+        "{outstanding} rows are claimed and not received, but only {in_flight} envs have actions in flight"
+    )]
+    MoreClaimsThanActions {
+        /// Rows claimed and not received.
+        outstanding: u64,
+        /// Envs with an action in flight.
+        in_flight: u64,
+    },
+    /// A row of a released block whose env id names no env.
+    #[error("row {row} (batch {batch}) names no env")]
+    RowNamesNoEnv {
+        /// The global row.
+        row: u64,
+        /// Its batch.
+        batch: u64,
+    },
+    /// A block's post count that its live and dead rows cannot account for.
+    #[error("batch {batch} has {posts} posts for {live} live and {dead} dead rows")]
+    PostsMismatch {
+        /// The batch.
+        batch: u64,
+        /// Its block's posts.
+        posts: u32,
+        /// Its rows live workers wrote.
+        live: u32,
+        /// Its rows the dead workers held.
+        dead: usize,
+    },
+}
+
 /// Plans the recovery: `owner(g)` classifies row `g` of a released block by its env id,
 /// `committed(q)` is the post count of batch `q`'s block. Errors describe an impossible
 /// state (corrupt region).
@@ -226,17 +270,15 @@ pub fn plan(
     s: &RingSnapshot,
     owner: impl Fn(u64) -> RowOwner,
     committed: impl Fn(u64) -> u32,
-) -> Result<RecoveryPlan, String> {
+) -> Result<RecoveryPlan, RecoveryError> {
     let b = s.batch_size;
     let start = s.next_batch.saturating_mul(b);
-    let outstanding = s.claimed.checked_sub(start).ok_or_else(|| {
-        format!("the claim counter ({}) is behind the rows already received ({start})", s.claimed)
-    })?;
+    let outstanding = s
+        .claimed
+        .checked_sub(start)
+        .ok_or(RecoveryError::ClaimsBehind { claimed: s.claimed, received: start })?;
     if outstanding > s.in_flight {
-        return Err(format!(
-            "{outstanding} rows are claimed and not received, but only {} envs have actions in flight",
-            s.in_flight
-        ));
+        return Err(RecoveryError::MoreClaimsThanActions { outstanding, in_flight: s.in_flight });
     }
     let reserved = |g: u64| s.reserved.iter().any(|r| r.contains(&g));
     let mut plan = RecoveryPlan::default();
@@ -253,14 +295,14 @@ pub fn plan(
                     dead += 1;
                     plan.fill_rows.push(g);
                 }
-                RowOwner::Corrupt => return Err(format!("row {g} (batch {q}) names no env")),
+                RowOwner::Corrupt => return Err(RecoveryError::RowNamesNoEnv { row: g, batch: q }),
             }
         }
         let posts = committed(q);
         let dead_posts = posts
             .checked_sub(live)
             .filter(|&p| p as usize <= dead)
-            .ok_or_else(|| format!("batch {q} has {posts} posts for {live} live and {dead} dead rows"))?;
+            .ok_or(RecoveryError::PostsMismatch { batch: q, posts, live, dead })?;
         if dead_posts > 0 {
             plan.take_back.push((q, dead_posts));
         }
@@ -366,12 +408,28 @@ mod tests {
     #[test]
     fn impossible_states_are_errors() {
         let live = |_| RowOwner::Live;
-        assert!(plan(&snapshot(2, 4, 7, vec![]), live, |_| 0).is_err(), "counter behind");
-        assert!(plan(&snapshot(2, 4, 8 + 17, vec![]), live, |_| 4).is_err(), "more rows than in flight");
-        assert!(plan(&snapshot(2, 4, 12, vec![]), live, |_| 3).is_err(), "posts missing for live rows");
-        assert!(plan(&snapshot(2, 4, 12, vec![]), |_| RowOwner::Corrupt, |_| 0).is_err());
+        let e = plan(&snapshot(2, 4, 7, vec![]), live, |_| 0).unwrap_err();
+        assert_eq!(e, RecoveryError::ClaimsBehind { claimed: 7, received: 8 }, "counter behind");
+        assert_eq!(e.to_string(), "the claim counter (7) is behind the rows already received (8)");
+        let e = plan(&snapshot(2, 4, 8 + 17, vec![]), live, |_| 4).unwrap_err();
+        assert_eq!(e, RecoveryError::MoreClaimsThanActions { outstanding: 17, in_flight: 16 });
+        assert_eq!(
+            e.to_string(),
+            "17 rows are claimed and not received, but only 16 envs have actions in flight"
+        );
+        let e = plan(&snapshot(2, 4, 12, vec![]), live, |_| 3).unwrap_err();
+        assert_eq!(e, RecoveryError::PostsMismatch { batch: 2, posts: 3, live: 4, dead: 0 }, "posts missing");
+        let e = plan(&snapshot(2, 4, 12, vec![]), |_| RowOwner::Corrupt, |_| 0).unwrap_err();
+        assert_eq!(e, RecoveryError::RowNamesNoEnv { row: 8, batch: 2 });
+        assert_eq!(e.to_string(), "row 8 (batch 2) names no env");
         let dead = |_| RowOwner::Dead;
-        assert!(plan(&snapshot(2, 4, 12, vec![]), dead, |_| 5).is_err(), "more posts than rows");
+        let e = plan(&snapshot(2, 4, 12, vec![]), dead, |_| 5).unwrap_err();
+        assert_eq!(
+            e,
+            RecoveryError::PostsMismatch { batch: 2, posts: 5, live: 0, dead: 4 },
+            "more posts than rows"
+        );
+        assert_eq!(e.to_string(), "batch 2 has 5 posts for 0 live and 4 dead rows");
     }
 
     #[test]

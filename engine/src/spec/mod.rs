@@ -12,9 +12,11 @@
 use std::fmt;
 
 pub mod dtype;
+mod error;
 pub mod space;
 
 pub use dtype::{as_bytes, Bool8, DType, Element, F16};
+pub use error::{BoundProblem, SpecError};
 use space::known_keys;
 pub use space::Space;
 
@@ -63,17 +65,19 @@ impl EnvSpec {
     }
 
     /// Checks spaces and names.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         if self.observations.is_empty() {
-            return Err("an env must have at least one observation array".into());
+            return Err(SpecError::NoObservations);
         }
         for (i, o) in self.observations.iter().enumerate() {
             if o.name.is_empty() || self.observations[..i].iter().any(|p| p.name == o.name) {
-                return Err(format!("observation array names must be unique and non-empty: {:?}", o.name));
+                return Err(SpecError::ObservationName { name: o.name.clone() });
             }
-            o.space.validate().map_err(|e| format!("observation {:?}: {e}", o.name))?;
+            o.space
+                .validate()
+                .map_err(|e| SpecError::Observation { name: o.name.clone(), source: Box::new(e) })?;
         }
-        self.action.validate().map_err(|e| format!("action space: {e}"))
+        self.action.validate().map_err(|e| SpecError::Action { source: Box::new(e) })
     }
 
     /// Canonical JSON form; two workers agree iff their JSON strings are equal.
@@ -92,32 +96,33 @@ impl EnvSpec {
     }
 
     /// Parses the canonical JSON form.
-    pub fn from_json(v: &serde_json::Value) -> Result<EnvSpec, String> {
+    pub fn from_json(v: &serde_json::Value) -> Result<EnvSpec, SpecError> {
+        let must = |field, expected| SpecError::FieldType { field, expected };
         known_keys(v, "the spec", &["observations", "action", "max_episode_steps", "single_key_dict"])?;
-        let obs = v["observations"].as_array().ok_or("spec.observations must be a list")?;
+        let obs = v["observations"].as_array().ok_or(must("spec.observations", "a list"))?;
         let observations = obs
             .iter()
             .map(|o| {
                 known_keys(o, "an observation array", &["name", "space", "info"])?;
                 Ok(ObsArray {
-                    name: o["name"].as_str().ok_or("observation name must be a string")?.to_string(),
+                    name: o["name"].as_str().ok_or(must("observation name", "a string"))?.to_string(),
                     space: Space::from_json(&o["space"])?,
                     info: match &o["info"] {
                         serde_json::Value::Null => false,
-                        x => x.as_bool().ok_or("observation info must be a bool")?,
+                        x => x.as_bool().ok_or(must("observation info", "a bool"))?,
                     },
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, SpecError>>()?;
         let max_episode_steps = match &v["max_episode_steps"] {
             serde_json::Value::Null => None,
             x => Some(
-                x.as_u64().and_then(|k| u32::try_from(k).ok()).ok_or("max_episode_steps must be a u32")?,
+                x.as_u64().and_then(|k| u32::try_from(k).ok()).ok_or(must("max_episode_steps", "a u32"))?,
             ),
         };
         let single_key_dict = match &v["single_key_dict"] {
             serde_json::Value::Null => false,
-            x => x.as_bool().ok_or("single_key_dict must be a bool")?,
+            x => x.as_bool().ok_or(must("single_key_dict", "a bool"))?,
         };
         let spec = EnvSpec {
             observations,

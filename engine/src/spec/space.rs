@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use super::dtype::DType;
+use super::error::{BoundProblem, SpecError};
 
 /// A Gymnasium-style space.
 ///
@@ -74,19 +75,16 @@ pub const MAX_VALUE_BYTES: usize = 1 << 30;
 /// ```
 /// use shmenv_engine::spec::space::{checked_value_bytes, MAX_VALUE_BYTES};
 /// use shmenv_engine::spec::DType;
-/// assert_eq!(checked_value_bytes(&[84, 84, 4], DType::U8), Ok(28_224));
-/// assert!(checked_value_bytes(&[1 << 32, 1 << 32], DType::U8).unwrap_err().contains("1 GiB"));
+/// assert_eq!(checked_value_bytes(&[84, 84, 4], DType::U8).unwrap(), 28_224);
+/// assert!(checked_value_bytes(&[1 << 32, 1 << 32], DType::U8).unwrap_err().to_string().contains("1 GiB"));
 /// assert!(checked_value_bytes(&[MAX_VALUE_BYTES / 4 + 1], DType::F32).is_err());
 /// ```
-pub fn checked_value_bytes(shape: &[usize], dtype: DType) -> Result<usize, String> {
+pub fn checked_value_bytes(shape: &[usize], dtype: DType) -> Result<usize, SpecError> {
     let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    elements.and_then(|n| n.checked_mul(dtype.size())).filter(|&b| b <= MAX_VALUE_BYTES).ok_or_else(|| {
-        let elements = shape.iter().map(|&d| d as f64).product::<f64>();
-        format!(
-            "shape {shape:?} of {dtype} is {elements:e} elements, more than the {MAX_VALUE_BYTES} bytes (1 GiB) \
-             one observation array or action of one env may take; use a smaller shape"
-        )
-    })
+    elements
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .filter(|&b| b <= MAX_VALUE_BYTES)
+        .ok_or_else(|| SpecError::TooBig { shape: shape.to_vec(), dtype })
 }
 
 /// Whether `v` is a bound values of `dtype` can have: infinite (unbounded) for numeric
@@ -117,10 +115,14 @@ fn entry(values: &[i64], j: usize) -> i64 {
 
 /// Refuses keys of JSON object `v` (a spec, an observation array, a space) other than
 /// `keys`: a misspelt or misplaced key must not be ignored silently.
-pub(crate) fn known_keys(v: &serde_json::Value, what: &str, keys: &[&str]) -> Result<(), String> {
-    let Some(object) = v.as_object() else { return Err(format!("{what} must be a JSON object, got {v}")) };
+pub(crate) fn known_keys(
+    v: &serde_json::Value,
+    what: &'static str,
+    keys: &'static [&'static str],
+) -> Result<(), SpecError> {
+    let Some(object) = v.as_object() else { return Err(SpecError::NotAnObject { what, got: v.clone() }) };
     match object.keys().find(|k| !keys.contains(&k.as_str())) {
-        Some(k) => Err(format!("unknown key {k:?} in {what}; valid keys: {}", keys.join(", "))),
+        Some(k) => Err(SpecError::UnknownKey { what, key: k.clone(), valid: keys }),
         None => Ok(()),
     }
 }
@@ -139,12 +141,12 @@ fn encode_bound(v: f64) -> serde_json::Value {
 }
 
 /// The inverse of [`encode_bound`].
-fn decode_bound(x: &serde_json::Value) -> Result<f64, String> {
+fn decode_bound(x: &serde_json::Value) -> Result<f64, SpecError> {
     match x.as_str() {
         Some("inf") => Ok(f64::INFINITY),
         Some("-inf") => Ok(f64::NEG_INFINITY),
         Some("nan") => Ok(f64::NAN),
-        _ => x.as_f64().ok_or_else(|| format!("bad Box bound {x} (a number, \"inf\", \"-inf\" or \"nan\")")),
+        _ => x.as_f64().ok_or_else(|| SpecError::Bound { got: x.clone() }),
     }
 }
 
@@ -262,85 +264,83 @@ impl Space {
     /// Checks that the space is well-formed: its size (checked arithmetic, at most
     /// [`MAX_VALUE_BYTES`]), bounds (numbers the dtype can hold, `low <= high`, no NaN),
     /// positive counts.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         checked_value_bytes(self.dims(), self.dtype())?;
         match self {
             Space::Box { .. } => self.validate_box(),
-            Space::Discrete { n, .. } if *n <= 0 => Err(format!("Discrete n must be > 0, got {n}")),
+            Space::Discrete { n, .. } if *n <= 0 => Err(SpecError::DiscreteEmpty { n: *n }),
             Space::Discrete { n, start } if start.checked_add(*n).is_none() => {
-                Err(format!("Discrete start + n must fit an i64, got start {start} and n {n}"))
+                Err(SpecError::DiscreteOverflow { start: *start, n: *n })
             }
             Space::MultiDiscrete { .. } => self.validate_multi_discrete(),
             Space::MultiBinary { n, shape } if shape.iter().product::<usize>() != *n => {
-                Err(format!("MultiBinary shape {shape:?} must hold n = {n} entries"))
+                Err(SpecError::MultiBinaryShape { n: *n, shape: shape.clone() })
             }
             _ => Ok(()),
         }
     }
 
-    fn validate_box(&self) -> Result<(), String> {
+    fn validate_box(&self) -> Result<(), SpecError> {
         let Space::Box { shape, low, high, dtype } = self else { return Ok(()) };
         let n = self.num_elements();
         for (what, b) in [("low", low), ("high", high)] {
             if b.len() != 1 && b.len() != n {
-                return Err(format!(
-                    "Box {what} has {} values; expected 1 or {n} (the product of shape {shape:?})",
-                    b.len()
-                ));
+                let (found, shape) = (b.len(), shape.clone());
+                return Err(SpecError::ValueCount { space: "Box", what, found, expected: n, shape });
             }
         }
         // Uniform bounds are one check, whatever the shape.
         for j in 0..low.len().max(high.len()) {
             let (lo, hi) = self.box_bounds(j).unwrap_or_default();
-            let at = if low.len().max(high.len()) == 1 { String::new() } else { format!("[{j}]") };
-            let bad = if lo.is_nan() || hi.is_nan() {
-                "is NaN; a bound is a number, or -inf/inf for none"
+            let problem = if lo.is_nan() || hi.is_nan() {
+                BoundProblem::Nan
             } else if lo > hi {
-                "has low above high; low must be <= high"
+                BoundProblem::LowAboveHigh
             } else if lo == f64::INFINITY || hi == f64::NEG_INFINITY {
-                "is empty (low inf or high -inf); use -inf for no lower bound, inf for no upper bound"
+                BoundProblem::Empty
             } else if !representable(*dtype, lo) || !representable(*dtype, hi) {
-                let range = match dtype.integer_range() {
-                    _ if *dtype == DType::Bool => "0 or 1".to_string(),
-                    Some((min, max)) => format!("{min}..={max}, or -inf/inf"),
-                    None if *dtype == DType::F16 => "-65504..=65504, or -inf/inf".into(),
-                    None => format!("{}..={}, or -inf/inf", f32::MIN, f32::MAX),
-                };
-                return Err(format!(
-                    "Box {shape:?} of {dtype}: element{at} bounds (low {lo}, high {hi}) has a bound its dtype \
-                     cannot hold; {dtype} bounds are {range}"
-                ));
+                BoundProblem::NotHeld
             } else {
                 continue;
             };
-            return Err(format!("Box {shape:?} of {dtype}: element{at} bounds (low {lo}, high {hi}) {bad}"));
+            return Err(SpecError::BoxBounds {
+                shape: shape.clone(),
+                dtype: *dtype,
+                element: (low.len().max(high.len()) > 1).then_some(j),
+                low: lo,
+                high: hi,
+                problem,
+            });
         }
         Ok(())
     }
 
-    fn validate_multi_discrete(&self) -> Result<(), String> {
+    fn validate_multi_discrete(&self) -> Result<(), SpecError> {
         let Space::MultiDiscrete { nvec, start, shape, dtype } = self else { return Ok(()) };
         let count: usize = shape.iter().product();
+        let dtype = *dtype;
         let Some((min, max)) = dtype.integer_range() else {
-            return Err(format!("MultiDiscrete dtype must be an integer type, got {dtype}"));
+            return Err(SpecError::MultiDiscreteDtype { dtype });
         };
         for (what, values) in [("nvec", nvec), ("start", start)] {
             if values.len() != 1 && values.len() != count {
-                return Err(format!(
-                    "MultiDiscrete {what} has {} values; expected 1 or {count} (the product of shape {shape:?})",
-                    values.len()
-                ));
+                let (found, shape) = (values.len(), shape.clone());
+                return Err(SpecError::ValueCount {
+                    space: "MultiDiscrete",
+                    what,
+                    found,
+                    expected: count,
+                    shape,
+                });
             }
         }
         for j in 0..count {
-            let (lo, hi) = self.multi_discrete_range(j).unwrap_or((0, 0));
+            let (low, high) = self.multi_discrete_range(j).unwrap_or((0, 0));
             if entry(nvec, j) <= 0 {
-                return Err(format!("MultiDiscrete nvec entries must be > 0, got {nvec:?}"));
+                return Err(SpecError::MultiDiscreteEmpty { nvec: nvec.clone() });
             }
-            if i128::from(lo) < min || i128::from(hi) - 1 > max {
-                return Err(format!(
-                    "MultiDiscrete entry {j} takes {lo}..{hi}, outside its dtype {dtype} ({min}..={max})"
-                ));
+            if i128::from(low) < min || i128::from(high) - 1 > max {
+                return Err(SpecError::MultiDiscreteRange { entry: j, low, high, dtype, min, max });
             }
         }
         Ok(())
@@ -371,28 +371,27 @@ impl Space {
     }
 
     /// Parses the canonical JSON form.
-    pub fn from_json(v: &serde_json::Value) -> Result<Space, String> {
+    pub fn from_json(v: &serde_json::Value) -> Result<Space, SpecError> {
         let space = if v.get("type").and_then(|t| t.as_str()) == Some("Box") {
             known_keys(v, "a Box space", &["type", "dtype", "shape", "low", "high"])?;
-            let dtype: DType =
-                serde_json::from_value(v["dtype"].clone()).map_err(|e| format!("Box dtype: {e}"))?;
-            let shape: Vec<usize> =
-                serde_json::from_value(v["shape"].clone()).map_err(|e| format!("Box shape: {e}"))?;
+            let field = |field| move |source| SpecError::BoxField { field, source };
+            let dtype: DType = serde_json::from_value(v["dtype"].clone()).map_err(field("dtype"))?;
+            let shape: Vec<usize> = serde_json::from_value(v["shape"].clone()).map_err(field("shape"))?;
             // A bound is one value for every element (a number, or a list of one) or a list
             // with a value per element.
-            let bounds = |key: &str| -> Result<Vec<f64>, String> {
+            let bounds = |key: &'static str| -> Result<Vec<f64>, SpecError> {
                 match &v[key] {
                     serde_json::Value::Array(list) => list.iter().map(decode_bound).collect(),
                     x @ (serde_json::Value::Number(_) | serde_json::Value::String(_)) => {
                         Ok(vec![decode_bound(x)?])
                     }
-                    x => Err(format!("Box {key} must be a number or a list of numbers, got {x}")),
+                    x => Err(SpecError::BoundsType { key, got: x.clone() }),
                 }
             };
             Space::Box { dtype, shape, low: bounds("low")?, high: bounds("high")? }
         } else {
             serde_json::from_value::<Space>(v.clone())
-                .map_err(|e| format!("bad space {v}: {e}"))?
+                .map_err(|source| SpecError::Space { space: v.clone(), source })?
                 .normalized()
         };
         space.validate()?;
@@ -475,7 +474,7 @@ mod tests {
         assert_eq!(space.to_json()["low"], serde_json::json!(["-inf"]));
         let bad =
             serde_json::json!({"type": "Box", "dtype": "f32", "shape": [2], "low": {"x": 1}, "high": 1});
-        assert!(Space::from_json(&bad).unwrap_err().contains("must be a number or a list"));
+        assert!(Space::from_json(&bad).unwrap_err().to_string().contains("must be a number or a list"));
     }
 
     #[test]
@@ -520,21 +519,21 @@ mod tests {
         assert_eq!(small.to_string(), "MultiDiscrete([2, 2, 2, 2], start=[-1, -1, -1, -1], shape=[2, 2])");
         let too_wide =
             serde_json::json!({"type": "MultiDiscrete", "nvec": [300], "shape": [1], "dtype": "i8"});
-        let e = Space::from_json(&too_wide).unwrap_err();
+        let e = Space::from_json(&too_wide).unwrap_err().to_string();
         assert!(e.contains("outside its dtype i8"), "{e}");
         let not_int = serde_json::json!({"type": "MultiDiscrete", "nvec": [3], "dtype": "f32"});
-        assert!(Space::from_json(&not_int).unwrap_err().contains("integer type"));
+        assert!(Space::from_json(&not_int).unwrap_err().to_string().contains("integer type"));
         let grid = serde_json::json!({"type": "MultiBinary", "n": 6, "shape": [2, 3]});
         assert_eq!(Space::from_json(&grid).unwrap().shape(), vec![2, 3]);
         let bad = serde_json::json!({"type": "MultiBinary", "n": 5, "shape": [2, 3]});
-        assert!(Space::from_json(&bad).unwrap_err().contains("must hold n = 5"));
+        assert!(Space::from_json(&bad).unwrap_err().to_string().contains("must hold n = 5"));
         let flags = serde_json::json!({"type": "Box", "dtype": "bool", "shape": [2], "low": 0, "high": 1});
         assert_eq!(Space::from_json(&flags).unwrap().value_bytes(), 2);
     }
 
     #[test]
     fn bounds_and_keys_are_validated_and_refusals_say_which() {
-        let bad = |v: serde_json::Value| Space::from_json(&v).unwrap_err();
+        let bad = |v: serde_json::Value| Space::from_json(&v).unwrap_err().to_string();
         let box_of = |dtype: &str, low: serde_json::Value, high: serde_json::Value| serde_json::json!({"type": "Box", "dtype": dtype, "shape": [3], "low": low, "high": high});
         let e = bad(box_of("f32", serde_json::json!([0, "nan", 0]), serde_json::json!(1)));
         assert!(e.contains("element[1] bounds (low NaN, high 1) is NaN"), "{e}");

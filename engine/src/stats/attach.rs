@@ -8,9 +8,9 @@ use crate::protocol::{self, Header, PoolParams};
 use crate::region::Region;
 use std::path::PathBuf;
 
-/// Why a process's pools could not be attached to.
+/// Why an observer (`shmenv top`) could not attach read-only to a process's pools.
 #[derive(Debug, thiserror::Error)]
-pub enum AttachError {
+pub enum ObserverAttachError {
     /// No such process.
     #[error("no process with pid {pid} (has it exited?)")]
     NoProcess {
@@ -76,17 +76,17 @@ impl AttachedPool {
 }
 
 /// The shmenv pools of process `pid` (usually one), in fd order.
-pub fn attach(pid: u32) -> Result<Vec<AttachedPool>, AttachError> {
+pub fn attach(pid: u32) -> Result<Vec<AttachedPool>, ObserverAttachError> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     if !proc_dir.exists() {
-        return Err(AttachError::NoProcess { pid });
+        return Err(ObserverAttachError::NoProcess { pid });
     }
     let entries = match std::fs::read_dir(proc_dir.join("fd")) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(AttachError::PermissionDenied { pid })
+            return Err(ObserverAttachError::PermissionDenied { pid })
         }
-        Err(_) => return Err(AttachError::NoProcess { pid }),
+        Err(_) => return Err(ObserverAttachError::NoProcess { pid }),
     };
     let mut fds: Vec<u32> = entries
         .filter_map(|e| e.ok())
@@ -99,16 +99,16 @@ pub fn attach(pid: u32) -> Result<Vec<AttachedPool>, AttachError> {
     fds.sort_unstable();
     if fds.is_empty() {
         let name = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default().trim().to_string();
-        return Err(AttachError::NoPool { pid, name });
+        return Err(ObserverAttachError::NoPool { pid, name });
     }
     fds.into_iter().map(|fd| attach_fd(pid, fd)).collect()
 }
 
-fn attach_fd(pid: u32, fd: u32) -> Result<AttachedPool, AttachError> {
-    let bad = |reason: String| AttachError::BadRegion { pid, fd, reason };
+fn attach_fd(pid: u32, fd: u32) -> Result<AttachedPool, ObserverAttachError> {
+    let bad = |reason: String| ObserverAttachError::BadRegion { pid, fd, reason };
     let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
     let region = Region::open_read_only(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => AttachError::PermissionDenied { pid },
+        std::io::ErrorKind::PermissionDenied => ObserverAttachError::PermissionDenied { pid },
         _ => bad(format!("cannot map it: {e}")),
     })?;
     if region.len() < std::mem::size_of::<Header>() {

@@ -20,8 +20,8 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 mod report;
 pub use report::{
-    quantile, StatsReport, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE, ENV_BOUND_UTILIZATION,
-    TRAINER_BOUND_OUTSIDE, UNKNOWN_OTHERS_RUNQUEUE,
+    quantile, StatsReport, Verdict, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE,
+    ENV_BOUND_UTILIZATION, TRAINER_BOUND_OUTSIDE, UNKNOWN_OTHERS_RUNQUEUE,
 };
 pub use trace_ring::{Span, TraceRing};
 

@@ -126,16 +126,65 @@ pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
 /// which a pool (not env-bound) is trainer-bound.
 pub const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
 
+/// Where a pool's time went, in one word ([`StatsReport::verdict`]). It prints and
+/// serializes as that word (`"env-bound"`), the `verdict` of `shmenv bench --json` and
+/// `shmenv top --json`, and of Python's `stats()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Workers wait for a CPU, and the pool has more processes stepping envs than cores:
+    /// fewer workers is the remedy, whatever else runs.
+    Oversubscribed,
+    /// Workers wait for a CPU, and other tasks took a good share of the machine's.
+    Contended,
+    /// Workers busy in env code most of the time.
+    EnvBound,
+    /// Workers mostly wait while the trainer is outside pool calls.
+    TrainerBound,
+    /// None of these: the time goes to handing batches over, a worker waiting for the core
+    /// its trainer holds included.
+    SyncBound,
+}
+
+impl Verdict {
+    /// Every verdict.
+    pub const ALL: [Verdict; 5] = [
+        Verdict::Oversubscribed,
+        Verdict::Contended,
+        Verdict::EnvBound,
+        Verdict::TrainerBound,
+        Verdict::SyncBound,
+    ];
+
+    /// The word: `"oversubscribed"`, `"contended"`, `"env-bound"`, `"trainer-bound"` or
+    /// `"sync-bound"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Oversubscribed => "oversubscribed",
+            Verdict::Contended => "contended",
+            Verdict::EnvBound => "env-bound",
+            Verdict::TrainerBound => "trainer-bound",
+            Verdict::SyncBound => "sync-bound",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 impl StatsReport {
-    /// Where the time went, in one word: `"oversubscribed"` (workers wait for a CPU, and
-    /// the pool has more processes stepping envs than cores: fewer workers is the remedy,
-    /// whatever else runs), `"contended"` (workers wait for a CPU, and other tasks took a
-    /// good share of the machine's), `"env-bound"`
-    /// (workers busy in env code most of the time), `"trainer-bound"` (workers mostly wait
-    /// while the trainer is outside pool calls), or `"sync-bound"` (none of these: the time
-    /// goes to handing batches over, a worker waiting for the core its trainer holds
+    /// Where the time went, in one word: [`Verdict::Oversubscribed`] (workers wait for a
+    /// CPU, and the pool has more processes stepping envs than cores: fewer workers is the
+    /// remedy, whatever else runs), [`Verdict::Contended`] (workers wait for a CPU, and
+    /// other tasks took a good share of the machine's), [`Verdict::EnvBound`] (workers busy
+    /// in env code most of the time), [`Verdict::TrainerBound`] (workers mostly wait while
+    /// the trainer is outside pool calls), or [`Verdict::SyncBound`] (none of these: the
+    /// time goes to handing batches over, a worker waiting for the core its trainer holds
     /// included).
-    pub fn verdict(&self) -> &'static str {
+    pub fn verdict(&self) -> Verdict {
         let n = self.workers.len().max(1) as f64;
         let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
         let outside = 1.0 - self.trainer_call_share;
@@ -148,15 +197,15 @@ impl StatsReport {
             None => runqueue >= UNKNOWN_OTHERS_RUNQUEUE,
         };
         if runqueue >= CONTENDED_RUNQUEUE && stepping > self.cores {
-            "oversubscribed"
+            Verdict::Oversubscribed
         } else if contended {
-            "contended"
+            Verdict::Contended
         } else if util >= ENV_BOUND_UTILIZATION {
-            "env-bound"
+            Verdict::EnvBound
         } else if outside >= TRAINER_BOUND_OUTSIDE {
-            "trainer-bound"
+            Verdict::TrainerBound
         } else {
-            "sync-bound"
+            Verdict::SyncBound
         }
     }
 }
@@ -208,26 +257,38 @@ mod tests {
     fn workers_waiting_for_a_cpu_are_oversubscribed_by_their_own_pool_or_contended_by_others() {
         // 8 workers on 2 cores, idle machine: 78% run-queue delay from the pool itself; and
         // the same beside busy processes: fewer workers is the remedy in both.
-        assert_eq!(report(8, 2, 0.78, 0.02, 0.01).verdict(), "oversubscribed");
-        assert_eq!(report(3, 2, 0.25, 0.02, 0.0).verdict(), "oversubscribed");
-        assert_eq!(report(8, 2, 0.85, 0.02, 0.5).verdict(), "oversubscribed");
+        assert_eq!(report(8, 2, 0.78, 0.02, 0.01).verdict(), Verdict::Oversubscribed);
+        assert_eq!(report(3, 2, 0.25, 0.02, 0.0).verdict(), Verdict::Oversubscribed);
+        assert_eq!(report(8, 2, 0.85, 0.02, 0.5).verdict(), Verdict::Oversubscribed);
         // A trainer with a shard of its own steps envs too.
         let mut shard = report(2, 2, 0.3, 0.02, 0.0);
         shard.shard_steps = 100;
-        assert_eq!(shard.verdict(), "oversubscribed");
+        assert_eq!(shard.verdict(), Verdict::Oversubscribed);
         // As many stepping processes as cores, beside busy processes: contended.
-        assert_eq!(report(2, 2, 0.5, 0.02, 0.5).verdict(), "contended");
-        assert_eq!(report(8, 8, 0.15, 0.02, 0.2).verdict(), "contended");
+        assert_eq!(report(2, 2, 0.5, 0.02, 0.5).verdict(), Verdict::Contended);
+        assert_eq!(report(8, 8, 0.15, 0.02, 0.2).verdict(), Verdict::Contended);
         // Two workers on 2 cores, idle: the worker beside the trainer waits for its core.
         // That is the handoff's cost, not contention.
-        assert_eq!(report(2, 2, 0.25, 0.02, 0.02).verdict(), "sync-bound");
-        assert_eq!(report(2, 2, 0.25, 0.9, 0.02).verdict(), "env-bound");
+        assert_eq!(report(2, 2, 0.25, 0.02, 0.02).verdict(), Verdict::SyncBound);
+        assert_eq!(report(2, 2, 0.25, 0.9, 0.02).verdict(), Verdict::EnvBound);
         // Other tasks unknown: a run-queue share of 20% or more says contended, as before.
         let unknown = |runqueue| StatsReport { others_share: None, ..report(2, 2, runqueue, 0.02, 0.0) };
-        assert_eq!(unknown(0.25).verdict(), "contended");
-        assert_eq!(unknown(0.15).verdict(), "sync-bound");
+        assert_eq!(unknown(0.25).verdict(), Verdict::Contended);
+        assert_eq!(unknown(0.15).verdict(), Verdict::SyncBound);
         // Below the run-queue threshold the other verdicts decide, whatever the rest.
-        assert_eq!(report(8, 2, 0.05, 0.9, 0.5).verdict(), "env-bound");
-        assert_eq!(report(2, 2, 0.05, 0.02, 0.5).verdict(), "sync-bound");
+        assert_eq!(report(8, 2, 0.05, 0.9, 0.5).verdict(), Verdict::EnvBound);
+        assert_eq!(report(2, 2, 0.05, 0.02, 0.5).verdict(), Verdict::SyncBound);
+    }
+
+    #[test]
+    fn verdicts_print_and_serialize_as_their_word() {
+        let words = ["oversubscribed", "contended", "env-bound", "trainer-bound", "sync-bound"];
+        for (verdict, word) in Verdict::ALL.into_iter().zip(words) {
+            assert_eq!(verdict.as_str(), word);
+            assert_eq!(verdict.to_string(), word);
+            assert_eq!(serde_json::to_value(verdict).unwrap(), serde_json::json!(word));
+        }
+        assert_eq!(format!("[{:>9}]", Verdict::EnvBound), "[env-bound]");
+        assert_eq!(format!("[{:>10}]", Verdict::EnvBound), "[ env-bound]");
     }
 }

@@ -110,7 +110,7 @@ fn set_thread_name(name: &str) {
 
 /// Why a worker could not use its region.
 #[derive(Debug, thiserror::Error)]
-pub enum AttachError {
+pub enum WorkerAttachError {
     /// The fd is not a usable region.
     #[error("cannot map the region fd: {0}")]
     Map(#[from] std::io::Error),
@@ -156,7 +156,7 @@ enum Stop {
 
 impl Worker {
     /// Maps the region and checks the header and parameters before anything else.
-    fn attach(index: usize, fd: i32, parent: i32) -> Result<Worker, AttachError> {
+    fn attach(index: usize, fd: i32, parent: i32) -> Result<Worker, WorkerAttachError> {
         let region = Region::from_inherited_fd(fd)?;
         let worker = attach_checks(region, index, parent)?;
         // Before any env code runs: a child forked from here on does not share the region.
@@ -251,7 +251,7 @@ impl Worker {
     }
 
     /// Re-maps the grown region and checks that its layout is the one this worker computes.
-    fn map_data_part(&mut self, spec: &shmenv_engine::EnvSpec) -> Result<Layout, AttachError> {
+    fn map_data_part(&mut self, spec: &shmenv_engine::EnvSpec) -> Result<Layout, WorkerAttachError> {
         // Forks meanwhile (from an env's own threads) leave the old mapping alone.
         fork::guard_in_children(fork::SharedMapping::Region, 0, 0);
         self.region.remap()?;
@@ -297,7 +297,7 @@ fn parent_alive(parent: i32) -> bool {
 }
 
 /// Validates the header, the worker index and the params of a freshly mapped region.
-fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, AttachError> {
+fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, WorkerAttachError> {
     if region.len() < std::mem::size_of::<Header>() {
         return Err(HeaderError::Corrupt(format!("region of {} bytes", region.len())).into());
     }
@@ -305,13 +305,13 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, At
     header.validate(region.len())?;
     let num_workers = header.num_workers as usize;
     if index >= num_workers {
-        return Err(AttachError::BadIndex { index, num_workers });
+        return Err(WorkerAttachError::BadIndex { index, num_workers });
     }
     let bytes = region.read_bytes(protocol::params_offset(num_workers), header.params_len as usize);
     let params: PoolParams =
-        serde_json::from_slice(&bytes).map_err(|e| AttachError::BadParams(e.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| WorkerAttachError::BadParams(e.to_string()))?;
     if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {
-        return Err(AttachError::BadParams("params disagree with the header".into()));
+        return Err(WorkerAttachError::BadParams("params disagree with the header".into()));
     }
     let waiter = Waiter::new(params.wait.pool_policy(num_workers, params.policy_cores()));
     Ok(Worker { region, index, parent, params, waiter, owner: Owner::current() })
@@ -368,9 +368,9 @@ mod tests {
         let e = attach_checks(region_with(old, params), 0, 1).err().unwrap();
         assert!(e.to_string().contains("layout version 0"), "{e}");
         let e = attach_checks(region_with(good, params), 1, 1).err().unwrap();
-        assert!(matches!(e, AttachError::BadIndex { index: 1, num_workers: 1 }));
+        assert!(matches!(e, WorkerAttachError::BadIndex { index: 1, num_workers: 1 }));
         let bad = b"{\"env_id\": 3}";
         let e = attach_checks(region_with(Header::new(2, 1, bad.len() as u32), bad), 0, 1).err().unwrap();
-        assert!(matches!(e, AttachError::BadParams(_)));
+        assert!(matches!(e, WorkerAttachError::BadParams(_)));
     }
 }

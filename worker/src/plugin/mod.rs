@@ -116,7 +116,7 @@ struct Functions {
 }
 
 /// Why a plugin library could not be used.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     /// `dlopen` failed: no such file, not a shared library, a missing dependency or symbol.
     #[error("cannot load plugin {path}: {message}. Build it as a shared library (gcc -shared -fPIC) and pass its path")]
@@ -155,8 +155,6 @@ pub enum PluginError {
         problem: String,
     },
 }
-
-shmenv_engine::debug_as_display!(PluginError);
 
 /// One env id of a plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,7 +262,7 @@ impl Plugin {
         let spec = unsafe { spec_text_of((self.functions.spec_json)(handle.as_ptr())) }.map_err(failed)?;
         let spec = serde_json::from_str(&spec)
             .map_err(|e| e.to_string())
-            .and_then(|v| EnvSpec::from_json(&v))
+            .and_then(|v| EnvSpec::from_json(&v).map_err(|e| e.to_string()))
             .map_err(|e| failed(format!("spec_json is not a valid spec ({e}): {}", excerpt(&spec))))?;
         let table = self.env(id).and_then(|e| e.max_episode_steps);
         if spec.max_episode_steps.is_some_and(|k| Some(k) != table) {

@@ -7,7 +7,7 @@ use crate::plugin::{BatchStep, Plugin, PluginEnv, PluginError};
 use crate::registry::{MakeError, Registry};
 use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::protocol::{reset_flag, stats, AutoReset, PoolParams};
-use shmenv_engine::spec::EnvSpec;
+use shmenv_engine::spec::{EnvSpec, SpecError};
 use shmenv_engine::stats::{bucket, now_ns};
 use std::ops::Range;
 use std::path::Path;
@@ -522,7 +522,7 @@ pub enum ShardError {
     },
     /// The spec is malformed.
     #[error("the env's spec is invalid: {0}")]
-    BadSpec(String),
+    BadSpec(#[source] SpecError),
 }
 
 #[cfg(test)]
