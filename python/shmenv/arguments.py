@@ -74,11 +74,10 @@ def _env_ids(env_ids, num_envs: int) -> np.ndarray:
     """``env_ids`` as the extension takes them: a contiguous int64 or int32 array (which it
     range-checks itself, so ``info["env_id"]`` from ``recv`` passes straight through);
     anything else is converted and checked here."""
-    # The extension's one-call path makes the same check (`one_call.rs`,
-    # `OneCallArgs::env_ids`): keep them alike.
-    if type(env_ids) is np.ndarray and env_ids.dtype in _ID_DTYPES and env_ids.ndim == 1:
-        if env_ids.flags.c_contiguous and env_ids.flags.aligned:
-            return env_ids
+    # Which arrays pass as they are is the extension's rule (`one_call.rs`), the one its
+    # one-call path applies too.
+    if _shmenv.env_ids_as_is(env_ids):
+        return env_ids
     ids = np.asarray(env_ids)
     if ids.ndim == 0:
         ids = ids.reshape(1)
@@ -90,8 +89,6 @@ def _env_ids(env_ids, num_envs: int) -> np.ndarray:
         flat = np.minimum(flat, np.uint64(np.iinfo(np.int64).max))
     return np.require(flat, np.int64, ["C", "A"])
 
-
-_ID_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:

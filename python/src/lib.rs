@@ -100,6 +100,8 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(defaults::pool_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::canonical_space, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error_class_names, m)?)?;
+    m.add_function(wrap_pyfunction!(one_call::env_ids_as_is, m)?)?;
+    m.add_class::<one_call::ActionForm>()?;
     m.add("WORKER_FLAG", shmenv_engine::launch::WORKER_FLAG)?;
     Ok(())
 }

@@ -56,6 +56,7 @@ class Assembly:
         self.action_dtype = dtype_of(spec["action"])
         self.action_shape = tuple(self.single_action_space.shape or ())
         self._bool_actions = self.action_dtype == np.bool_
+        self._action_form = _shmenv.ActionForm(self.action_dtype, self.action_shape)
 
     @property
     def as_engine_arrays(self) -> bool:
@@ -130,17 +131,9 @@ class Assembly:
             return self.packing.pack(actions, count, as_action_array, _check)
         a = actions
         # The common case first (an array of the action dtype, shape and layout already),
-        # checked at a fraction of the general path's cost; the extension's one-call path
-        # makes the same check (`one_call.rs`, `OneCallArgs::actions`): keep them alike.
-        if not (
-            type(a) is np.ndarray
-            and a.dtype is self.action_dtype
-            and a.ndim > 0
-            and len(a) == count
-            and a.shape[1:] == self.action_shape
-            and a.flags.c_contiguous
-            and a.flags.aligned
-        ):
+        # checked at a fraction of the general path's cost, by the extension's rule
+        # (`one_call.rs`), the one its one-call path applies too.
+        if not self._action_form.takes(a, count):
             a = as_action_array(actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions")
         # Bool actions go as their bytes: the engine never reads them as Rust bools.
         return a.view(np.uint8) if self._bool_actions else a
