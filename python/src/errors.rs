@@ -14,6 +14,7 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
 /// Rust side (`_shmenv.error_class_names()` exports it, and a Python test checks that each
 /// is a class of `shmenv.errors`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each variant is its Python class's name, which ends in Error
 pub(crate) enum ErrorClass {
     BuildError,
     UnknownEnvError,
