@@ -37,55 +37,52 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shmenv import _shmenv
 from shmenv.worker import ops
 
-SLOTS = 16
+_FIXED = _shmenv.info_area_layout(1, 1)  # the sizes that do not depend on the pool
+SLOTS: int = _FIXED["slots"]
 """Keys each worker can keep in columns; more keys go pickled."""
 
-_NAME_BYTES = 48  # a table entry: the key (UTF-8, zero-padded) then its dtype (numpy ``dtype.str``)
-_ENTRY = 64
+# A table entry: the key (UTF-8, zero-padded) then its dtype (numpy ``dtype.str``).
+_NAME_BYTES: int = _FIXED["name"]
+_ENTRY: int = _FIXED["entry"]
 _KINDS = ("step", "reset")
 
 
 class _Area:
     """Offsets and numpy views of the shared area for ``workers`` shards of ``stride`` envs:
     flags, pickled-slot bytes, per-worker key tables, and per slot (for step and reset
-    infos) an 8-byte value cell and a presence byte per env."""
+    infos) an 8-byte value cell and a presence byte per env. The offsets are the engine's
+    (``_shmenv.info_area_layout``), the layout's one definition."""
 
     def __init__(self, mm: mmap.mmap, workers: int, stride: int):
-        self.mm, self.n = mm, workers * stride
-        n8 = -(-self.n // 8) * 8
+        # The whole area and where its parts are, also for the trainer's reader (``Pool.attach_infos``).
+        self.layout: dict[str, int] = _shmenv.info_area_layout(workers, stride)
+        self.mm, self.n = mm, self.layout["cells"]
         self.flags = np.frombuffer(mm, np.uint8, self.n, 0)
-        self.pickled = np.frombuffer(mm, np.uint8, self.n, n8)
-        self.tables = 2 * n8
-        self.counts = np.frombuffer(mm, np.uint8, workers, self.tables)  # keys named per worker
-        self.entries = self.tables + 8 * -(-workers // 8)
-        columns = self.entries + workers * SLOTS * _ENTRY
-        self._columns = columns
-        self._slot_bytes = 2 * 8 * self.n + 2 * n8
+        self.pickled = np.frombuffer(mm, np.uint8, self.n, self.layout["pickled"])
+        self.counts = np.frombuffer(mm, np.uint8, workers, self.layout["counts"])  # keys named per worker
+        self.entries = self.layout["entries"]
+        at, step_to_reset = self.layout["presence_at"], self.layout["presence"]
         self.present = [
-            [np.frombuffer(mm, np.uint8, self.n, self._cell(k, 0) + 16 * self.n + j * n8) for j in range(2)]
+            [np.frombuffer(mm, np.uint8, self.n, self._slot(k) + at + j * step_to_reset) for j in range(2)]
             for k in range(SLOTS)
         ]
-        # The whole area and where its parts are, for the trainer's reader (``Pool.attach_infos``).
         self.bytes = np.frombuffer(mm, np.uint8)
-        self.layout = {
-            "cells": self.n, "pickled": n8, "counts": self.tables, "entries": self.entries, "columns": columns,
-            "slot_bytes": self._slot_bytes, "presence": n8, "slots": SLOTS, "entry": _ENTRY, "name": _NAME_BYTES,
-        }  # fmt: skip
 
     @staticmethod
     def size(workers: int, stride: int) -> int:
-        n = workers * stride
-        n8 = -(-n // 8) * 8
-        return 2 * n8 + 8 * -(-workers // 8) + workers * SLOTS * _ENTRY + SLOTS * (16 * n + 2 * n8)
+        """Bytes of the area for ``workers`` shards of ``stride`` envs."""
+        return _shmenv.info_area_layout(workers, stride)["size"]
 
-    def _cell(self, slot: int, kind: int) -> int:
-        return self._columns + slot * self._slot_bytes + kind * 8 * self.n
+    def _slot(self, slot: int) -> int:
+        return self.layout["columns"] + slot * self.layout["slot_bytes"]
 
     def values(self, slot: int, kind: int, dtype: np.dtype) -> np.ndarray:
         """The value cells of ``slot`` for step (0) or reset (1) infos, as ``dtype``."""
-        return np.ndarray((self.n,), dtype=dtype, buffer=self.mm, offset=self._cell(slot, kind), strides=(8,))
+        offset, strides = self._slot(slot) + kind * self.layout["reset_values"], (self.layout["cell"],)
+        return np.ndarray((self.n,), dtype=dtype, buffer=self.mm, offset=offset, strides=strides)
 
     def set_entry(self, worker: int, slot: int, name: bytes, dtype: np.dtype) -> None:
         at = self.entries + (worker * SLOTS + slot) * _ENTRY

@@ -97,6 +97,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard, m)?)?;
     m.add_function(wrap_pyfunction!(closest_match, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(info_columns::info_area_layout, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::pool_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::canonical_space, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error_class_names, m)?)?;

@@ -34,6 +34,7 @@ pub const REPORT_CAPACITY: usize = 64 * 1024;
 
 mod control;
 mod header;
+pub mod infos;
 mod layout;
 mod params;
 pub mod stats;

@@ -1,5 +1,7 @@
-//! The trainer's read of the info area of hosted Python envs (`shmenv.infos`, which lays
-//! the area out and says who writes which byte when). The pool keeps one [`InfoReader`]:
+//! The trainer's read of the info area of hosted Python envs (`shmenv.infos` writes it in
+//! the workers and says who writes which byte when; the engine's `protocol::infos` lays it
+//! out, here and for Python through [`info_area_layout`], and reads its bytes, bounds-checked,
+//! into values this module turns into Python objects). The pool keeps one [`InfoReader`]:
 //! each call that returns a batch notes its rows ([`InfoReader::note_batch`]), and
 //! `Pool.take_infos()` turns the rows' flagged cells into Gymnasium's `infos[key]` arrays
 //! and `infos["_key"]` masks in one call, whatever the number of rows or keys. In numpy the
@@ -14,80 +16,36 @@ use numpy::{PyReadwriteArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+use shmenv_engine::protocol::infos::{InfoArea, InfoLayout, InfoRow, InfoTarget, KeyTables};
 use shmenv_engine::{Batch, DType};
+use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
 
-/// Where the parts of the area are, in bytes, and its table sizes (`shmenv.infos._Area`).
-#[derive(FromPyObject, Clone, Copy, Debug)]
-#[pyo3(from_item_all)]
-pub(crate) struct AreaLayout {
-    /// Env cells (workers x stride): as many flag bytes, at offset 0.
-    cells: usize,
-    /// The pickled-slot bytes (one per cell).
-    pickled: usize,
-    /// The key count of each worker's table (one byte per worker).
-    counts: usize,
-    /// The key tables: `slots` entries of `entry` bytes per worker.
-    entries: usize,
-    /// The first slot's columns; slot `s` is `slot_bytes` further per slot.
-    columns: usize,
-    slot_bytes: usize,
-    /// Bytes between a slot's presence bytes of step infos and those of reset infos.
-    presence: usize,
-    /// Keys a worker can name.
-    slots: usize,
-    /// Bytes of a table entry, and of the key name that starts it (then the dtype string).
-    entry: usize,
-    name: usize,
+/// The info area's layout for `workers` workers of `stride` env cells each, as a dict of
+/// byte offsets and sizes (`shmenv_engine::protocol::infos::InfoLayout::fields`): the
+/// layout's one definition, which `shmenv.infos` builds its numpy views from.
+#[pyfunction]
+pub(crate) fn info_area_layout(py: Python<'_>, workers: usize, stride: usize) -> PyResult<Bound<'_, PyDict>> {
+    let layout = InfoLayout::new(workers, stride).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let dict = PyDict::new(py);
+    for (name, value) in layout.fields() {
+        dict.set_item(name, value)?;
+    }
+    Ok(dict)
 }
+
+/// The layout `shmenv.infos` says the area has (`info_area_layout`'s dict), checked
+/// against the one the pool's shards give.
+#[derive(FromPyObject, Clone, Debug)]
+pub(crate) struct AreaLayout(BTreeMap<String, usize>);
 
 impl AreaLayout {
-    /// The presence byte of `slot`, kind (0 step, 1 reset), cell `pos`.
-    fn present(&self, slot: usize, kind: usize, pos: usize) -> usize {
-        self.columns + slot * self.slot_bytes + 16 * self.cells + kind * self.presence + pos
+    /// Whether it is `layout`, field by field.
+    fn is(&self, layout: &InfoLayout) -> bool {
+        let fields = layout.fields();
+        self.0.len() == fields.len() && fields.iter().all(|(name, value)| self.0.get(*name) == Some(value))
     }
-
-    /// The 8-byte value cell of `slot`, `kind`, cell `pos`.
-    fn cell(&self, slot: usize, kind: usize, pos: usize) -> usize {
-        self.columns + slot * self.slot_bytes + kind * 8 * self.cells + 8 * pos
-    }
-
-    /// Table entry `slot` of worker `w`.
-    fn entry_at(&self, w: usize, slot: usize) -> Range<usize> {
-        let at = self.entries + (w * self.slots + slot) * self.entry;
-        at..at + self.entry
-    }
-
-    /// The bytes the layout spans for `workers` workers (`None`: past `usize`). Every offset
-    /// the reader computes is below it.
-    fn end(&self, workers: usize) -> Option<usize> {
-        let product = |a: usize, b: usize, c: usize| a.checked_mul(b)?.checked_mul(c);
-        let parts = [
-            self.cells,
-            self.pickled.checked_add(self.cells)?,
-            self.counts.checked_add(workers)?,
-            self.entries.checked_add(product(workers, self.slots, self.entry)?)?,
-            self.columns.checked_add(product(self.slots, self.slot_bytes, 1)?)?,
-            // The last slot's reset presence bytes end it: `present(slots - 1, 1, cells)`.
-            product(self.slots.saturating_sub(1), self.slot_bytes, 1)?
-                .checked_add(self.columns)?
-                .checked_add(product(16, self.cells, 1)?)?
-                .checked_add(self.presence)?
-                .checked_add(self.cells)?,
-        ];
-        parts.into_iter().max()
-    }
-}
-
-/// One row of the batch just returned: its env's area cell, and what the row is.
-#[derive(Clone, Copy, Debug)]
-struct Row {
-    pos: usize,
-    /// Its observation comes from a reset (elapsed step 0).
-    reset: bool,
-    /// Its episode ended at this step.
-    done: bool,
 }
 
 /// An output column: a `(key, dtype)` pair some worker named.
@@ -102,28 +60,24 @@ struct Key {
     mask: Py<PyString>,
 }
 
-/// The workers' key tables as last read.
+/// The workers' key tables as last read, and their Python side.
 #[derive(Default)]
 struct Tables {
-    /// Each worker's key count when read (empty: read them again).
-    counts: Vec<u8>,
+    /// The tables (counts empty: read them again).
+    read: KeyTables,
     keys: Vec<Key>,
+    /// The key and dtype of each of `read`'s columns.
     columns: Vec<ColumnType>,
-    /// Per worker, the output column of each of its slots.
-    slot_columns: Vec<Vec<usize>>,
 }
 
 /// The trainer's reader of one pool's info area.
 pub(crate) struct InfoReader {
     area: SharedBytes,
-    layout: AreaLayout,
-    /// Env cells per worker.
-    stride: usize,
     /// The area cell of each env.
     positions: Vec<usize>,
     same_step: bool,
     tables: Tables,
-    rows: Vec<Row>,
+    rows: Vec<InfoRow>,
     /// The info arrays handed out, refilled once the caller lets go of them.
     recycler: Recycler,
     /// The last batch's step (or reset) infos and final infos, one per output column:
@@ -144,22 +98,22 @@ impl InfoReader {
         same_step: bool,
     ) -> PyResult<InfoReader> {
         let stride = shards.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-        let needed = layout.end(shards.len()).unwrap_or(usize::MAX);
-        if layout.cells != shards.len() * stride || layout.name > layout.entry || bytes.len() < needed {
+        let workers = shards.len();
+        let expected = InfoLayout::new(workers, stride).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if !layout.is(&expected) || bytes.len() < expected.size() {
             return Err(PyValueError::new_err(format!(
-                "the info area ({} bytes, {} cells) does not fit {} workers of {stride} envs: it needs {needed} \
-                 bytes and workers x stride cells",
+                "the info area ({} bytes, laid out as {:?}) does not fit {workers} workers of {stride} envs: \
+                 it needs {} bytes laid out as info_area_layout({workers}, {stride}) gives",
                 bytes.len(),
-                layout.cells,
-                shards.len()
+                layout.0,
+                expected.size()
             )));
         }
+        let position = |w: usize, e: usize| expected.position(w, e).unwrap_or(usize::MAX);
         let positions =
-            shards.iter().enumerate().flat_map(|(w, r)| (0..r.len()).map(move |e| w * stride + e));
+            shards.iter().enumerate().flat_map(|(w, r)| (0..r.len()).map(move |e| position(w, e)));
         Ok(InfoReader {
-            area: SharedBytes::new(bytes)?,
-            layout,
-            stride,
+            area: SharedBytes::new(bytes, expected)?,
             positions: positions.collect(),
             same_step,
             tables: Tables::default(),
@@ -178,15 +132,15 @@ impl InfoReader {
         for (row, (&env, &elapsed)) in batch.env_ids().iter().zip(batch.elapsed_steps()).enumerate() {
             // The engine checked the env ids, and every env is in a worker's shard (the pool
             // refuses to attach an area to a pool with a trainer shard): each has a cell.
-            let pos = self.positions[env as usize];
+            let pos = self.positions.get(env as usize).copied().unwrap_or(usize::MAX);
             let done = terminated.get(row) || truncated.get(row);
-            self.rows.push(Row { pos, reset: elapsed == 0, done });
+            self.rows.push(InfoRow { pos, reset: elapsed == 0, done });
         }
     }
 
     /// A worker was restarted: its replacement names its keys anew.
     pub(crate) fn forget_tables(&mut self) {
-        self.tables.counts.clear();
+        self.tables.read.counts.clear();
     }
 
     /// Reads and clears the infos the envs of the last noted batch left in the area, and
@@ -203,7 +157,8 @@ impl InfoReader {
         into: &Bound<'py, PyDict>,
     ) -> PyResult<Option<(Bound<'py, PyDict>, Vec<i64>)>> {
         let py = into.py();
-        if !self.rows.iter().any(|r| self.area.byte(r.pos) != 0) {
+        let area = self.area.area;
+        if !self.rows.iter().any(|r| area.flag(r.pos) != 0) {
             return Ok(None);
         }
         self.read_tables(py)?;
@@ -251,85 +206,44 @@ impl InfoReader {
     /// infos of the rows that ended. Returns the rows whose env kept values outside the
     /// columns.
     fn read_rows(&mut self) -> Vec<i64> {
-        let (layout, size, columns) = (self.layout, self.rows.len(), self.tables.columns.len());
+        let (size, columns) = (self.rows.len(), self.tables.columns.len());
         let Fillings { infos, finals } = &mut self.fillings;
         Filling::reset_all(infos, columns, size);
         Filling::reset_all(finals, if self.same_step { columns } else { 0 }, size);
-        let mut finals = self.same_step.then_some(finals);
-        let mut pickled = Vec::new();
-        for (row, r) in self.rows.iter().enumerate() {
-            if self.area.take_byte(r.pos) == 0 {
-                continue;
-            }
-            if self.area.take_byte(layout.pickled + r.pos) != 0 {
-                pickled.push(row as i64);
-            }
-            let kind = usize::from(r.reset || (self.same_step && r.done));
-            let slots = self.tables.slot_columns.get(r.pos / self.stride).map_or(&[][..], Vec::as_slice);
-            for (slot, &column) in slots.iter().enumerate() {
-                let present = [0, 1].map(|k| self.area.take_byte(layout.present(slot, k, r.pos)) != 0);
-                if present[kind] {
-                    infos[column].set(row, self.area.cell(layout.cell(slot, kind, r.pos)));
+        let pickled =
+            self.area.area.read_rows(&self.tables.read, &self.rows, self.same_step, |to, c, row, cell| {
+                let filling = match to {
+                    InfoTarget::Infos => infos.get_mut(c),
+                    InfoTarget::Finals => finals.get_mut(c),
+                };
+                if let Some(filling) = filling {
+                    filling.set(row, cell);
                 }
-                if let Some(finals) = finals.as_mut().filter(|_| r.done && present[0]) {
-                    finals[column].set(row, self.area.cell(layout.cell(slot, 0, r.pos)));
-                }
-            }
-        }
-        pickled
+            });
+        pickled.into_iter().map(|row| row as i64).collect()
     }
 
     /// Reads the workers' key tables again when one of them named a key since: each
     /// `(key, dtype)` any worker named is an output column, and each worker's slots map to
     /// theirs.
     fn read_tables(&mut self, py: Python<'_>) -> PyResult<()> {
-        let workers = self.layout.cells / self.stride;
-        let count = |w: usize| self.area.byte(self.layout.counts + w);
-        if self.tables.counts.len() == workers && (0..workers).all(|w| self.tables.counts[w] == count(w)) {
+        if self.area.area.tables_current(&self.tables.read) {
             return Ok(());
         }
-        let counts: Vec<u8> = (0..workers).map(count).collect();
+        let read = self.area.area.read_tables().map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut tables = Tables::default();
-        let mut pairs: Vec<(String, DType)> = Vec::new();
-        for (w, &count) in counts.iter().enumerate() {
-            let mut slots = Vec::new();
-            for slot in 0..usize::from(count).min(self.layout.slots) {
-                let pair = self.entry(w, slot)?;
-                let column = pairs.iter().position(|p| *p == pair).unwrap_or_else(|| {
-                    pairs.push(pair);
-                    pairs.len() - 1
-                });
-                slots.push(column);
-            }
-            tables.slot_columns.push(slots);
-        }
-        for (name, dtype) in pairs {
+        for (name, dtype) in &read.columns {
             let key =
                 tables.keys.iter().position(|k| k.name.bind(py) == name.as_str()).unwrap_or_else(|| {
                     let mask = PyString::new(py, &format!("_{name}")).unbind();
-                    tables.keys.push(Key { name: PyString::new(py, &name).unbind(), mask });
+                    tables.keys.push(Key { name: PyString::new(py, name).unbind(), mask });
                     tables.keys.len() - 1
                 });
-            tables.columns.push(ColumnType { key, dtype });
+            tables.columns.push(ColumnType { key, dtype: *dtype });
         }
-        tables.counts = counts;
+        tables.read = read;
         self.tables = tables;
         Ok(())
-    }
-
-    /// Worker `w`'s key `slot`: its name and dtype (numpy's `dtype.str` of a number).
-    fn entry(&self, w: usize, slot: usize) -> PyResult<(String, DType)> {
-        let raw = self.area.bytes(self.layout.entry_at(w, slot));
-        let (name, dtype) = raw.split_at(self.layout.name);
-        let text = |b: &[u8]| String::from_utf8(b.iter().copied().take_while(|&c| c != 0).collect()).ok();
-        let (name, dtype_str) = (text(name), text(dtype));
-        match (name, dtype_str.as_deref().and_then(column_dtype)) {
-            (Some(name), Some(dtype)) => Ok((name, dtype)),
-            _ => Err(PyValueError::new_err(format!(
-                "worker {w}'s info key {slot} is not a UTF-8 name and a native number dtype of up to 8 bytes \
-                 (dtype {dtype_str:?}): the worker wrote its info table wrongly; restart the pool"
-            ))),
-        }
     }
 
     /// Sets `out[key]` (values) and `out["_key"]` (mask) for the keys some row has in
@@ -386,105 +300,36 @@ enum Put {
     Finals,
 }
 
-/// The dtype of an info column named by numpy's `dtype.str` (`"<i8"`, `"|b1"`): a number
-/// of this machine's byte order, of up to 8 bytes.
-fn column_dtype(s: &str) -> Option<DType> {
-    let native = if cfg!(target_endian = "little") { '<' } else { '>' };
-    let mut chars = s.chars();
-    let order = chars.next()?;
-    let kind = chars.next()?;
-    let size: usize = chars.as_str().parse().ok()?;
-    if order != native && order != '|' && order != '=' {
-        return None;
-    }
-    DType::ALL.into_iter().find(|d| d.size() == size && dtype_kind(*d) == kind)
-}
-
-/// numpy's kind character of `dtype`.
-fn dtype_kind(dtype: DType) -> char {
-    match dtype {
-        DType::Bool => 'b',
-        DType::I8 | DType::I16 | DType::I32 | DType::I64 => 'i',
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 'u',
-        DType::F16 | DType::F32 | DType::F64 => 'f',
-    }
-}
-
-/// The area: a numpy byte array over the trainer's mapping of it, kept alive (and with it
-/// the mapping: the array holds a buffer export of the `mmap`, which cannot close or resize
-/// while one is held) for as long as the reader lives. Read and cleared byte by byte at
-/// offsets checked against its length; no Rust reference into it is ever formed, since
-/// the workers write it too.
+/// The area: its bytes, a numpy byte array over the trainer's mapping of it, kept alive
+/// (and with it the mapping: the array holds a buffer export of the `mmap`, which cannot
+/// close or resize while one is held) for as long as the reader lives. The engine's
+/// [`InfoArea`] reads them, each byte atomically at an offset checked against their length:
+/// no plain Rust reference into them is ever formed, since the workers write them too.
 struct SharedBytes {
-    base: *mut u8,
-    len: usize,
+    area: InfoArea<'static>,
     _array: Py<PyAny>,
 }
 
-// SAFETY: `base` points into memory the owned array keeps mapped; the pool that owns the
-// reader is used under the GIL by one thread at a time (`PyPool::exclusive`).
-unsafe impl Send for SharedBytes {}
-// SAFETY: as above; `&SharedBytes` only reads bytes through raw pointers.
-unsafe impl Sync for SharedBytes {}
-
 impl SharedBytes {
-    fn new(mut array: PyReadwriteArray1<'_, u8>) -> PyResult<SharedBytes> {
+    /// The area over `array`, laid out as `layout` (whose size the caller checked).
+    fn new(mut array: PyReadwriteArray1<'_, u8>, layout: InfoLayout) -> PyResult<SharedBytes> {
         if !array.is_c_contiguous() {
             return Err(PyValueError::new_err("the info area must be one contiguous byte array"));
         }
         let (base, len) = (array.as_array_mut().as_mut_ptr(), array.len());
-        Ok(SharedBytes { base, len, _array: array.as_any().clone().unbind() })
-    }
-
-    /// A pointer to `bytes` bytes at `offset`.
-    ///
-    /// # Panics
-    /// Past the area: the offsets come from a layout checked against its length.
-    fn at(&self, offset: usize, bytes: usize) -> *mut u8 {
-        assert!(
-            offset.checked_add(bytes).is_some_and(|end| end <= self.len),
-            "info area offset {offset} out of bounds"
-        );
-        // SAFETY: in bounds of the contiguous array (asserted above), which `_array` keeps
-        // alive and mapped.
-        unsafe { self.base.add(offset) }
-    }
-
-    /// Byte `offset`, which a worker may be writing now (a flag of a row still in flight,
-    /// a key count), read atomically. Workers (Python) write with plain stores, entry first
-    /// and count after: on x86, whose stores are seen in order, a count read here comes
-    /// after its entry; elsewhere an entry read too early is refused, not trusted.
-    fn byte(&self, offset: usize) -> u8 {
-        let p = self.at(offset, 1);
-        // SAFETY: `at` checked the bounds; a byte is always aligned, and the mapping stays
-        // valid while `self` lives. Workers write these bytes with plain stores from
-        // another process; an atomic load of a byte sees either value, never a torn one.
-        unsafe { AtomicU8::from_ptr(p).load(Ordering::Acquire) }
-    }
-
-    /// Byte `offset` of a row the trainer received, left 0.
-    fn take_byte(&mut self, offset: usize) -> u8 {
-        let p = self.at(offset, 1);
-        // SAFETY: `at` checked the bounds; a byte needs no alignment. The trainer reads and
-        // clears only the bytes of rows it received, whose envs have no action in flight:
-        // no worker writes them now (the area's protocol, `shmenv.infos`).
-        unsafe {
-            let value = p.read();
-            if value != 0 {
-                p.write(0);
-            }
-            value
-        }
-    }
-
-    /// The 8-byte cell at `offset`, of a row the trainer received (no worker writes it now).
-    fn cell(&self, offset: usize) -> [u8; 8] {
-        // SAFETY: as in `take_byte`; read as bytes (no alignment needed).
-        unsafe { self.at(offset, 8).cast::<[u8; 8]>().read_unaligned() }
-    }
-
-    /// A copy of the bytes in `range` (a key table entry), each read as in `byte`.
-    fn bytes(&self, range: Range<usize>) -> Vec<u8> {
-        range.map(|offset| self.byte(offset)).collect()
+        let bytes: &'static [AtomicU8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `base..base + len` is the contiguous array's memory (checked above;
+            // non-null, as the array has elements), which `_array` keeps alive and mapped
+            // for as long as `self` lives; the slice never outlives `self` (it is `'static`
+            // only to sit beside its owner, and `InfoArea` is not handed out). `AtomicU8`
+            // has `u8`'s size and alignment, and this process reads and writes those bytes
+            // through these atomics only; the workers write them with plain byte stores
+            // from their processes, which an atomic byte load sees whole, never torn.
+            unsafe { std::slice::from_raw_parts(base.cast::<AtomicU8>(), len) }
+        };
+        let area = InfoArea::new(bytes, layout).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(SharedBytes { area, _array: array.as_any().clone().unbind() })
     }
 }
