@@ -6,17 +6,26 @@
 //!
 //! # Safety contract (written once, here)
 //! Every accessor takes an offset and a length and checks both against the mapping, so no
-//! access can leave the mapping whatever the offsets. The accessors that hand out slices
-//! (`slice`, `slice_mut`) are `unsafe` because the compiler cannot see the other processes:
-//! the caller promises that, by the protocol in `docs/architecture.md`, no other process
-//! writes those bytes while the slice lives (and, for `slice_mut`, none reads them).
-//! Atomic words are the only bytes two processes touch concurrently.
+//! access can leave the mapping whatever the offsets. What the compiler cannot see is the
+//! other processes, so every accessor of plain (non-atomic) bytes is `unsafe` and states
+//! who may touch those bytes meanwhile:
+//! - `read_bytes`, `read_pod` and `slice` copy or borrow bytes that, by the protocol in
+//!   `docs/architecture.md`, no process writes while they run or live: their writer
+//!   finished and published them (a Release store this process's Acquire load saw, or
+//!   before this process started). `slice_mut` also needs that nobody reads them.
+//! - `snapshot_bytes` and `snapshot_pod` copy bytes another process may be writing meanwhile
+//!   (a live pool's header seen by `shmenv top`, a worker's report): they load each word
+//!   atomically, so the copy may mix old and new words, which the caller validates, but is
+//!   never a data race. They ask only that no thread of this process writes those bytes.
+//!
+//! Atomic words (`atomic_u32`, `atomic_u64`) are the only bytes two processes write and
+//! read concurrently by design.
 
 use memmap2::{Advice, MmapOptions, MmapRaw};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A mapped shared-memory region backed by a memfd.
 #[derive(Debug)]
@@ -179,36 +188,72 @@ impl Region {
     }
 
     /// The atomic 64-bit word at `offset` (8-byte aligned, inside the mapping).
-    pub fn atomic_u64(&self, offset: usize) -> &std::sync::atomic::AtomicU64 {
+    pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
         let ptr = self.check(offset, 8, 8);
         // SAFETY: as for `atomic_u32`: in bounds, aligned, only ever accessed atomically,
         // and `AtomicU64` has the size and alignment of `u64` (x86_64 and aarch64).
-        unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
-    }
-
-    /// The semaphore whose words ([`crate::protocol::SemaphoreWords`]) start at `offset`.
-    pub fn semaphore(&self, offset: usize) -> crate::sync::Semaphore<'_> {
-        crate::sync::Semaphore::new(
-            self.atomic_u32(offset),
-            self.atomic_u32(offset + crate::protocol::SEMAPHORE_WANT),
-        )
-    }
-
-    /// The gate whose words ([`crate::protocol::GateWords`]) start at `offset`.
-    pub fn gate(&self, offset: usize) -> crate::sync::Gate<'_> {
-        crate::sync::Gate::new(
-            self.atomic_u32(offset),
-            self.atomic_u32(offset + crate::protocol::GATE_SLEEPERS),
-        )
+        unsafe { &*ptr.cast::<AtomicU64>() }
     }
 
     /// Copies `len` bytes out of the region.
-    pub fn read_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
+    ///
+    /// # Safety
+    /// No process writes these bytes while the copy runs (see the module contract). For
+    /// bytes another process may be writing, use [`Region::snapshot_bytes`].
+    pub unsafe fn read_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
         let ptr = self.check(offset, len, 1);
         let mut out = vec![0u8; len];
-        // SAFETY: `ptr..ptr+len` is inside the mapping; `out` is a distinct allocation of `len` bytes.
+        // SAFETY: `ptr..ptr+len` is inside the mapping; `out` is a distinct allocation of `len`
+        // bytes; no concurrent writer by the caller's promise.
         unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), len) };
         out
+    }
+
+    /// Copies `len` bytes that another process may be writing meanwhile: each aligned
+    /// 8-byte word (and each byte at the ends) is one relaxed atomic load, so the copy may
+    /// mix words from before and after a write, but reading is never a data race. For
+    /// readers that are not ordered after the writer: validate what comes back.
+    ///
+    /// # Safety
+    /// No thread of this process writes these bytes, or stores to an atomic word among
+    /// them, while the copy runs (other processes may; see the module contract). A
+    /// read-only region ([`Region::open_read_only`]) meets this by construction.
+    pub unsafe fn snapshot_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
+        let ptr = self.check(offset, len, 1);
+        let mut out = vec![0u8; len];
+        let head = ptr.align_offset(8).min(len);
+        let words = (len - head) / 8;
+        let load_byte = |i: usize| {
+            // SAFETY: `i < len`, inside the mapping; `AtomicU8` has the size and alignment of
+            // `u8`; this process does not write the byte (the caller's promise) and other
+            // processes' writes are not accesses of this program, so the load does not race.
+            unsafe { (*ptr.add(i).cast::<std::sync::atomic::AtomicU8>()).load(Ordering::Relaxed) }
+        };
+        for (i, byte) in out.iter_mut().enumerate().take(head) {
+            *byte = load_byte(i);
+        }
+        for w in 0..words {
+            let i = head + w * 8;
+            // SAFETY: `ptr + i` is 8-aligned (`head` aligned it) and `i + 8 <= len`, inside the
+            // mapping; loaded atomically as for `load_byte`.
+            let word = unsafe { (*ptr.add(i).cast::<AtomicU64>()).load(Ordering::Relaxed) };
+            out[i..i + 8].copy_from_slice(&word.to_ne_bytes());
+        }
+        for (i, byte) in out.iter_mut().enumerate().skip(head + words * 8) {
+            *byte = load_byte(i);
+        }
+        out
+    }
+
+    /// A plain-data value at `offset` that another process may be writing meanwhile: a
+    /// [`Region::snapshot_bytes`] copy, so possibly torn (any bit pattern is a valid `T`).
+    ///
+    /// # Safety
+    /// As for [`Region::snapshot_bytes`].
+    pub unsafe fn snapshot_pod<T: bytemuck::Pod>(&self, offset: usize) -> T {
+        // SAFETY: the caller's promise, passed on.
+        let bytes = unsafe { self.snapshot_bytes(offset, std::mem::size_of::<T>()) };
+        bytemuck::pod_read_unaligned(&bytes)
     }
 
     /// Copies `bytes` into the region at `offset`.
@@ -221,9 +266,14 @@ impl Region {
     }
 
     /// Reads a plain-data value (copied, so later writes by others cannot change it).
-    pub fn read_pod<T: bytemuck::Pod>(&self, offset: usize) -> T {
+    ///
+    /// # Safety
+    /// No process writes these bytes while the copy runs (see the module contract). For
+    /// bytes another process may be writing, use [`Region::snapshot_pod`].
+    pub unsafe fn read_pod<T: bytemuck::Pod>(&self, offset: usize) -> T {
         let ptr = self.check(offset, std::mem::size_of::<T>(), 1);
-        // SAFETY: in bounds (checked); `T: Pod` accepts any bit pattern; unaligned read is allowed.
+        // SAFETY: in bounds (checked); `T: Pod` accepts any bit pattern; unaligned read is
+        // allowed; no concurrent writer by the caller's promise.
         unsafe { std::ptr::read_unaligned(ptr.cast::<T>()) }
     }
 
@@ -286,7 +336,8 @@ mod tests {
         r.grow_and_seal(3 * 4096).unwrap();
         let mut other = Region::from_inherited_fd(dup).unwrap();
         assert_eq!(other.len(), 3 * 4096);
-        assert_eq!(other.read_bytes(0, 5), b"hello");
+        // SAFETY: no thread or process writes the region while this test reads it.
+        assert_eq!(unsafe { other.read_bytes(0, 5) }, b"hello");
         other.atomic_u32(8192).store(7, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(r.atomic_u32(8192).load(std::sync::atomic::Ordering::SeqCst), 7);
         // Sealed: neither side can resize it any more.
@@ -316,6 +367,34 @@ mod tests {
     #[should_panic(expected = "outside")]
     fn out_of_bounds_access_is_refused() {
         let r = Region::create("test", 4096).unwrap();
-        r.read_bytes(4090, 8);
+        // SAFETY: nobody writes the region (and the access is refused before any read).
+        unsafe { r.read_bytes(4090, 8) };
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn an_out_of_bounds_snapshot_is_refused() {
+        let r = Region::create("test", 4096).unwrap();
+        // SAFETY: nobody writes the region (and the access is refused before any read).
+        unsafe { r.snapshot_bytes(4000, 97) };
+    }
+
+    #[test]
+    fn a_snapshot_copies_every_byte_at_any_offset_and_length() {
+        let r = Region::create("test", 4096).unwrap();
+        let pattern: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+        r.write_bytes(0, &pattern);
+        // Every start within a word and lengths with and without whole words, so the
+        // leading bytes, the aligned words and the trailing bytes are each copied.
+        for offset in 0..9 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 63, 150] {
+                // SAFETY: no thread or process writes the region while this test reads it.
+                let copy = unsafe { r.snapshot_bytes(offset, len) };
+                assert_eq!(copy, pattern[offset..offset + len], "offset {offset}, len {len}");
+            }
+        }
+        // SAFETY: as above.
+        let value: u64 = unsafe { r.snapshot_pod(3) };
+        assert_eq!(value, u64::from_ne_bytes(pattern[3..11].try_into().unwrap()));
     }
 }

@@ -16,7 +16,7 @@ pub(super) struct Control<'a> {
 
 impl Control<'_> {
     pub(super) fn worker_semaphore(&self, w: usize) -> Semaphore<'_> {
-        self.region.semaphore(protocol::worker_words(w).semaphore)
+        Semaphore::in_region(self.region, protocol::worker_words(w).semaphore)
     }
 
     /// Posts every worker's semaphore (a Release publishing everything written before).
@@ -57,11 +57,13 @@ impl Control<'_> {
         if len > protocol::REPORT_CAPACITY {
             return None;
         }
-        let bytes = self.region.read_bytes(protocol::report_offset(self.num_workers, w), len);
+        // SAFETY: the trainer never writes a worker's report area; the worker may still be
+        // writing it (its bytes are untrusted), which a snapshot tolerates.
+        let bytes = unsafe { self.region.snapshot_bytes(protocol::report_offset(self.num_workers, w), len) };
         serde_json::from_slice(&bytes).ok()
     }
 }
 
 pub(super) fn trainer_semaphore(r: &Region) -> Semaphore<'_> {
-    r.semaphore(protocol::TRAINER_SEMAPHORE)
+    Semaphore::in_region(r, protocol::TRAINER_SEMAPHORE)
 }

@@ -576,7 +576,7 @@ impl Core {
         self.region.atomic_u32(protocol::COMMAND_WORD).store(Command::Close as u32, Ordering::Release);
         self.control().post_all();
         for &gate in &self.close_wakes {
-            self.region.gate(gate).wake();
+            crate::sync::Gate::in_region(&self.region, gate).wake();
         }
         self.supervisor.shutdown();
     }

@@ -10,7 +10,7 @@ use crate::protocol::{self, queue_entry, Column, Command, WorkerReport, WorkerSt
 use crate::ring::recovery::{self, ClaimView, RecoveryPlan, RingSnapshot, RowOwner, UNWRITTEN};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::EnvSpec;
-use crate::sync::WaitOutcome;
+use crate::sync::{Gate, WaitOutcome};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -248,10 +248,10 @@ impl Core {
     /// it claims. Every one of its envs comes back once more as a fresh, truncated episode
     /// (pending envs now, idle ones at their next `send`), listed in `restarted_envs`.
     pub(super) fn recover_async(&mut self, a: &mut AsyncState) -> Result<(), PoolFailure> {
-        let pause = self.region.gate(protocol::RING_PAUSE);
+        let pause = Gate::in_region(&self.region, protocol::RING_PAUSE);
         pause.open_to(1);
         let stock = self.take_stock(a, Instant::now() + self.startup_timeout);
-        self.region.gate(protocol::RING_PAUSE).open_to(0);
+        Gate::in_region(&self.region, protocol::RING_PAUSE).open_to(0);
         let (dead, plan) = stock?;
         self.replace_dead(a, &dead, plan)
     }
@@ -440,13 +440,13 @@ impl Core {
     /// answer. With the pause gate closed, a worker answers if it becomes settled and, when
     /// idle, has published every entry pushed to it, within `grace`.
     pub(super) fn hung_async(&mut self, a: &AsyncState, grace: Duration) -> Vec<usize> {
-        self.region.gate(protocol::RING_PAUSE).open_to(1);
+        Gate::in_region(&self.region, protocol::RING_PAUSE).open_to(1);
         let ring = &a.ring;
         let answered = |w: usize, v: &ClaimView| {
             v.state != protocol::claim_state::IDLE || v.queue_done == ring.queue_heads[w]
         };
         let hung = self.settled_views(a, Instant::now() + grace, false, answered).err().unwrap_or_default();
-        self.region.gate(protocol::RING_PAUSE).open_to(0);
+        Gate::in_region(&self.region, protocol::RING_PAUSE).open_to(0);
         hung
     }
 }

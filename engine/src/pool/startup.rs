@@ -256,7 +256,9 @@ impl Startup {
         self.region
             .grow_and_seal(layout.total_size)
             .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
-        let mut header: Header = self.region.read_pod(0);
+        // SAFETY: only the trainer writes the header, and only from the thread building the
+        // pool (this one); workers and observers only read it.
+        let mut header: Header = unsafe { self.region.read_pod(0) };
         header.total_size = layout.total_size as u64;
         header.layout_hash = layout.hash;
         self.region.write_pod(0, &header);

@@ -18,32 +18,9 @@ use super::{CACHE_LINE, PAGE};
 use bytemuck::{Pod, Zeroable};
 use std::mem::{align_of, offset_of, size_of};
 
-/// A counting semaphore's two words (see `sync::Semaphore`): posters add to `count`; the
-/// one consumer writes `want` while it sleeps.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable, PartialEq, Eq)]
-pub struct SemaphoreWords {
-    /// Posts not yet acquired.
-    pub count: u32,
-    /// How many posts the sleeping consumer waits for (0: nobody sleeps).
-    pub want: u32,
-}
-
-/// A gate's two words (see `sync::Gate`): the opener writes `value`; waiters count
-/// themselves in `sleepers` while they sleep.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable, PartialEq, Eq)]
-pub struct GateWords {
-    /// The value waiters wait for.
-    pub value: u32,
-    /// Waiters asleep on the value.
-    pub sleepers: u32,
-}
-
-/// Offset of a semaphore's `want` word from its `count` word.
-pub const SEMAPHORE_WANT: usize = offset_of!(SemaphoreWords, want);
-/// Offset of a gate's `sleepers` word from its `value` word.
-pub const GATE_SLEEPERS: usize = offset_of!(GateWords, sleepers);
+// A semaphore's and a gate's words are laid out where those types live; protocol says
+// only where each sits in the region.
+pub use crate::sync::{GateWords, SemaphoreWords, GATE_SLEEPERS, SEMAPHORE_WANT};
 
 /// Line 0 of the pool control block: written by the trainer only (but the pause gate's
 /// sleeper count, which paused workers bump while asleep).
@@ -194,7 +171,7 @@ pub(crate) const fn worker_control(w: usize) -> usize {
 /// [`WorkerControl`] ([`worker_words`]): callers name a word, never add offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkerWords {
-    /// [`ToWorker::semaphore`]: its `count` word, where `Region::semaphore` takes it.
+    /// [`ToWorker::semaphore`]: its `count` word, where `Semaphore::in_region` takes it.
     pub semaphore: usize,
     /// The semaphore's `want` word ([`SemaphoreWords::want`]).
     pub semaphore_want: usize,

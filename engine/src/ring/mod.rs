@@ -149,10 +149,10 @@ impl RingWords for RegionRing<'_> {
         self.region.atomic_u64(self.layout.claim_counter)
     }
     fn committed(&self, j: usize) -> Semaphore<'_> {
-        self.region.semaphore(self.layout.committed[j])
+        Semaphore::in_region(self.region, self.layout.committed[j])
     }
     fn ready_for(&self, j: usize) -> Gate<'_> {
-        self.region.gate(self.layout.ready_for[j])
+        Gate::in_region(self.region, self.layout.ready_for[j])
     }
     fn batch_size(&self) -> u64 {
         self.layout.batch_size as u64

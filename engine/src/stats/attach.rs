@@ -114,11 +114,14 @@ fn attach_fd(pid: u32, fd: u32) -> Result<AttachedPool, ObserverAttachError> {
     if region.len() < std::mem::size_of::<Header>() {
         return Err(bad(format!("{} bytes, too small for a header", region.len())));
     }
-    let header: Header = region.read_pod(0);
+    // SAFETY: the mapping is read-only, so no thread of this process writes it; the pool's
+    // processes may (a starting pool rewrites its header): the copy is validated below.
+    let header: Header = unsafe { region.snapshot_pod(0) };
     header.validate(region.len()).map_err(|e| bad(e.to_string()))?;
     let num_workers = header.num_workers as usize;
     let params_at = protocol::params_offset(num_workers);
-    let json = region.read_bytes(params_at, header.params_len as usize);
+    // SAFETY: as for the header; the JSON is parsed and checked against the header.
+    let json = unsafe { region.snapshot_bytes(params_at, header.params_len as usize) };
     let params: PoolParams =
         serde_json::from_slice(&json).map_err(|e| bad(format!("unreadable pool parameters: {e}")))?;
     if params.num_workers != num_workers || params.num_envs != header.num_envs as usize {

@@ -1,7 +1,9 @@
 //! Unit tests of the semaphores, the waiting phases and the wait modes (threads, not processes).
 
+use super::atomic::AtomicU32;
 use super::*;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 fn words() -> Arc<[AtomicU32; 2]> {
     Arc::new([AtomicU32::new(0), AtomicU32::new(0)])

@@ -11,7 +11,7 @@ use shmenv_engine::protocol::{
 use shmenv_engine::ring::recovery;
 use shmenv_engine::ring::{RegionRing, RingWords};
 use shmenv_engine::stats::{now_ns, TraceRing};
-use shmenv_engine::sync::WaitOutcome;
+use shmenv_engine::sync::{Gate, WaitOutcome};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -66,7 +66,8 @@ impl Worker {
         let words = protocol::worker_words(self.index);
         let restarted = self.region.atomic_u32(words.restarted).load(Ordering::Relaxed) != 0;
         let mut q = QueueState {
-            restart_seed: self.region.read_pod(words.restart_seed),
+            // SAFETY: the trainer writes a worker's restart seed only before starting it.
+            restart_seed: unsafe { self.region.read_pod(words.restart_seed) },
             fresh: vec![restarted; range.len()],
             restarted,
             words,
@@ -139,7 +140,10 @@ impl Worker {
         use protocol::queue_entry::{ENV_MASK, FILL, FILL_CLAIM, KIND_MASK, RESET, RESET_SEEDED, STEP};
         let range = q.range.clone();
         let slot = range.start + (q.tail % range.len() as u32) as usize;
-        let entry: u32 = self.region.read_pod(ring.queue.offset + slot * 4);
+        // SAFETY: the trainer wrote this slot before publishing the queue head (Release,
+        // loaded with Acquire before the tail got here) and does not reuse it until the
+        // entry's env is received.
+        let entry: u32 = unsafe { self.region.read_pod(ring.queue.offset + slot * 4) };
         q.tail = q.tail.wrapping_add(1);
         let env = (entry & ENV_MASK) as usize;
         if !range.contains(&env) {
@@ -172,12 +176,15 @@ impl Worker {
             }
             RESET => shard.advance(local, Work::Reset { seed: None }),
             RESET_SEEDED => {
-                let base: u64 = self.region.read_pod(protocol::RESET_SEED);
+                // SAFETY: the trainer writes the seed only with no env in flight, before it
+                // pushes the seeded resets (published with the queue head).
+                let base: u64 = unsafe { self.region.read_pod(protocol::RESET_SEED) };
                 shard.advance(local, Work::Reset { seed: Some(base.wrapping_add(env as u64)) })
             }
             FILL if self.params.restart => {
-                // The row was written by the trainer with the entry; checked when used.
-                let row: u64 = self.region.read_pod(ring.fill_rows.offset + slot * 8);
+                // SAFETY: the trainer wrote the row with the entry, which publishes it, and
+                // reuses it only as it reuses the entry. Its value is checked when used.
+                let row: u64 = unsafe { self.region.read_pod(ring.fill_rows.offset + slot * 8) };
                 fill_row = (row != FILL_CLAIM).then_some(row);
                 shard.advance(local, restart_reset)
             }
@@ -288,7 +295,7 @@ impl Worker {
         let first = match record {
             Some(record) => {
                 let take = || fill_row.unwrap_or_else(|| words.claim(k));
-                let pause = region.gate(protocol::RING_PAUSE);
+                let pause = Gate::in_region(region, protocol::RING_PAUSE);
                 record.claim(pause, k as u32, take, &mut self.waiter, check).map_err(stop)?
             }
             None => words.claim(k),

@@ -24,7 +24,7 @@ use shmenv_engine::protocol::{
 };
 use shmenv_engine::region::Region;
 use shmenv_engine::stats::WorkerStats;
-use shmenv_engine::sync::{WaitMode, WaitOutcome, Waiter};
+use shmenv_engine::sync::{Semaphore, WaitMode, WaitOutcome, Waiter};
 use std::ops::Range;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -166,7 +166,7 @@ impl Worker {
 
     fn post_trainer(&self) {
         self.owner.stop_if_copy(Place::Worker(self.index), None);
-        self.region.semaphore(protocol::TRAINER_SEMAPHORE).post();
+        Semaphore::in_region(&self.region, protocol::TRAINER_SEMAPHORE).post();
     }
 
     fn set_status(&self, status: WorkerStatus) {
@@ -207,7 +207,7 @@ impl Worker {
         let mode = self.region.atomic_u32(protocol::WAIT_MODE).load(Ordering::Relaxed);
         self.waiter.follow(WaitMode::from_word(mode));
         let parent = self.parent;
-        let sem = self.region.semaphore(protocol::worker_words(self.index).semaphore);
+        let sem = Semaphore::in_region(&self.region, protocol::worker_words(self.index).semaphore);
         let check = || (!parent_alive(parent)).then_some(Stop::ParentGone);
         match sem.acquire(1, &mut self.waiter, None, check) {
             Ok(()) => Ok(()),
@@ -256,7 +256,9 @@ impl Worker {
         fork::guard_in_children(fork::SharedMapping::Region, 0, 0);
         self.region.remap()?;
         fork::guard_in_children(fork::SharedMapping::Region, self.region.base_addr(), self.region.len());
-        let header: Header = self.region.read_pod(0);
+        // SAFETY: the trainer wrote the header before storing `Ready` (Release), which this
+        // worker loaded (Acquire), and does not write it again.
+        let header: Header = unsafe { self.region.read_pod(0) };
         header.validate(self.region.len())?;
         let layout = Layout::compute(spec, &self.params);
         if header.layout_hash != layout.hash
@@ -301,13 +303,17 @@ fn attach_checks(region: Region, index: usize, parent: i32) -> Result<Worker, Wo
     if region.len() < std::mem::size_of::<Header>() {
         return Err(HeaderError::Corrupt(format!("region of {} bytes", region.len())).into());
     }
-    let header: Header = region.read_pod(0);
+    // SAFETY: the trainer wrote the header and the params before it started this process,
+    // and rewrites the header only once every worker has reported (after these reads).
+    let header: Header = unsafe { region.read_pod(0) };
     header.validate(region.len())?;
     let num_workers = header.num_workers as usize;
     if index >= num_workers {
         return Err(WorkerAttachError::BadIndex { index, num_workers });
     }
-    let bytes = region.read_bytes(protocol::params_offset(num_workers), header.params_len as usize);
+    // SAFETY: as for the header: written before this process started, never again.
+    let bytes =
+        unsafe { region.read_bytes(protocol::params_offset(num_workers), header.params_len as usize) };
     let params: PoolParams =
         serde_json::from_slice(&bytes).map_err(|e| WorkerAttachError::BadParams(e.to_string()))?;
     if params.num_envs != header.num_envs as usize || params.num_workers != num_workers {

@@ -127,7 +127,9 @@ pub(crate) unsafe fn run_command(
 ) -> Result<(), (usize, String)> {
     // SAFETY: the caller's exclusive access; shards are disjoint.
     let mut rows = unsafe { block_rows(region, block, shard.range()) };
-    let seed = || region.read_pod::<u64>(protocol::RESET_SEED);
+    // SAFETY: the trainer writes the seed only before posting a command and not again until
+    // every shard finished it (the caller runs inside that command).
+    let seed = || unsafe { region.read_pod::<u64>(protocol::RESET_SEED) };
     let mut result = Ok(());
     match command {
         Command::Step => scope.run(&mut || result = shard.step_all(actions, &mut rows)),

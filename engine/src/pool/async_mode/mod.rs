@@ -15,7 +15,7 @@ use crate::protocol::{self, Column};
 use crate::ring::{RegionRing, RingWords};
 use crate::spec::Element;
 use crate::stats::{now_ns, PoolStats};
-use crate::sync::WaitOutcome;
+use crate::sync::{Semaphore, WaitOutcome};
 pub(super) use ring_state::RingState;
 use send_order::SendOrder;
 use std::time::{Duration, Instant};
@@ -210,15 +210,19 @@ impl Core {
         self.recover_idle_deaths(a)?;
         a.pass_on(self, true);
         let j = a.words(&self.region).block_of(q);
-        let full =
-            a.layout.committed.iter().filter(|&&c| self.region.semaphore(c).count() as usize >= b).count();
+        let full = a
+            .layout
+            .committed
+            .iter()
+            .filter(|&&c| Semaphore::in_region(&self.region, c).count() as usize >= b)
+            .count();
         PoolStats::new(&self.region, self.params.num_workers).add_ring_sample(full as u64);
         // A batch complete already is taken without waiting: no clock reads for a wait of 0,
         // unless `wait_batch`, which still looks for dead and overdue workers first,
         // replaced some (their posts taken back, the batch was waited for after all), or a
         // trace wants the wait's span where it was.
-        let complete =
-            self.trace.is_none() && self.region.semaphore(a.layout.committed[j]).count() as usize >= b;
+        let complete = self.trace.is_none()
+            && Semaphore::in_region(&self.region, a.layout.committed[j]).count() as usize >= b;
         let waited_from = if complete { entered } else { now_ns() };
         let replaced = self.wait_batch(a, q)?;
         let waited = if complete && !replaced { 0 } else { now_ns() - waited_from };
