@@ -11,6 +11,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from shmenv import _shmenv
 from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
 
+
 def _count(name: str, value: Any) -> int:
     """A positive count, refused clearly otherwise (negative, float, bool, None ...)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

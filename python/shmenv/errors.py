@@ -161,6 +161,6 @@ __all__ = [
     "ActorDiedError",
     "WorkerError",
     "WorkerTimeoutError",
-    "ClosedError",
+    "ClosedError",  # noqa: F822 (made on first use by the module's __getattr__)
     "UsageError",
 ]

@@ -21,6 +21,7 @@ from shmenv.arguments import (
     _optional_int,
     _optional_seconds,
 )
+from shmenv.env_calls import EnvCalls
 from shmenv.errors import (
     BuildError,
     InvalidArgumentError,
@@ -28,15 +29,14 @@ from shmenv.errors import (
     WorkerDiedError,
     WorkerError,
 )
-from shmenv.spaces import modes
-from shmenv.spaces.assembly import Assembly
-from shmenv.env_calls import EnvCalls
 from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
 from shmenv.options import PoolOptions, ring_settings, with_options
 from shmenv.pending import PendingCalls
 from shmenv.resolve import pass_render_mode, python_worker_command, resolve, resolve_plugin, worker_command
 from shmenv.seeding import per_env_seeds, reset_commands, seed_value
+from shmenv.spaces import modes
+from shmenv.spaces.assembly import Assembly
 from shmenv.worker import ops
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
@@ -195,7 +195,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         self._forget_call_restarts(mask)
         for k, (env_mask, base) in enumerate(commands):
             if k > 0 and self._infos is not None:
-                self._merge_infos(res, {})  # an earlier command's infos are stale
+                self._merge_infos(res, {})  # noqa: F821 (set when k > 0): an earlier command's infos are stale
             res = self._pool.reset(base, env_mask)
             self._follow_restarts(res)
             self._note_seeds(env_mask, base)

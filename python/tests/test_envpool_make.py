@@ -17,7 +17,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import shmenv
 import shmenv.envpool as envpool
 from shmenv.errors import ConfigError, InvalidArgumentError, UnknownEnvError
 

@@ -6,7 +6,6 @@ count their own pickling) and compares every step with ``SyncVectorEnv``."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv

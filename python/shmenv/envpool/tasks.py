@@ -13,7 +13,6 @@ import numpy as np
 import shmenv
 from shmenv.errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError, UnknownEnvError
 
-
 #: The keyword arguments every task takes, with EnvPool 1.2.5's defaults.
 COMMON_DEFAULTS: dict[str, Any] = {
     "num_envs": 1,

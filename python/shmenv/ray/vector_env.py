@@ -20,6 +20,7 @@ from shmenv.errors import (
     UsageError,
 )
 from shmenv.front import VectorFront
+from shmenv.options import PoolOptions, with_options
 from shmenv.ray.async_mode import AsyncBatches
 from shmenv.ray.channel import Channel
 from shmenv.ray.faults import REVIVED, ActorFaults
@@ -27,7 +28,6 @@ from shmenv.ray.host import PoolHost, concat_batches, split_evenly
 from shmenv.resolve import EnvFns, env_fns_target
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.spaces.assembly import as_action_array
-from shmenv.options import PoolOptions, with_options
 
 __all__ = ["make_vec", "from_fns", "RayVectorEnv"]
 
