@@ -83,13 +83,14 @@ def _env_ids(env_ids, num_envs: int) -> np.ndarray:
     if ids.ndim == 0:
         ids = ids.reshape(1)
     if ids.dtype.kind not in "iu":
-        raise InvalidArgumentError(f"env_ids must be integers (env ids are 0 to {num_envs - 1}), got dtype {ids.dtype}: {ids}")
+        raise InvalidArgumentError(
+            f"env_ids must be integers (env ids are 0 to {num_envs - 1}), got dtype {ids.dtype}: {ids}"
+        )
     # The extension range-checks (one wording); ids past int64 are out of range anyway.
     flat = ids.reshape(-1)
     if flat.dtype.kind == "u":
         flat = np.minimum(flat, np.uint64(np.iinfo(np.int64).max))
     return np.require(flat, np.int64, ["C", "A"])
-
 
 
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
@@ -119,7 +120,9 @@ def _reset_mask(mask, num_envs: int) -> list[bool]:
     list. Checked in ``AsyncVectorEnv``'s order (shape, dtype, a True), with its exception
     types and the start of its messages, then what to pass (a list is taken as an array)."""
     m = np.asarray(mask)
-    want = f"pass a numpy bool array with one entry per env (np.zeros({num_envs}, dtype=bool), True for the envs to reset)"
+    want = (
+        f"pass a numpy bool array with one entry per env (np.zeros({num_envs}, dtype=bool), True for the envs to reset)"
+    )
     if m.shape != (num_envs,):
         raise InvalidArgumentError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {m.shape}: {want}")
     if m.dtype != np.bool_:

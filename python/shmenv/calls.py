@@ -255,16 +255,24 @@ class CallChannel:
                 return answers
             if op == ops.INFOS and not self.replaces_workers:
                 w = gone[0]
-                raise _died(w, self._last_pid(w), "this batch's infos of its envs died with it; the pool has no "
-                            "restart policy, so it is closed; build a new one (with max_restarts=n dead workers "
-                            "are replaced)")
+                raise _died(
+                    w,
+                    self._last_pid(w),
+                    "this batch's infos of its envs died with it; the pool has no "
+                    "restart policy, so it is closed; build a new one (with max_restarts=n dead workers "
+                    "are replaced)",
+                )
             if op == ops.INFOS:
                 answers.update({w: [(True, {})] * len(messages[w][1]) for w in gone})
                 return answers
             if revive is None:
                 w = gone[0]
-                raise _died(w, self._last_pid(w), "the pool has no restart policy, so it is closed; build a new "
-                            "one (with max_restarts=n dead workers are replaced)")
+                raise _died(
+                    w,
+                    self._last_pid(w),
+                    "the pool has no restart policy, so it is closed; build a new "
+                    "one (with max_restarts=n dead workers are replaced)",
+                )
             if time.monotonic() >= deadline:
                 raise WorkerError(
                     f"calls could not reach workers {gone}: each of their replacements died before it answered, "

@@ -18,7 +18,6 @@ NATIVE_ATTRS = ("render_mode", "spec", "metadata", "observation_space", "action_
 """Attributes a native (Rust) env answers through ``get_attr``/``call``: it has no Python object."""
 
 
-
 class EnvCalls:
     """Mixed into :class:`shmenv.vector.ShmVectorEnv`, whose ``_caller`` (the one-caller
     guard), ``_check_open``, ``_calls`` (the

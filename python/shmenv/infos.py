@@ -86,7 +86,8 @@ class _Area:
 
     def set_entry(self, worker: int, slot: int, name: bytes, dtype: np.dtype) -> None:
         at = self.entries + (worker * SLOTS + slot) * _ENTRY
-        self.mm[at : at + _ENTRY] = name.ljust(_NAME_BYTES, b"\0") + dtype.str.encode().ljust(_ENTRY - _NAME_BYTES, b"\0")
+        entry = name.ljust(_NAME_BYTES, b"\0") + dtype.str.encode().ljust(_ENTRY - _NAME_BYTES, b"\0")
+        self.mm[at : at + _ENTRY] = entry
 
 
 # --- worker side --------------------------------------------------------------------------

@@ -112,6 +112,7 @@ except ImportError:
 
 __all__ = ["ShmVecEnv", "HAVE_SB3"]
 
+
 class ShmVecEnv(_Base):
     """A Stable-Baselines3 ``VecEnv`` over shmenv worker processes. ``env`` and the
     keywords are those of :func:`shmenv.make_vec` (a native or Gymnasium id, an EnvSpec,
@@ -207,8 +208,7 @@ class ShmVecEnv(_Base):
         if self.venv.python_env:
             return self.venv.env_call("call", method_name, idx, args=method_args, kwargs=method_kwargs)
         raise AttributeError(
-            f"{self.venv.env_id} is a native shmenv env: it has no Python methods "
-            f"(tried {method_name!r})"
+            f"{self.venv.env_id} is a native shmenv env: it has no Python methods (tried {method_name!r})"
         )
 
     def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:

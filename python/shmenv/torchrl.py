@@ -60,8 +60,7 @@ try:
     from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform as _space_to_spec
 except ImportError as error:  # pragma: no cover - a TorchRL without GymWrapper's converter
     raise ImportError(
-        "shmenv.torchrl needs torchrl.envs.libs.gym._gym_to_torchrl_spec_transform "
-        f"(TorchRL 0.14 has it): {error}"
+        f"shmenv.torchrl needs torchrl.envs.libs.gym._gym_to_torchrl_spec_transform (TorchRL 0.14 has it): {error}"
     ) from error
 
 
@@ -146,7 +145,8 @@ class ShmEnv(EnvBase):
             )
             self._categorical_action_encoding = categorical_action_encoding
             self._wrapper_options = dict(
-                categorical_action_encoding=categorical_action_encoding, device=device,
+                categorical_action_encoding=categorical_action_encoding,
+                device=device,
                 allow_done_after_reset=allow_done_after_reset,
             )
             self._copy_obs = not getattr(pool, "copy", True)
@@ -190,8 +190,7 @@ class ShmEnv(EnvBase):
         cat = self._categorical_action_encoding
         single_obs = pool.single_observation_space
         if isinstance(single_obs, spaces.Tuple) or (
-            isinstance(single_obs, spaces.Dict)
-            and any(isinstance(s, spaces.Tuple) for s in _leaves(single_obs))
+            isinstance(single_obs, spaces.Dict) and any(isinstance(s, spaces.Tuple) for s in _leaves(single_obs))
         ):
             raise shmenv.errors.InvalidArgumentError(
                 f"ShmEnv maps Box, Discrete, MultiDiscrete, MultiBinary and Dict observations (as TorchRL's "

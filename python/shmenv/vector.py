@@ -104,14 +104,27 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         ring_depth, retain_batches = ring_settings(o.ring_depth, zero_copy_async)
         # The engine's arguments (the extension's `PoolArgs`), checked and resolved.
         pool_args = dict(
-            num_workers=num_workers, batch_size=o.batch_size, seed=seed, config_json=json.dumps(resolved.config),
-            autoreset=mode.value, max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
-            worker_program=program, worker_args=worker_args, worker_env=worker_env, call_socket=False, wait=o.wait,
+            num_workers=num_workers,
+            batch_size=o.batch_size,
+            seed=seed,
+            config_json=json.dumps(resolved.config),
+            autoreset=mode.value,
+            max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
+            worker_program=program,
+            worker_args=worker_args,
+            worker_env=worker_env,
+            call_socket=False,
+            wait=o.wait,
             ring_depth=ring_depth,
-            pin_workers=bool(o.pin_workers), step_timeout=_optional_seconds("step_timeout", o.step_timeout),
-            max_restarts=_optional_int("max_restarts", o.max_restarts, 0), copy=bool(o.copy),
-            retain_batches=retain_batches, fair_scheduling=bool(o.fair_scheduling), plugin=plugin,
-            trainer_shard=bool(o.trainer_shard), caller_guard=self._caller,
+            pin_workers=bool(o.pin_workers),
+            step_timeout=_optional_seconds("step_timeout", o.step_timeout),
+            max_restarts=_optional_int("max_restarts", o.max_restarts, 0),
+            copy=bool(o.copy),
+            retain_batches=retain_batches,
+            fair_scheduling=bool(o.fair_scheduling),
+            plugin=plugin,
+            trainer_shard=bool(o.trainer_shard),
+            caller_guard=self._caller,
         )
         try:
             self._start_pool(resolved, num_envs, pool_args)
@@ -306,7 +319,9 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             except WorkerError:
                 render_mode = None  # an env without the attribute (not a gym.Env) does not render
             try:
-                env_spaces = tuple(self.env_call(ops.GET, name, [0])[0] for name in ("observation_space", "action_space"))
+                env_spaces = tuple(
+                    self.env_call(ops.GET, name, [0])[0] for name in ("observation_space", "action_space")
+                )
             except WorkerError:
                 env_spaces = None  # unpicklable spaces: the spec's (composite spaces need them picklable)
         except BaseException:
@@ -396,7 +411,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def episode_stats_key(self, key: str | None) -> None:
         if key is not None and not isinstance(key, str):
             raise InvalidArgumentError(
-                f"episode_stats_key must be a str (an infos key), or None or \"\" for no episode statistics; got {key!r}"
+                f'episode_stats_key must be a str (an infos key), or None or "" for no episode statistics; got {key!r}'
             )
         self._stats_key = key or ""
 

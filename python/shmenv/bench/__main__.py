@@ -68,8 +68,14 @@ from shmenv.bench.workloads import SYSTEMS
 #: Defaults of the options whose default depends on the mode (``None`` in the parser).
 MODE_DEFAULTS: dict[str, dict[str, Any]] = {
     "compare": {"num_envs": 32, "passes": 3, "rounds": 3, "round_seconds": 0.5, "only": ",".join(KEYS)},
-    "contend": {"num_envs": 32, "passes": 3, "rounds": 3, "round_seconds": 0.5, "only": ",".join(KEYS),
-                **contend.DEFAULTS},
+    "contend": {
+        "num_envs": 32,
+        "passes": 3,
+        "rounds": 3,
+        "round_seconds": 0.5,
+        "only": ",".join(KEYS),
+        **contend.DEFAULTS,
+    },
     "workload": {"num_envs": None, "passes": 2, "rounds": 3, "round_seconds": 1.0, "only": ",".join(SYSTEMS)},
 }
 #: Options of the comparison (and ``--contend``) that ``--workload`` does not take.
@@ -80,16 +86,21 @@ WORKLOAD_ONLY = ("game", "mujoco_env", "trainer_us", "no_pin")
 
 def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--num-envs", type=int, default=None,
+        "--num-envs",
+        type=int,
+        default=None,
         help="envs (default 32; 64 with --contend; with --workload: one size instead of the workload's sizes)",
     )
     p.add_argument("--workers", type=int, default=2, help="shmenv workers, EnvPool and ALE threads")
     p.add_argument(
-        "--batch-size", type=int, default=None,
+        "--batch-size",
+        type=int,
+        default=None,
         help="async batch (default num_envs / 2; with --workload and --num-envs: sync when absent)",
     )
     p.add_argument(
-        "--plugin", default=None,
+        "--plugin",
+        default=None,
         help="run --env from this plugin library (a C/C++ env, shmenv_env.h) in shmenv's contestants; with "
         "--workload: a native plugin of the workload's env (Atari, MuJoCo)",
     )
@@ -101,8 +112,11 @@ def _common_options(p: argparse.ArgumentParser) -> None:
         "--round-seconds", type=float, default=None, help="seconds per round (default 0.5; 1 with --workload)"
     )
     p.add_argument(
-        "--only", default=None,
-        help="comma-separated contestants (default: all): " + ", ".join(KEYS) + "; with --workload: "
+        "--only",
+        default=None,
+        help="comma-separated contestants (default: all): "
+        + ", ".join(KEYS)
+        + "; with --workload: "
         + ", ".join(SYSTEMS),
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON (--workload: one object per line)")
@@ -111,16 +125,19 @@ def _common_options(p: argparse.ArgumentParser) -> None:
 def _comparison_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("the comparison (and --contend)")
     g.add_argument(
-        "--env", default="CartPole-v1",
+        "--env",
+        default="CartPole-v1",
         help="a native or Gymnasium id, or an entry point 'module:Class' (e.g. shmenv.pyenvs:BurnEnv)",
     )
     g.add_argument(
-        "--python", action="store_true",
+        "--python",
+        action="store_true",
         help="host the Gymnasium (Python) env of --env in shmenv's workers instead of the native one",
     )
     g.add_argument("--config", type=json.loads, default=None, help="shmenv env config (JSON)")
     g.add_argument(
-        "--envpool-env", default=None,
+        "--envpool-env",
+        default=None,
         help="the EnvPool env of the envpool contestants when it is not --env (e.g. CartPole-v1 for Burn-v0)",
     )
     g.add_argument(
@@ -132,18 +149,26 @@ def _comparison_options(p: argparse.ArgumentParser) -> None:
 def _mode_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("other modes")
     g.add_argument(
-        "--workload", default=None, choices=("atari", "mujoco", "classic"),
+        "--workload",
+        default=None,
+        choices=("atari", "mujoco", "classic"),
         help="real workloads (shmenv.bench.workloads): the env with its preprocessing in every engine, the single "
         "env in-process as the ideal, at the workload's sizes",
     )
     g.add_argument(
-        "--contend", type=int, default=None, metavar="N",
+        "--contend",
+        type=int,
+        default=None,
+        metavar="N",
         help="contention benchmark (shmenv.bench.contend): every shmenv wait strategy x pinning, shmenv async, "
         "SyncVectorEnv and EnvPool, each idle and with N busy processes (CPU spin loops; 0 for none), rounds "
         "interleaved, medians (--passes, --only, --png do not apply)",
     )
     g.add_argument(
-        "--trainer-threads", type=int, default=0, metavar="T",
+        "--trainer-threads",
+        type=int,
+        default=0,
+        metavar="T",
         help="with --contend: in the contended rounds the trainer also does four 192x192 float32 matmuls on T "
         "BLAS threads between batches, as a small policy update would (needs threadpoolctl; 0: none)",
     )

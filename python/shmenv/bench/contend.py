@@ -280,9 +280,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def results(rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
     """The JSON object: medians per row and condition, ratios, the run's settings."""
-    best = {
-        c: max((m for r in rows if r.shmenv and (m := r.median(c)) is not None), default=None) for c in CONDITIONS
-    }
+    best = {c: max((m for r in rows if r.shmenv and (m := r.median(c)) is not None), default=None) for c in CONDITIONS}
     by_key = {r.key: r for r in rows}
     default = next(r for r in rows if r.default)
     out_rows = []
@@ -349,10 +347,7 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"{'':<{width}}  {r['skipped']}")
     for ref, label in (("envpool_sync", "EnvPool sync"), ("sync_vector_env", "SyncVectorEnv")):
         d = m["default_vs"][ref]
-        print(
-            f"default vs {label}: {_fmt(d['contended'], '.2f')}x under contention "
-            f"({_fmt(d['idle'], '.2f')}x idle)"
-        )
+        print(f"default vs {label}: {_fmt(d['contended'], '.2f')}x under contention ({_fmt(d['idle'], '.2f')}x idle)")
     before, after = m["loadavg_before"][0], m["loadavg_after"][0]
     print(f"load average (1 min): {before:.2f} before, {after:.2f} after ({m['cores']} cores)")
 

@@ -54,9 +54,7 @@ class Contestant:
                 break
         self.rates.append(steps / (now - start))
 
-    def rounds(
-        self, count: int, seconds: float, warm_up: float, on_round: Callable[[int], None] | None = None
-    ) -> None:
+    def rounds(self, count: int, seconds: float, warm_up: float, on_round: Callable[[int], None] | None = None) -> None:
         """A warm-up round of ``warm_up`` s (not kept), then ``count`` rounds of ``seconds``;
         ``on_round(k)`` after the k-th (a progress line)."""
         self.round(warm_up)
@@ -170,8 +168,15 @@ def shmenv_async(
     import shmenv
 
     envs = shmenv.make_vec(
-        _target(env_id, python), n, num_workers=workers, batch_size=batch, seed=0, config=config, copy=copy,
-        plugin=plugin, **pool,
+        _target(env_id, python),
+        n,
+        num_workers=workers,
+        batch_size=batch,
+        seed=0,
+        config=config,
+        copy=copy,
+        plugin=plugin,
+        **pool,
     )
     envs.async_reset()
     acts = cycle(random_actions(envs.single_action_space, batch))

@@ -46,6 +46,7 @@ def _time_batches(envs, state: dict, seconds: float) -> float:
 
 def batch_bytes(batch: tuple) -> int:
     """Bytes of a batch's arrays (observations, rewards, flags, per-row infos)."""
+
     def size(x: Any) -> int:
         if isinstance(x, np.ndarray):
             return x.nbytes
@@ -56,14 +57,16 @@ def batch_bytes(batch: tuple) -> int:
     return sum(size(x) for x in batch)
 
 
-def compare(env_id: str, num_envs: int, config: dict | None, batch_size: int | None, rounds: int,
-            seconds: float) -> dict:
+def compare(
+    env_id: str, num_envs: int, config: dict | None, batch_size: int | None, rounds: int, seconds: float
+) -> dict:
     import shmenv
     import shmenv.ray
 
     kwargs = dict(num_workers=2, seed=0, config=config, batch_size=batch_size)
-    ray_envs = shmenv.ray.make_vec(env_id, num_envs, num_actors=2, placement="strict_spread", num_cpus_per_actor=1,
-                                   **kwargs)
+    ray_envs = shmenv.ray.make_vec(
+        env_id, num_envs, num_actors=2, placement="strict_spread", num_cpus_per_actor=1, **kwargs
+    )
     local = shmenv.make_vec(env_id, num_envs, **kwargs)
     times: dict[str, list[float]] = {"ray": [], "local": []}
     states = {"ray": {}, "local": {}}
@@ -85,11 +88,19 @@ def compare(env_id: str, num_envs: int, config: dict | None, batch_size: int | N
     per_round = [lo / r for lo, r in zip(times["local"], times["ray"])]
     rows = batch_size or num_envs
     return {
-        "env": env_id, "num_envs": num_envs, "config": config or {}, "batch_size": rows, "rounds": rounds,
-        "local_us_per_batch": local_s * 1e6, "ray_us_per_batch": ray_s * 1e6,
+        "env": env_id,
+        "num_envs": num_envs,
+        "config": config or {},
+        "batch_size": rows,
+        "rounds": rounds,
+        "local_us_per_batch": local_s * 1e6,
+        "ray_us_per_batch": ray_s * 1e6,
         "ray_overhead_us_per_batch": (ray_s - local_s) * 1e6,
-        "local_steps_per_sec": rows / local_s, "ray_steps_per_sec": rows / ray_s,
-        "ratio": statistics.median(per_round), "bytes_per_batch": nbytes, "ratios_per_round": per_round,
+        "local_steps_per_sec": rows / local_s,
+        "ray_steps_per_sec": rows / ray_s,
+        "ratio": statistics.median(per_round),
+        "bytes_per_batch": nbytes,
+        "ratios_per_round": per_round,
     }
 
 
@@ -158,8 +169,16 @@ def breakdown(steps: int = 300) -> dict:
     class TimedRayVectorEnv(RayVectorEnv):
         host_class = TimedPoolHost
 
-    envs = TimedRayVectorEnv("Burn-v0", 16, num_actors=2, placement="strict_spread", num_cpus_per_actor=1,
-                             num_workers=2, seed=0, config={"step_us": 1000})
+    envs = TimedRayVectorEnv(
+        "Burn-v0",
+        16,
+        num_actors=2,
+        placement="strict_spread",
+        num_cpus_per_actor=1,
+        num_workers=2,
+        seed=0,
+        config={"step_us": 1000},
+    )
     try:
         envs.reset()
         actions = [envs.action_space.sample() for _ in range(8)]
@@ -223,16 +242,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(report, indent=1))
         return
-    print(f"empty Ray actor call: {report['ray_round_trip_us']:.0f} us; local 1-env handoff: "
-          f"{report['local_handoff_us']:.1f} us")
+    print(
+        f"empty Ray actor call: {report['ray_round_trip_us']:.0f} us; local 1-env handoff: "
+        f"{report['local_handoff_us']:.1f} us"
+    )
     for c in report["cases"]:
         mode = f"async batch {c['batch_size']}" if c["batch_size"] < c["num_envs"] else "sync"
-        print(f"{c['env']} {c['config'] or ''} {c['num_envs']} envs {mode}: local {c['local_us_per_batch']:.0f} us/batch "
-              f"({c['local_steps_per_sec']:,.0f} steps/s), Ray {c['ray_us_per_batch']:.0f} us/batch "
-              f"({c['ray_steps_per_sec']:,.0f} steps/s), overhead {c['ray_overhead_us_per_batch']:.0f} us/batch, "
-              f"Ray/local {c['ratio']:.2f}x (rounds {', '.join(f'{r:.2f}' for r in c['ratios_per_round'])}), "
-              f"{c['bytes_per_batch']} bytes/batch")
-    print("Burn-v0 sync batch through Ray, median us: " + ", ".join(f"{k} {v:.0f}" for k, v in report["breakdown_us"].items()))
+        print(
+            f"{c['env']} {c['config'] or ''} {c['num_envs']} envs {mode}: local {c['local_us_per_batch']:.0f} us/batch "
+            f"({c['local_steps_per_sec']:,.0f} steps/s), Ray {c['ray_us_per_batch']:.0f} us/batch "
+            f"({c['ray_steps_per_sec']:,.0f} steps/s), overhead {c['ray_overhead_us_per_batch']:.0f} us/batch, "
+            f"Ray/local {c['ratio']:.2f}x (rounds {', '.join(f'{r:.2f}' for r in c['ratios_per_round'])}), "
+            f"{c['bytes_per_batch']} bytes/batch"
+        )
+    print(
+        "Burn-v0 sync batch through Ray, median us: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in report["breakdown_us"].items())
+    )
 
 
 if __name__ == "__main__":

@@ -305,8 +305,14 @@ class Runner:
         else:
             env, config, kind = w.factory, w.kwargs, "Python env"
         envs = shmenv.make_vec(
-            env, self.n, num_workers=a.workers, batch_size=self.batch, seed=0, config=config,
-            plugin=a.plugin if native else None, pin_workers=not a.no_pin,
+            env,
+            self.n,
+            num_workers=a.workers,
+            batch_size=self.batch,
+            seed=0,
+            config=config,
+            plugin=a.plugin if native else None,
+            pin_workers=not a.no_pin,
         )
         space = envs.single_action_space
         if self.batch is None:
@@ -324,7 +330,12 @@ class Runner:
             raise NotApplicable(f"EnvPool has no {w.envpool_id}")
         b = self.batch or self.n
         envs = envpool.make(
-            w.envpool_id, env_type="gymnasium", num_envs=self.n, batch_size=b, num_threads=a.workers, seed=0,
+            w.envpool_id,
+            env_type="gymnasium",
+            num_envs=self.n,
+            batch_size=b,
+            num_threads=a.workers,
+            seed=0,
             **w.envpool_kwargs,
         )
         label = f"EnvPool {envpool.__version__} {w.envpool_id}"
@@ -398,7 +409,10 @@ def _reason(e: Exception) -> str:
 
 
 def _measure(
-    runner: Runner, key: str, args: argparse.Namespace, record: dict[str, Any],
+    runner: Runner,
+    key: str,
+    args: argparse.Namespace,
+    record: dict[str, Any],
     on_round: Callable[[int], None] | None = None,
 ) -> None:
     """One pass of system `key`: builds it, warms it up, times the rounds, closes it, and adds
@@ -443,8 +457,13 @@ def measure_all(w: Workload, args: argparse.Namespace, wanted: list[str]) -> lis
     for p in range(args.passes):
         if "single" in wanted:  # once per pass: the same env at every size
             what = f"pass {p + 1}/{args.passes}: single env"
-            _measure(Runner(w, args, 1, None), "single", args, records.setdefault(single_key, {}),
-                     progress.begin(what, args.rounds))
+            _measure(
+                Runner(w, args, 1, None),
+                "single",
+                args,
+                records.setdefault(single_key, {}),
+                progress.begin(what, args.rounds),
+            )
             progress.end(what)
         for n, batch, key in runs:
             rec = records.setdefault((n, batch, key), {})
@@ -465,8 +484,14 @@ def measure_all(w: Workload, args: argparse.Namespace, wanted: list[str]) -> lis
 
 
 def _row(
-    w: Workload, args: argparse.Namespace, key: str, n: int, batch: int | None, rec: dict[str, Any],
-    single_rate: float | None, cores: int,
+    w: Workload,
+    args: argparse.Namespace,
+    key: str,
+    n: int,
+    batch: int | None,
+    rec: dict[str, Any],
+    single_rate: float | None,
+    cores: int,
 ) -> dict[str, Any]:
     rates = rec.get("rates")
     rate = statistics.median(rates) if rates else None
@@ -508,8 +533,10 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     reasons: dict[str, str] = {}
     for r in rows:
         if r["steps_per_sec"] is None:
-            reasons.setdefault(r["system"], f"{'skipped' if r['skipped'] else 'n/a'} {r['system']}: "
-                               f"{r['skipped'] or r['not_applicable']}")
+            reasons.setdefault(
+                r["system"],
+                f"{'skipped' if r['skipped'] else 'n/a'} {r['system']}: {r['skipped'] or r['not_applicable']}",
+            )
             continue
         line = f"{r['num_envs']:>5} {r['batch_size']:>5}  {r['name']:<{width}}  {r['steps_per_sec']:>10,}"
         line += f"  {r['frames_per_sec']:>10,}" if atari else ""

@@ -28,7 +28,14 @@ from shmenv.envpool.tasks import _PLUGIN_KEYS, _check_common, _config, _kind, _r
 from shmenv.errors import BuildError, ConfigError, InvalidArgumentError
 
 __all__ = [
-    "make", "make_gymnasium", "make_gym", "make_dm", "make_spec", "list_all_envs", "EnvPoolEnv", "EnvSpec",
+    "make",
+    "make_gymnasium",
+    "make_gym",
+    "make_dm",
+    "make_spec",
+    "list_all_envs",
+    "EnvPoolEnv",
+    "EnvSpec",
     "DmEnvNotInstalledError",
 ]
 
@@ -82,7 +89,10 @@ def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
     base_seed = seeds if isinstance(seeds, int) else seeds[0]
     common = dict(
         num_workers=(config["num_threads"] or None) and min(config["num_threads"], num_envs),
-        batch_size=batch_size, seed=base_seed % 2**64, episode_stats_key="", pool_infos=True,
+        batch_size=batch_size,
+        seed=base_seed % 2**64,
+        episode_stats_key="",
+        pool_infos=True,
     )
     if isinstance(seeds, list) and batch_size is not None and seeds != list(range(seeds[0], seeds[0] + num_envs)):
         raise InvalidArgumentError("an async pool seeds env i with seed + i: a seed list must be consecutive")
@@ -96,8 +106,14 @@ def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
                 if config[key] != -1:
                     raise ConfigError(f"{key}={config[key]!r} is not supported by the native ALE plugin (only -1)")
             pconf = {"rom_dir": _roms(), "game": game, **{k: config[k] for k in _PLUGIN_KEYS}}
-            pool = shmenv.make_vec("AtariC-v5", num_envs, plugin=plugin, config=pconf,
-                                   max_episode_steps=int(config["max_episode_steps"]), **common)
+            pool = shmenv.make_vec(
+                "AtariC-v5",
+                num_envs,
+                plugin=plugin,
+                config=pconf,
+                max_episode_steps=int(config["max_episode_steps"]),
+                **common,
+            )
         else:
             for key, ok in (("gray_scale", True), ("use_inter_area_resize", True)):
                 if config[key] != ok:
@@ -105,11 +121,27 @@ def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
                         f"{key}={config[key]!r} cannot be honoured by the Gymnasium-hosted Atari path (only {ok}); "
                         "the native ALE plugin (plugin= or SHMENV_ALE_PLUGIN) refuses it too"
                     )
-            hconf = {k: config[k] for k in (
-                "stack_num", "frame_skip", "noop_max", "img_height", "img_width", "episodic_life", "reward_clip",
-                "use_fire_reset", "full_action_space", "repeat_action_probability", "mode", "difficulty",
-                "max_episode_steps")}
-            pool = shmenv.make_vec("shmenv.envpool.atari:_hosted_atari", num_envs, config={"game": game, **hconf}, **common)
+            hconf = {
+                k: config[k]
+                for k in (
+                    "stack_num",
+                    "frame_skip",
+                    "noop_max",
+                    "img_height",
+                    "img_width",
+                    "episodic_life",
+                    "reward_clip",
+                    "use_fire_reset",
+                    "full_action_space",
+                    "repeat_action_probability",
+                    "mode",
+                    "difficulty",
+                    "max_episode_steps",
+                )
+            }
+            pool = shmenv.make_vec(
+                "shmenv.envpool.atari:_hosted_atari", num_envs, config={"game": game, **hconf}, **common
+            )
     elif kind == "classic" and task_id in shmenv.builtin_env_ids():
         pool = shmenv.make_vec(task_id, num_envs, max_episode_steps=int(config["max_episode_steps"]), **common)
     else:

@@ -37,8 +37,11 @@ def _hosted_atari(
     if difficulty >= 0:
         kw["difficulty"] = difficulty
     env = gym.make(
-        f"ALE/{name}-v5", frameskip=1, repeat_action_probability=repeat_action_probability,
-        full_action_space=full_action_space, max_num_frames_per_episode=(max_episode_steps + 2) * frame_skip + noop_max,
+        f"ALE/{name}-v5",
+        frameskip=1,
+        repeat_action_probability=repeat_action_probability,
+        full_action_space=full_action_space,
+        max_num_frames_per_episode=(max_episode_steps + 2) * frame_skip + noop_max,
         **kw,
     )
     env = gym.wrappers.AtariPreprocessing(

@@ -30,9 +30,7 @@ _INT32 = np.iinfo(np.int32)
 _INFO_SPECS = {
     "lives": lambda: specs.BoundedArray((), np.int32, _INT32.min, _INT32.max, "lives"),
     # EnvPool's bounds for the raw reward: float32's smallest positive normal to its max.
-    "reward": lambda: specs.BoundedArray(
-        (), np.float32, np.finfo(np.float32).tiny, np.finfo(np.float32).max, "reward"
-    ),
+    "reward": lambda: specs.BoundedArray((), np.float32, np.finfo(np.float32).tiny, np.finfo(np.float32).max, "reward"),
     "terminated": lambda: specs.DiscreteArray(2, np.int32, "terminated"),
 }
 
@@ -78,8 +76,9 @@ def space_to_spec(space: Any, name: str, action: bool = False) -> Any:
             return specs.DiscreteArray(n, dtype, name)
         return specs.BoundedArray((), dtype, start, start + n - 1, name)
     if isinstance(space, spaces.Box):
-        return specs.BoundedArray(space.shape, space.dtype, _scalar_if_uniform(space.low),
-                                  _scalar_if_uniform(space.high), name)
+        return specs.BoundedArray(
+            space.shape, space.dtype, _scalar_if_uniform(space.low), _scalar_if_uniform(space.high), name
+        )
     if isinstance(space, spaces.MultiDiscrete):
         return specs.BoundedArray(space.shape, space.dtype, space.start, space.start + space.nvec - 1, name)
     if isinstance(space, spaces.MultiBinary):
@@ -183,8 +182,10 @@ class DMEnvPoolEnv(dm_env.Environment):
         if "lives" in info:
             self._lives[ids] = info["lives"]
         return dm_env.TimeStep(
-            step_type=np.full(n, FIRST, np.int32), reward=np.zeros(n, np.float32),
-            discount=np.ones(n, np.float32), observation=self._observation(obs, info),
+            step_type=np.full(n, FIRST, np.int32),
+            reward=np.zeros(n, np.float32),
+            discount=np.ones(n, np.float32),
+            observation=self._observation(obs, info),
         )
 
     def _timestep(self, result: tuple) -> dm_env.TimeStep:

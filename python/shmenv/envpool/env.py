@@ -354,4 +354,3 @@ def _rows(value: Any, rows: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_rows(v, rows) for v in value)
     return value[np.asarray(rows, np.int64)]
-

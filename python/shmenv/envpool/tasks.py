@@ -49,8 +49,18 @@ ATARI_DEFAULTS: dict[str, Any] = {
 
 #: Config keys the native ALE plugin (``examples/cpp/ale_atari.cpp``) takes from the above.
 _PLUGIN_KEYS = (
-    "stack_num", "frame_skip", "noop_max", "use_fire_reset", "episodic_life", "reward_clip", "img_height",
-    "img_width", "full_action_space", "repeat_action_probability", "gray_scale", "use_inter_area_resize",
+    "stack_num",
+    "frame_skip",
+    "noop_max",
+    "use_fire_reset",
+    "episodic_life",
+    "reward_clip",
+    "img_height",
+    "img_width",
+    "full_action_space",
+    "repeat_action_probability",
+    "gray_scale",
+    "use_inter_area_resize",
 )
 
 #: Classic control ids EnvPool 1.2.5 registers: task-specific config keys with its defaults.
@@ -65,8 +75,17 @@ CLASSIC_CONTROL: dict[str, dict[str, Any]] = {
 
 #: MuJoCo ids EnvPool registers under Gymnasium's names (hosted from Gymnasium here).
 MUJOCO = (
-    "Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
-    "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d",
+    "Ant",
+    "HalfCheetah",
+    "Hopper",
+    "Humanoid",
+    "HumanoidStandup",
+    "InvertedDoublePendulum",
+    "InvertedPendulum",
+    "Pusher",
+    "Reacher",
+    "Swimmer",
+    "Walker2d",
 )
 
 #: Keys shmenv adds to a make call that EnvPool does not have.

@@ -26,8 +26,17 @@ from __future__ import annotations
 
 from shmenv.multiagent.layout import AgentDataError, DuplicateAgentsError, SpaceMismatchError
 
-__all__ = ["make_vec", "from_fns", "MultiAgentVectorEnv", "make_agent_vec", "AgentRowsVectorEnv",
-           "SpaceMismatchError", "DuplicateAgentsError", "AgentDataError", "ParallelAdapter"]
+__all__ = [
+    "make_vec",
+    "from_fns",
+    "MultiAgentVectorEnv",
+    "make_agent_vec",
+    "AgentRowsVectorEnv",
+    "SpaceMismatchError",
+    "DuplicateAgentsError",
+    "AgentDataError",
+    "ParallelAdapter",
+]
 
 # Loaded on first use: workers import shmenv.multiagent.adapter, never the vector envs.
 _LAZY = {

@@ -70,8 +70,7 @@ def _load(target: str) -> Any:
     if not sep:
         if not hasattr(module, "parallel_env"):
             raise TypeError(
-                f"module {module_name!r} has no parallel_env: pass 'package.module:function' naming what builds "
-                "the env"
+                f"module {module_name!r} has no parallel_env: pass 'package.module:function' naming what builds the env"
             )
         return module.parallel_env
     obj = module
@@ -95,8 +94,11 @@ def build_parallel_env(target: str | Callable[..., Any], kwargs: Mapping[str, An
         from pettingzoo.utils.conversions import aec_to_parallel, turn_based_aec_to_parallel
 
         env = aec_to_parallel(env) if env.metadata.get("is_parallelizable", False) else turn_based_aec_to_parallel(env)
-    missing = [name for name in ("possible_agents", "reset", "step", "observation_space", "action_space")
-               if not hasattr(env, name)]
+    missing = [
+        name
+        for name in ("possible_agents", "reset", "step", "observation_space", "action_space")
+        if not hasattr(env, name)
+    ]
     if missing or not callable(env.observation_space):
         raise TypeError(
             f"{target!r} built {type(env).__module__}.{type(env).__qualname__}, which is not a PettingZoo ParallelEnv "
@@ -172,8 +174,11 @@ class ParallelAdapter(gym.Env):
         for agent in live:  # left env.agents without a flag: terminated (see the module docstring)
             if agent not in now and not (terminations.get(agent, False) or truncations.get(agent, False)):
                 terminations[agent] = True
-        ended_now = [a for a in self.possible_agents
-                     if (terminations.get(a, False) or truncations.get(a, False)) and a not in self._ended]
+        ended_now = [
+            a
+            for a in self.possible_agents
+            if (terminations.get(a, False) or truncations.get(a, False)) and a not in self._ended
+        ]
         active = {a for a in self._agents if a not in self._ended and a not in ended_now}
         if self.max_episode_steps is not None and self._steps >= self.max_episode_steps and active:
             for agent in active:
@@ -205,8 +210,11 @@ class ParallelAdapter(gym.Env):
         strangers = [a for a in agents if a not in self._possible]
         if strangers:
             names = ", ".join(map(repr, strangers))
-            where = (f"env.agents after {after} holds {names}" if what == "env.agents"
-                     else f"the {what} returned by step() have the key {names}")
+            where = (
+                f"env.agents after {after} holds {names}"
+                if what == "env.agents"
+                else f"the {what} returned by step() have the key {names}"
+            )
             raise AgentDataError(
                 f"{where}, which is not one of the env's possible_agents "
                 f"{self.possible_agents}: every agent in env.agents and every key of the step's rewards, terminations "
@@ -225,8 +233,9 @@ class ParallelAdapter(gym.Env):
                     out[agent] = agent_value(space, stacked, row)
         return out
 
-    def _observation(self, observations: Mapping, rewards: Mapping, terminations: Mapping, truncations: Mapping,
-                     active: set) -> dict:
+    def _observation(
+        self, observations: Mapping, rewards: Mapping, terminations: Mapping, truncations: Mapping, active: set
+    ) -> dict:
         out = {}
         for group, members in self.groups.items():
             out[group] = {

@@ -127,19 +127,31 @@ LABELS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m shmenv.multiagent.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m shmenv.multiagent.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--env", choices=sorted(ENVS), default="simple_spread", help="the PettingZoo env")
     parser.add_argument("--num-envs", type=int, default=8, help="envs stepped together (default 8)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="worker processes of shmenv and SuperSuit (default: one per core)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes of shmenv and SuperSuit (default: one per core)",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per contestant (default 5)")
-    parser.add_argument("--contestants", default=",".join(CONTESTANTS),
-                        help=f"comma-separated, of {', '.join(CONTESTANTS)} (default: all)")
+    parser.add_argument(
+        "--contestants",
+        default=",".join(CONTESTANTS),
+        help=f"comma-separated, of {', '.join(CONTESTANTS)} (default: all)",
+    )
     args = parser.parse_args(argv)
     make = _maker(args.env)
-    print(f"env {args.env}, {args.num_envs} envs, {args.workers} workers, {args.seconds:g} s each; "
-          f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"env {args.env}, {args.num_envs} envs, {args.workers} workers, {args.seconds:g} s each; "
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     print("| contestant | env-steps/s | agent-steps/s |\n|---|---|---|")
     for name in args.contestants.split(","):
         label = LABELS[name].format(n=args.num_envs, w=args.workers)
@@ -158,4 +170,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-

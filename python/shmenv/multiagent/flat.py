@@ -128,8 +128,11 @@ class AgentRowsVectorEnv(VectorFront, VectorEnv):
         """The infos by row: ``env_id``, ``agent_id``, ``active`` and the env's episode
         statistics (its team return and length, on each of its rows)."""
         a = self.num_agents
-        out: dict[str, Any] = {"env_id": self._env_id, "agent_id": self._agent_id,
-                               "active": np.asarray(infos["active"]).reshape(-1)}
+        out: dict[str, Any] = {
+            "env_id": self._env_id,
+            "agent_id": self._agent_id,
+            "active": np.asarray(infos["active"]).reshape(-1),
+        }
         if "elapsed_step" in infos:
             out["elapsed_step"] = np.repeat(infos["elapsed_step"], a)
         for key, value in infos.items():
@@ -164,4 +167,3 @@ def make_agent_vec(env: Any, num_envs: int, **kwargs: Any) -> AgentRowsVectorEnv
     if kwargs.get("batch_size") is not None:
         raise InvalidArgumentError("each-agent-a-row envs step every env together: pass no batch_size")
     return AgentRowsVectorEnv(make_vec(env, num_envs, **kwargs))
-

@@ -67,8 +67,10 @@ class Lab2dParallelEnv(_Base):
         for i in range(1, int(num_players) + 1):
             missing = [f"{i}.{o}" for o in (*self._obs_names, "REWARD") if f"{i}.{o}" not in names]
             if missing:
-                raise ValueError(f"level {level!r} with {num_players} players has no observation {missing[0]!r}: its "
-                                 f"observations are {sorted(names)}")
+                raise ValueError(
+                    f"level {level!r} with {num_players} players has no observation {missing[0]!r}: its "
+                    f"observations are {sorted(names)}"
+                )
         self._action_names = list(self._lab.action_discrete_names())
         per_player = [n.split(".", 1)[1] for n in self._action_names if n.startswith("1.")]
         specs = [self._lab.action_discrete_spec(f"1.{a}") for a in per_player]
@@ -76,13 +78,15 @@ class Lab2dParallelEnv(_Base):
         high = np.array([s["max"] for s in specs], np.int64)
         self._per_player_actions = per_player
         self._action_space = (
-            spaces.Discrete(int(high[0] - low[0] + 1), start=int(low[0])) if len(specs) == 1
+            spaces.Discrete(int(high[0] - low[0] + 1), start=int(low[0]))
+            if len(specs) == 1
             else spaces.MultiDiscrete(high - low + 1, start=low)
         )
         self._observation_space = spaces.Dict({o: self._obs_space(f"1.{o}") for o in self._obs_names})
         self._act = np.zeros(len(self._action_names), np.int32)
-        self._slot = {(p, a): self._action_names.index(f"{p + 1}.{a}")
-                      for p in range(int(num_players)) for a in per_player}
+        self._slot = {
+            (p, a): self._action_names.index(f"{p + 1}.{a}") for p in range(int(num_players)) for a in per_player
+        }
         self._rng = np.random.default_rng()
         self._episode = 0
 
@@ -92,8 +96,12 @@ class Lab2dParallelEnv(_Base):
         shape = tuple(int(d) for d in spec["shape"])
         if dtype == np.uint8:
             return spaces.Box(0, 255, shape, np.uint8)
-        return spaces.Box(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
-                          np.inf if dtype.kind == "f" else np.iinfo(dtype).max, shape, dtype)
+        return spaces.Box(
+            -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
+            np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
+            shape,
+            dtype,
+        )
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._observation_space

@@ -72,7 +72,7 @@ class AgentDataError(WorkerError, ValueError):
         marker = f"{cls.__name__}: "
         if marker not in text:
             return None
-        message = text[text.rindex(marker) + len(marker):].strip()
+        message = text[text.rindex(marker) + len(marker) :].strip()
         env_id = getattr(err, "env_id", None)
         typed = cls(f"env {env_id}: {message}" if env_id is not None else message)
         typed.env_id, typed.worker = env_id, getattr(err, "worker", None)
@@ -147,16 +147,21 @@ def group_map_of(spec: str | Mapping[str, Sequence[str]] | None, agents: Sequenc
             )
         for agent in members:
             if agent not in agents:
-                raise ValueError(f"group_map: group {name!r} names {agent!r}, which is not one of the env's "
-                                 f"possible_agents {agents}")
+                raise ValueError(
+                    f"group_map: group {name!r} names {agent!r}, which is not one of the env's possible_agents {agents}"
+                )
             if agent in seen:
-                raise ValueError(f"group_map: {agent!r} is in groups {seen[agent]!r} and {name!r}; each agent "
-                                 "must be in exactly one group")
+                raise ValueError(
+                    f"group_map: {agent!r} is in groups {seen[agent]!r} and {name!r}; each agent "
+                    "must be in exactly one group"
+                )
             seen[agent] = name
     missing = [a for a in agents if a not in seen]
     if missing:
-        raise ValueError(f"group_map: the agents {missing} are in no group; every one of possible_agents {agents} "
-                         "must be in exactly one")
+        raise ValueError(
+            f"group_map: the agents {missing} are in no group; every one of possible_agents {agents} "
+            "must be in exactly one"
+        )
     return groups
 
 
@@ -208,8 +213,9 @@ def _leaf_dtype(space: spaces.Space) -> np.dtype:
     return np.dtype(np.int64) if isinstance(space, spaces.Discrete) else np.dtype(space.dtype)
 
 
-def stack_values(space: spaces.Space, agents: Sequence[str], values: Mapping[str, Any],
-                 what: str = "observation") -> Any:
+def stack_values(
+    space: spaces.Space, agents: Sequence[str], values: Mapping[str, Any], what: str = "observation"
+) -> Any:
     """The agents' values of per-agent ``space`` as arrays of the stacked space, rows in
     ``agents`` order: zeros for an agent with no value; keys of ``values`` that are not in
     ``agents`` are ignored (PettingZoo lets observations hold other keys, ``"common"``).

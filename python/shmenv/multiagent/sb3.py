@@ -82,8 +82,11 @@ class AgentRowsVecEnv(_Base):
                 # An agent that left while its env goes on: its row continues with zeros.
                 info["terminal_observation"] = last if last is not None else _take_row(obs, r)
                 info["TimeLimit.truncated"] = bool(truncated[r] and not terminated[r])
-                info["episode"] = {"r": float(self._returns[r]), "l": int(self._lengths[r]),
-                                   "t": round(now - self._t0[r], 6)}
+                info["episode"] = {
+                    "r": float(self._returns[r]),
+                    "l": int(self._lengths[r]),
+                    "t": round(now - self._t0[r], 6),
+                }
             self._returns[dones], self._lengths[dones], self._t0[dones] = 0.0, 0, now
         return obs, rewards, dones, row_infos
 
@@ -137,8 +140,6 @@ class AgentRowsVecEnv(_Base):
     def worker_pids(self) -> list[int]:
         """Process ids of the worker processes."""
         return self.rows.envs.worker_pids
-
-
 
 
 def _writable(obs: Any) -> Any:

@@ -83,12 +83,18 @@ class MultiAgentShmEnv(EnvBase):
     ):
         mode = make_vec_options.pop("autoreset_mode", "disabled")
         if str(getattr(mode, "value", mode)).lower() != "disabled":
-            raise ValueError(f"MultiAgentShmEnv resets ended envs through TorchRL's '_reset' masks: autoreset_mode "
-                             f"must be 'disabled', got {mode!r}")
+            raise ValueError(
+                f"MultiAgentShmEnv resets ended envs through TorchRL's '_reset' masks: autoreset_mode "
+                f"must be 'disabled', got {mode!r}"
+            )
         if make_vec_options.get("batch_size") not in (None, num_envs):
             raise ValueError("MultiAgentShmEnv steps every env together: leave batch_size unset")
         self._envs: MultiAgentVectorEnv = make_vec(
-            env, num_envs, group_map=_grouping(group_map), done_on_any=done_on_any, autoreset_mode="disabled",
+            env,
+            num_envs,
+            group_map=_grouping(group_map),
+            done_on_any=done_on_any,
+            autoreset_mode="disabled",
             **make_vec_options,
         )
         try:
@@ -115,7 +121,8 @@ class MultiAgentShmEnv(EnvBase):
                 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
                 obs = _gym_to_torchrl_spec_transform(self._envs.agent_observation_spaces[group], device=self.device)
                 act = _gym_to_torchrl_spec_transform(
-                    self._envs.agent_action_spaces[group], device=self.device,
+                    self._envs.agent_action_spaces[group],
+                    device=self.device,
                     categorical_action_encoding=self.categorical_actions,
                 )
             group_obs = torch.stack([Composite({"observation": obs}) for _ in members], 0)
@@ -124,8 +131,11 @@ class MultiAgentShmEnv(EnvBase):
             self._has_action_mask[group] = isinstance(inner, Composite) and "action_mask" in inner.keys()
             if self._has_action_mask[group]:
                 del inner["action_mask"]
-                mask_shape = group_act["action"].shape if not self.categorical_actions else (
-                    group_act["action"].to_one_hot_spec().shape)
+                mask_shape = (
+                    group_act["action"].shape
+                    if not self.categorical_actions
+                    else (group_act["action"].to_one_hot_spec().shape)
+                )
                 group_obs["action_mask"] = _bool_spec(mask_shape, self.device)
             if self.use_mask:
                 group_obs["mask"] = _bool_spec((a,), self.device)
@@ -181,8 +191,10 @@ class MultiAgentShmEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         partial = tensordict.get("_step", None)
         if partial is not None and not bool(partial.all()):
-            raise UsageError("MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
-                             "refused; reset the envs you do not want with a '_reset' mask")
+            raise UsageError(
+                "MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
+                "refused; reset the envs you do not want with a '_reset' mask"
+            )
         actions = {}
         for group in self.group_map:
             value = tensordict.get((group, "action"))
@@ -196,8 +208,12 @@ class MultiAgentShmEnv(EnvBase):
         source = self._observations(obs, self._dicts(infos["active"]))
         for group in self.group_map:
             term, trunc = self._flags(group, np.asarray(terms[group]), np.asarray(truncs[group]))
-            source[group].update(reward=torch.from_numpy(np.asarray(rewards[group], np.float32)).unsqueeze(-1),
-                                 terminated=term, truncated=trunc, done=term | trunc)
+            source[group].update(
+                reward=torch.from_numpy(np.asarray(rewards[group], np.float32)).unsqueeze(-1),
+                terminated=term,
+                truncated=trunc,
+                done=term | trunc,
+            )
         n = self.batch_size[0]
         env_term = torch.from_numpy(np.asarray(infos["env_terminated"])).view(n, 1)
         env_trunc = torch.from_numpy(np.asarray(infos["env_truncated"])).view(n, 1)
@@ -232,8 +248,9 @@ class MultiAgentShmEnv(EnvBase):
         source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
         n = self.batch_size[0]
         for group, members in self.group_map.items():
-            source[group].update({k: torch.zeros(n, len(members), 1, dtype=torch.bool)
-                                  for k in ("done", "terminated", "truncated")})
+            source[group].update(
+                {k: torch.zeros(n, len(members), 1, dtype=torch.bool) for k in ("done", "terminated", "truncated")}
+            )
         source.update({k: torch.zeros(n, 1, dtype=torch.bool) for k in ("done", "terminated", "truncated")})
         return self._tensordict(source)
 
@@ -274,5 +291,7 @@ class MultiAgentShmEnv(EnvBase):
 
     def __repr__(self) -> str:
         envs = self.__dict__.get("_envs")
-        return f"MultiAgentShmEnv(env={getattr(envs, 'env_id', None)!r}, num_envs={self.batch_size[0]}, " \
-               f"group_map={getattr(self, 'group_map', None)})"
+        return (
+            f"MultiAgentShmEnv(env={getattr(envs, 'env_id', None)!r}, num_envs={self.batch_size[0]}, "
+            f"group_map={getattr(self, 'group_map', None)})"
+        )

@@ -212,9 +212,7 @@ class MultiAgentVectorEnv:
         return False
 
     def __repr__(self) -> str:
-        return (
-            f"MultiAgentVectorEnv({self.env_id!r}, num_envs={self.num_envs}, agents={self.possible_agents})"
-        )
+        return f"MultiAgentVectorEnv({self.env_id!r}, num_envs={self.num_envs}, agents={self.possible_agents})"
 
     # --- internals -------------------------------------------------------------------
 
@@ -277,8 +275,12 @@ def make_vec(
     - every other keyword is ``shmenv.make_vec``'s (``num_workers``, ``seed``,
       ``autoreset_mode``, ``batch_size``, ``copy``, ``step_timeout``, ...).
     """
-    options = dict(group_map=group_map, done_on_any=bool(done_on_any), max_episode_steps=max_episode_steps,
-                   agent_infos=bool(agent_infos))
+    options = dict(
+        group_map=group_map,
+        done_on_any=bool(done_on_any),
+        max_episode_steps=max_episode_steps,
+        agent_infos=bool(agent_infos),
+    )
     if render_mode is not None:
         config = {**dict(config or {}), "render_mode": render_mode}
     return _start(shmenv.make_vec, _adapter_factory(env, config, options), num_envs, pool_options)
@@ -322,7 +324,7 @@ def _start(build: Callable, target: Any, num_envs: int, pool_options: dict) -> M
         for cls in (SpaceMismatchError, DuplicateAgentsError):
             marker = f"{cls.__name__}: "
             if marker in text:
-                raise cls(text[text.rindex(marker) + len(marker):].strip()) from e
+                raise cls(text[text.rindex(marker) + len(marker) :].strip()) from e
         raise
     try:
         layout = pool.env_call("get", "agent_layout", [0])[0]

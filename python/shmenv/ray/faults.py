@@ -77,8 +77,11 @@ class ActorFaults:
             return lost
         if described["pid"] != self._described[k]["pid"]:
             return ChannelLost(f"the actor process {self._described[k]['pid']} ended ({lost}); Ray recreated it")
-        self._die(k, f"its step connection ended ({lost}) while the actor process lives",
-                  "check the network between the driver and the node")
+        self._die(
+            k,
+            f"its step connection ended ({lost}) while the actor process lives",
+            "check the network between the driver and the node",
+        )
 
     def _actor_death(self, k: int, grace: float = 5.0) -> Exception | None:
         """Ray's account of actor ``k``'s death if it died (or was recreated) within
@@ -97,8 +100,12 @@ class ActorFaults:
         """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
         if self._restarts[k] >= self._max_restarts:
             spent = "its restart budget is spent" if self._max_restarts else "pass max_restarts=n"
-            self._die(k, _reason(death), f"{spent} to have Ray recreate it (its envs then come back truncated, "
-                      "listed in infos['restarted_envs'])")
+            self._die(
+                k,
+                _reason(death),
+                f"{spent} to have Ray recreate it (its envs then come back truncated, "
+                "listed in infos['restarted_envs'])",
+            )
         self._restarts[k] += 1
         deadline = time.monotonic() + self._restart_timeout
         while True:
@@ -120,8 +127,14 @@ class ActorFaults:
         self.close()
         raise ActorDiedError(
             f"Ray actor {k} (node {d['node_id']}, pid {d['pid']}) hosting envs {lo}..{hi - 1} died: {reason}"
-            + (f"; {advice}" if advice else "") + ". The env is closed: build a new one",
-            actor=k, actor_id=actor_id, node_id=d["node_id"], pid=d["pid"], env_ids=list(range(lo, hi)), exit=reason,
+            + (f"; {advice}" if advice else "")
+            + ". The env is closed: build a new one",
+            actor=k,
+            actor_id=actor_id,
+            node_id=d["node_id"],
+            pid=d["pid"],
+            env_ids=list(range(lo, hi)),
+            exit=reason,
         )
 
     def _revive_sync(self, k: int, death: Exception) -> tuple:
@@ -149,13 +162,16 @@ class ActorFaults:
     def _restarted_part(self, k: int) -> tuple:
         """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
         lo, hi = self._shards[k]
-        reset = self._gather([self._channels[k].request("reset", {"seed": self._restart_seed(k)})], [k], self._revive_sync)[0]
+        reset = self._gather(
+            [self._channels[k].request("reset", {"seed": self._restart_seed(k)})], [k], self._revive_sync
+        )[0]
         if len(reset) == 5:  # it died again while resetting, and was revived again
             return reset
         obs, infos = reset
         n = hi - lo
         infos["restarted_envs"] = list(range(lo, hi))
         return obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.ones(n, np.bool_), infos
+
 
 REVIVED = object()
 """What :meth:`RayVectorEnv._revive_for_call` stands in for a dead actor's result with."""
@@ -165,5 +181,3 @@ def _reason(death: Exception) -> str:
     """The first line of Ray's account of an actor's death."""
     text = str(death).strip()
     return text.splitlines()[0] if text else type(death).__name__
-
-

@@ -34,6 +34,7 @@ __all__ = ["make_vec", "from_fns", "RayVectorEnv"]
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 """``placement`` names and the Ray placement group strategies they stand for."""
 
+
 def _import_ray():
     try:
         import ray
@@ -57,9 +58,19 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
     _closed_what = "env"
     _closed_why = "close() was called, or an actor failed"
 
-    def __init__(self, env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
-                 num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
-                 placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any):
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int,
+        *,
+        num_actors: int,
+        placement: Any = "spread",
+        num_cpus_per_actor: float | None = None,
+        actor_options: dict | None = None,
+        placement_timeout: float = 60.0,
+        restart_timeout: float = 60.0,
+        **options: Any,
+    ):
         self.closed = True  # until the actors exist, so __del__ has nothing to close
         self._actors: list = []
         self._channels: list[Channel] = []
@@ -68,11 +79,15 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         self.num_envs = _count("num_envs", num_envs)
         num_actors = _count("num_actors", num_actors)
         if num_actors > self.num_envs:
-            raise InvalidArgumentError(f"num_actors={num_actors} is more than num_envs={num_envs}: each actor needs an env")
+            raise InvalidArgumentError(
+                f"num_actors={num_actors} is more than num_envs={num_envs}: each actor needs an env"
+            )
         self._shards = split_evenly(self.num_envs, num_actors)
         self._owner = np.repeat(np.arange(num_actors), [b - a for a, b in self._shards])
         seed = options.pop("seed", None)
-        self.seed = int.from_bytes(os.urandom(8), "little") if seed is None else seed_value(_integer("seed", seed), "seed")
+        self.seed = (
+            int.from_bytes(os.urandom(8), "little") if seed is None else seed_value(_integer("seed", seed), "seed")
+        )
         batch = options.pop("batch_size", None)
         self.batch_size = self.num_envs if batch is None else _count("batch_size", batch)
         self.is_async = self.batch_size < self.num_envs
@@ -83,7 +98,9 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         self._restart_timeout = float(restart_timeout)
         workers = self._workers_per_actor(options.pop("num_workers", None), num_actors)
         options.setdefault("pin_workers", False)
-        options.setdefault("wait", "block")  # a batch's hop is a network round trip: spinning through it only steals cores
+        options.setdefault(
+            "wait", "block"
+        )  # a batch's hop is a network round trip: spinning through it only steals cores
         options.update(autoreset_mode=self.autoreset_mode, copy=False, batch_size=self._actor_batch)
         self._ray = ray = _import_ray()
         if not ray.is_initialized():
@@ -179,7 +196,9 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
             return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k) for k in range(len(cpus))]
         nodes = list(placement)
         if len(nodes) != len(cpus):
-            raise InvalidArgumentError(f"placement lists {len(nodes)} node ids for {len(cpus)} actors: give one per actor")
+            raise InvalidArgumentError(
+                f"placement lists {len(nodes)} node ids for {len(cpus)} actors: give one per actor"
+            )
         return [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in nodes]
 
     def _connect(self, k: int) -> Channel:
@@ -198,7 +217,8 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         first = described[0]
         for k, d in enumerate(described[1:], 1):
             if (d["single_observation_space"], d["single_action_space"]) != (
-                first["single_observation_space"], first["single_action_space"]
+                first["single_observation_space"],
+                first["single_action_space"],
             ):
                 self.close()
                 raise BuildError(
@@ -336,7 +356,13 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
     def actors(self) -> list[dict]:
         """Per actor: its node, process id, envs ``[first, end)`` and worker pids."""
         return [
-            {"actor": k, "node_id": d["node_id"], "pid": d["pid"], "envs": self._shards[k], "worker_pids": d["worker_pids"]}
+            {
+                "actor": k,
+                "node_id": d["node_id"],
+                "pid": d["pid"],
+                "envs": self._shards[k],
+                "worker_pids": d["worker_pids"],
+            }
             for k, d in enumerate(self._described)
         ]
 
@@ -402,7 +428,9 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         budget and asked again."""
         self._check_open()
         ask = lambda k: self._actors[k].invoke.remote(method, *args_of(*self._shards[k]), **kwargs)  # noqa: E731
-        parts = self._gather([ask(k) for k in range(len(self._actors))], range(len(self._actors)), self._revive_for_call)
+        parts = self._gather(
+            [ask(k) for k in range(len(self._actors))], range(len(self._actors)), self._revive_for_call
+        )
         for k, part in enumerate(parts):
             if part is REVIVED:
                 parts[k] = self._gather([ask(k)], [k])[0]
@@ -410,9 +438,18 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
 
 
 @with_options
-def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spread",
-             num_cpus_per_actor: float | None = None, actor_options: dict | None = None,
-             placement_timeout: float = 60.0, restart_timeout: float = 60.0, **options: Any) -> RayVectorEnv:
+def make_vec(
+    env: Any,
+    num_envs: int,
+    *,
+    num_actors: int,
+    placement: Any = "spread",
+    num_cpus_per_actor: float | None = None,
+    actor_options: dict | None = None,
+    placement_timeout: float = 60.0,
+    restart_timeout: float = 60.0,
+    **options: Any,
+) -> RayVectorEnv:
     """Starts ``num_envs`` envs in ``num_actors`` Ray actors, each owning one shmenv pool
     (its workers on the actor's node), and returns them as one Gymnasium ``VectorEnv``
     (:class:`RayVectorEnv`). Call ``ray.init(address=...)`` first to use a cluster
@@ -446,8 +483,15 @@ def make_vec(env: Any, num_envs: int, *, num_actors: int, placement: Any = "spre
     ``copy=False`` and one actor they are the arrays Ray returned, which may be read-only.
     """
     return RayVectorEnv(
-        env, num_envs, num_actors=num_actors, placement=placement, num_cpus_per_actor=num_cpus_per_actor,
-        actor_options=actor_options, placement_timeout=placement_timeout, restart_timeout=restart_timeout, **options,
+        env,
+        num_envs,
+        num_actors=num_actors,
+        placement=placement,
+        num_cpus_per_actor=num_cpus_per_actor,
+        actor_options=actor_options,
+        placement_timeout=placement_timeout,
+        restart_timeout=restart_timeout,
+        **options,
     )
 
 

@@ -134,7 +134,9 @@ class Assembly:
         # checked at a fraction of the general path's cost, by the extension's rule
         # (`one_call.rs`), the one its one-call path applies too.
         if not self._action_form.takes(a, count):
-            a = as_action_array(actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions")
+            a = as_action_array(
+                actions, count, self.single_action_space, self.action_dtype, self.action_shape, "actions"
+            )
         # Bool actions go as their bytes: the engine never reads them as Rust bools.
         return a.view(np.uint8) if self._bool_actions else a
 
