@@ -127,15 +127,17 @@ _CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(180)
-def test_sixty_million_envs_in_a_2gib_cgroup_raise_not_enough_memory():
+def _run_in_cgroup(limit: int, script: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Runs ``python -c script cgroup *args`` in a memory cgroup of ``limit`` bytes made for
+    it (the script moves itself in), then removes the cgroup; skips the test with the
+    reason when none can be made here."""
     try:
-        cgroup = _make_cgroup(2 << 30)
+        cgroup = _make_cgroup(limit)
     except (LookupError, OSError) as e:
         pytest.skip(f"no memory cgroup can be made for this test: {e}")
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(cgroup)], capture_output=True, text=True, timeout=150
+            [sys.executable, "-c", script, str(cgroup), *args], capture_output=True, text=True, timeout=150
         )
     finally:
         # The child is reaped: its cgroup empties (the kernel may take a moment).
@@ -145,6 +147,12 @@ def test_sixty_million_envs_in_a_2gib_cgroup_raise_not_enough_memory():
                 break
             except OSError:
                 time.sleep(0.05)
+    return out, cgroup
+
+
+@pytest.mark.timeout(180)
+def test_sixty_million_envs_in_a_2gib_cgroup_raise_not_enough_memory():
+    out, cgroup = _run_in_cgroup(2 << 30, _CHILD)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "refused in" in out.stdout and "for 60000000 envs" in out.stdout, out.stdout
     assert f"{cgroup} allows 2.00 GiB" in out.stdout, out.stdout
@@ -176,24 +184,7 @@ _GROWING_CHILD = textwrap.dedent(
 
 @pytest.mark.timeout(180)
 def test_a_worker_the_oom_killer_ends_while_stepping_raises_worker_died_saying_so():
-    try:
-        cgroup = _make_cgroup(512 << 20)
-    except (LookupError, OSError) as e:
-        pytest.skip(f"no memory cgroup can be made for this test: {e}")
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _GROWING_CHILD, str(cgroup), FIXTURES],
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
-    finally:
-        for _ in range(100):
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
+    out, cgroup = _run_in_cgroup(512 << 20, _GROWING_CHILD, FIXTURES)
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "died: oom_kill=True exit='killed by signal 9" in out.stdout, out.stdout + out.stderr
