@@ -12,15 +12,8 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.arguments import (
-    _autoreset_mode,
-    _count,
-    _env_ids,
-    _integer,
-    _num_workers,
-    _optional_int,
-    _optional_seconds,
-)
+from shmenv.arguments import _env_ids
+from shmenv.engine_args import plan_pool
 from shmenv.env_calls import EnvCalls
 from shmenv.errors import (
     BuildError,
@@ -31,10 +24,10 @@ from shmenv.errors import (
 )
 from shmenv.front import VectorFront
 from shmenv.infos import InfoArea
-from shmenv.options import PoolOptions, ring_settings, with_options
+from shmenv.options import PoolOptions, with_options
 from shmenv.pending import PendingCalls
-from shmenv.resolve import pass_render_mode, python_worker_command, resolve, resolve_plugin, worker_command
-from shmenv.seeding import per_env_seeds, reset_commands, seed_value
+from shmenv.resolve import python_worker_command
+from shmenv.seeding import per_env_seeds, reset_commands
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
 from shmenv.worker import ops
@@ -69,63 +62,10 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         self._restart = o.max_restarts is not None
         self._has_reset = False
         self._restarted_by_calls: set[int] = set()
-        mode = _autoreset_mode(o.autoreset_mode)
-        obs_mode = modes.check_mode(o.observation_mode)
         # Every argument mistake is raised here, before workers start.
-        if o.plugin is not None:
-            resolved, plugin = resolve_plugin(env, o.config, o.plugin)
-        else:
-            resolved, plugin = resolve(env, o.config), None
-        pass_render_mode(resolved, o.render_mode)
-        if resolved.python and obs_mode != "same":
-            resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
-        num_envs = _count("num_envs", num_envs)
-        if o.trainer_shard and resolved.python:
-            raise InvalidArgumentError(
-                f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
-                "Python env, which runs in worker processes only: drop trainer_shard"
-            )
-        if o.trainer_shard and o.worker_program is not None:
-            raise InvalidArgumentError(
-                "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
-                f"envs of worker_program={o.worker_program!r}: drop one of the two"
-            )
-        num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker, bool(o.trainer_shard))
-        if resolved.config.get("kind") == "factory" and resolved.python:
-            which = resolved.config.get("env_factory")
-            if which is not None and len(which) != num_envs:
-                raise InvalidArgumentError(f"{len(which)} env factories for num_envs={num_envs}")
-            # Workers pick env i's factory by their shard (the engine's split of the envs).
-            resolved.config.update(num_envs=num_envs, num_workers=num_workers)
-        batch = num_envs if o.batch_size is None else _count("batch_size", o.batch_size)
-        seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
-        zero_copy_async = batch < num_envs and not o.copy
-        program, worker_args, worker_env = worker_command(resolved, o.worker_program)
-        ring_depth, retain_batches = ring_settings(o.ring_depth, zero_copy_async)
-        # The engine's arguments (the extension's `PoolArgs`), checked and resolved.
-        pool_args = dict(
-            num_workers=num_workers,
-            batch_size=o.batch_size,
-            seed=seed,
-            config_json=json.dumps(resolved.config),
-            autoreset=mode.value,
-            max_episode_steps=_optional_int("max_episode_steps", o.max_episode_steps, 1),
-            worker_program=program,
-            worker_args=worker_args,
-            worker_env=worker_env,
-            call_socket=False,
-            wait=o.wait,
-            ring_depth=ring_depth,
-            pin_workers=bool(o.pin_workers),
-            step_timeout=_optional_seconds("step_timeout", o.step_timeout),
-            max_restarts=_optional_int("max_restarts", o.max_restarts, 0),
-            copy=bool(o.copy),
-            retain_batches=retain_batches,
-            fair_scheduling=bool(o.fair_scheduling),
-            plugin=plugin,
-            trainer_shard=bool(o.trainer_shard),
-            caller_guard=self._caller,
-        )
+        plan = plan_pool(env, num_envs, o, self._caller)
+        resolved, mode, obs_mode, pool_args = plan.resolved, plan.mode, plan.obs_mode, plan.pool_args
+        num_envs, num_workers, batch, seed = plan.num_envs, plan.num_workers, plan.batch_size, plan.seed
         try:
             self._start_pool(resolved, num_envs, pool_args)
         except BuildError as e:
