@@ -1,9 +1,9 @@
 //! The trainer's handle: builds the region, starts the workers, and steps them.
 
 use crate::batch::Batch;
-use crate::error::{PoolFailure, RecvError, ResetError, SendError, StepError, WrongMode};
+use crate::error::{PoolFailure, RecvError, ResetError, SendError, StepError};
 use crate::launch::{Supervisor, WorkerExit};
-use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams, WorkerReport};
+use crate::protocol::{self, AutoReset, Column, Command, Layout, PoolParams};
 use crate::region::Region;
 use crate::spec::{Element, EnvSpec};
 use crate::stats::{PoolStats, StatsReport, StatsSnapshot};
@@ -17,6 +17,7 @@ use std::time::Duration;
 mod async_mode;
 mod builder;
 mod control;
+mod failure;
 mod restart;
 mod settings;
 mod startup;
@@ -33,6 +34,7 @@ pub use crate::launch::memory::{
 use async_mode::RingState;
 pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
+use failure::Abort;
 pub use settings::{default_num_workers, MAX_WORKERS};
 pub use startup::closest_match;
 pub use trainer_shard::{MakeTrainerShard, TrainerShard};
@@ -142,14 +144,6 @@ struct Core {
     own_shard: Option<trainer_shard::OwnShard>,
     /// The kernel's OOM-kill counters when the pool started (see [`Core::died`]).
     oom: crate::launch::memory::OomWatch,
-}
-
-/// Why a wait for workers was given up.
-enum Abort {
-    Died(usize, WorkerExit),
-    Failed(usize),
-    Interrupted,
-    TimedOut { workers: Vec<usize>, env_ids: Vec<usize> },
 }
 
 /// The check installed by [`Pool::set_interrupt_check`].
@@ -464,86 +458,6 @@ impl Core {
             return Vec::new(); // Auto-reset on: nothing to look at (no pass over the envs).
         }
         envs.filter(|&e| self.ended.get(e).copied().unwrap_or(false)).collect()
-    }
-
-    /// The error for a wait that was given up, recorded as the reason the pool is closed.
-    /// An interrupted pool also stops its workers: a command is half done.
-    fn abort(&mut self, abort: Abort) -> PoolFailure {
-        let err = match abort {
-            Abort::Died(worker, exit) => self.died(worker, exit),
-            Abort::Failed(worker) => self.worker_error(worker),
-            Abort::Interrupted => {
-                self.shutdown();
-                PoolFailure::Interrupted
-            }
-            Abort::TimedOut { workers, env_ids } => {
-                // They did not answer: a polite close would only wait for them.
-                workers.iter().for_each(|&w| self.kill_worker(w));
-                self.shutdown();
-                PoolFailure::Timeout { workers, env_ids, waited: self.step_timeout.unwrap_or_default() }
-            }
-        };
-        self.fail(err)
-    }
-
-    /// The error of any call in a process forked from the pool's owner.
-    fn foreign(&self) -> PoolFailure {
-        PoolFailure::ForeignProcess { owner: self.owner.pid(), current: crate::launch::fork::current_pid() }
-    }
-
-    /// Records `err` as the reason the pool is closed, and returns it.
-    fn fail(&mut self, err: PoolFailure) -> PoolFailure {
-        self.closed = Some(err.to_string());
-        err
-    }
-
-    /// The error a failed worker reported.
-    fn worker_error(&self, worker: usize) -> PoolFailure {
-        match self.control().report(worker) {
-            Some(WorkerReport::EnvPanicked { env_id, message }) => {
-                PoolFailure::EnvPanicked { env_id, message }
-            }
-            Some(WorkerReport::Failed { message }) => {
-                PoolFailure::WorkerFailed { worker, env_ids: self.shard(worker), message }
-            }
-            other => PoolFailure::WorkerFailed {
-                worker,
-                env_ids: self.shard(worker),
-                message: format!("unexpected worker state (report {other:?})"),
-            },
-        }
-    }
-
-    /// The refusal of a call made in the other mode (after the open check, as every call).
-    fn wrong_mode<R, E: From<PoolFailure> + From<WrongMode>>(
-        &self,
-        call: &'static str,
-        hint: &'static str,
-    ) -> Result<R, E> {
-        self.check_open()?;
-        Err(WrongMode { call, hint }.into())
-    }
-
-    /// The error for a worker that exited: the failure it reported before exiting if
-    /// any (a worker that reported a panic may exit before the trainer looks), else
-    /// its death (by the OOM killer when it was SIGKILLed and an OOM-kill counter rose).
-    fn died(&self, worker: usize, exit: WorkerExit) -> PoolFailure {
-        let reported = self.control().status(worker) == Some(protocol::WorkerStatus::Failed)
-            && matches!(
-                self.control().report(worker),
-                Some(WorkerReport::EnvPanicked { .. } | WorkerReport::Failed { .. })
-            );
-        if reported {
-            return self.worker_error(worker);
-        }
-        PoolFailure::WorkerDied {
-            worker,
-            pid: self.supervisor.pids()[worker],
-            env_ids: self.shard(worker),
-            exit,
-            output: self.supervisor.output_tail(worker),
-            oom_kill: crate::launch::memory::oom_kill_of(&self.oom, exit),
-        }
     }
 
     /// Views of rows `rows` of result block `j`.
