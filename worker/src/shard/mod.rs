@@ -63,6 +63,9 @@ pub struct EnvShard {
     /// trainer): a copy that env code makes with `fork()` is stopped as soon as the env call
     /// returns (`launch::fork`). `None` for in-process loops (local rows: nothing shared).
     guard: Option<(Owner, Place)>,
+    /// Whether the envs are shmenv's own built-ins (not a plugin's, a hosted Python env's
+    /// or a custom registry's), whose code never forks.
+    builtin: bool,
 }
 
 impl EnvShard {
@@ -105,14 +108,19 @@ impl EnvShard {
             tick: 0,
             hist: [0; stats::HIST_BUCKETS],
             guard: None,
+            builtin: params.plugin.is_none() && Registry::with_builtins().get(&params.env_id).is_some(),
         })
     }
 
     /// From now on, a copy of `owner` (the process stepping the shard into a pool's region,
     /// at `place`) that env code makes with `fork()` is stopped as soon as the env call
     /// returns, before it writes a row or goes back to the host's loop.
+    /// Shmenv's own built-in envs never fork: their shard skips the check after each env
+    /// call (the host's checks before every post and wait still stop any copy of it).
     pub fn stop_forked_copies(&mut self, owner: Owner, place: Place) {
-        self.guard = Some((owner, place));
+        if !self.builtin {
+            self.guard = Some((owner, place));
+        }
     }
 
     /// Stops this process if env code (of env `i`, or of the batched call: `None`) made it
