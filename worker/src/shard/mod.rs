@@ -59,12 +59,10 @@ pub struct EnvShard {
     sampling: bool,
     tick: u32,
     hist: [u64; stats::HIST_BUCKETS],
-    /// The process that steps the shard into a pool's region, and where (a worker, the
-    /// trainer): a copy that env code makes with `fork()` is stopped as soon as the env call
-    /// returns (`launch::fork`). `None` for in-process loops (local rows: nothing shared).
+    /// The process stepping the shard into a pool's region, and where: a forked copy is
+    /// stopped as soon as an env call returns (`launch::fork`). `None`: nothing shared.
     guard: Option<(Owner, Place)>,
-    /// Whether the envs are shmenv's own built-ins (not a plugin's, a hosted Python env's
-    /// or a custom registry's), whose code never forks.
+    /// Whether the envs are shmenv's own built-ins, whose code never forks.
     builtin: bool,
 }
 
