@@ -124,7 +124,8 @@ fn worker_on_bad_region(mutate: impl FnOnce(&mut shmenv::engine::protocol::Heade
     let region = Region::create("test", bootstrap_size(1)).unwrap();
     let mut header = Header::new(1, 1, 0);
     mutate(&mut header);
-    region.write_pod(0, &header);
+    // SAFETY: a region this test just created; the worker starts after this write.
+    unsafe { region.write_pod(0, &header) };
     let fd = region.fd().expect("a new region holds its memfd");
     let mut cmd = std::process::Command::new(WORKER);
     cmd.args(["--shmenv-worker", "0", &fd.to_string(), &std::process::id().to_string()]);

@@ -13,6 +13,9 @@
 //!   `docs/architecture.md`, no process writes while they run or live: their writer
 //!   finished and published them (a Release store this process's Acquire load saw, or
 //!   before this process started). `slice_mut` also needs that nobody reads them.
+//! - `write_bytes` and `write_pod` store bytes that no thread of this process reads or
+//!   writes meanwhile and that no other process reads until the protocol publishes them
+//!   (a Release store or a semaphore post after the write).
 //! - `snapshot_bytes` and `snapshot_pod` copy bytes another process may be writing meanwhile
 //!   (a live pool's header seen by `shmenv top`, a worker's report): they load each word
 //!   atomically, so the copy may mix old and new words, which the caller validates, but is
@@ -257,11 +260,16 @@ impl Region {
     }
 
     /// Copies `bytes` into the region at `offset`.
-    pub fn write_bytes(&self, offset: usize, bytes: &[u8]) {
+    ///
+    /// # Safety
+    /// No thread of this process reads or writes these bytes meanwhile, and no other
+    /// process reads them before the protocol publishes them (see the module contract).
+    pub unsafe fn write_bytes(&self, offset: usize, bytes: &[u8]) {
         assert!(self.writable, "write to a read-only region");
         let ptr = self.check(offset, bytes.len(), 1);
         // SAFETY: the destination is inside the mapping and cannot overlap the caller's slice
-        // (which is ordinary process memory, or a disjoint part of the region by protocol).
+        // (which is ordinary process memory, or a disjoint part of the region by protocol);
+        // nobody reads or writes it meanwhile by the caller's promise.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
     }
 
@@ -278,8 +286,12 @@ impl Region {
     }
 
     /// Writes a plain-data value.
-    pub fn write_pod<T: bytemuck::Pod>(&self, offset: usize, value: &T) {
-        self.write_bytes(offset, bytemuck::bytes_of(value));
+    ///
+    /// # Safety
+    /// As for [`Region::write_bytes`].
+    pub unsafe fn write_pod<T: bytemuck::Pod>(&self, offset: usize, value: &T) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.write_bytes(offset, bytemuck::bytes_of(value)) }
     }
 
     /// A shared slice of `count` elements of `T` at `offset`.
@@ -332,7 +344,8 @@ mod tests {
         let mut r = Region::create("test", 4096).unwrap();
         // SAFETY: `dup` of a valid fd.
         let dup = unsafe { libc::dup(r.fd().unwrap()) };
-        r.write_bytes(0, b"hello");
+        // SAFETY: a fresh region of this test's only.
+        unsafe { r.write_bytes(0, b"hello") };
         r.grow_and_seal(3 * 4096).unwrap();
         let mut other = Region::from_inherited_fd(dup).unwrap();
         assert_eq!(other.len(), 3 * 4096);
@@ -383,7 +396,8 @@ mod tests {
     fn a_snapshot_copies_every_byte_at_any_offset_and_length() {
         let r = Region::create("test", 4096).unwrap();
         let pattern: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
-        r.write_bytes(0, &pattern);
+        // SAFETY: this test's region; nothing reads it meanwhile.
+        unsafe { r.write_bytes(0, &pattern) };
         // Every start within a word and lengths with and without whole words, so the
         // leading bytes, the aligned words and the trailing bytes are each copied.
         for offset in 0..9 {

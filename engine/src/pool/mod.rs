@@ -262,7 +262,9 @@ impl Pool {
         self.core.check_open()?;
         match &mut self.mode {
             Mode::Sync(s) => {
-                self.core.region.write_pod(protocol::RESET_SEED, &seed);
+                // SAFETY: the reset seed word is the trainer's alone (this thread's, inside a `&mut self`
+                // call); workers read it only after the command post below (Release) publishes it.
+                unsafe { self.core.region.write_pod(protocol::RESET_SEED, &seed) };
                 self.core.first_reset_done = true;
                 Ok(self.core.run(s, Command::ResetSeeded)?)
             }

@@ -213,7 +213,9 @@ impl Core {
     pub(super) fn reset_restarted(&mut self, w: usize, j: usize) -> Result<(), PoolFailure> {
         loop {
             let k = self.restarts.iter().sum::<u32>() as u64;
-            self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32));
+            // SAFETY: the reset seed word is the trainer's alone (this thread's, inside a `&mut self`
+            // call); workers read it only after the command post below (Release) publishes it.
+            unsafe { self.region.write_pod(protocol::RESET_SEED, &self.seed.wrapping_add(k << 32)) };
             self.region
                 .atomic_u32(protocol::COMMAND_WORD)
                 .store(Command::ResetSeeded as u32, Ordering::Relaxed);
@@ -399,7 +401,9 @@ impl Core {
         for &w in dead {
             let words = protocol::worker_words(w);
             self.region.atomic_u32(words.restarted).store(1, Ordering::Relaxed);
-            self.region.write_pod(words.restart_seed, &restart_seed);
+            // SAFETY: dead worker `w`'s restart seed, read only by its replacement, which starts
+            // (or is posted) after this; no other thread of the trainer touches it.
+            unsafe { self.region.write_pod(words.restart_seed, &restart_seed) };
             self.region.atomic_u32(words.queue_head).store(0, Ordering::Relaxed);
             recovery::claim_record(&self.region, w).clear();
             let busy = protocol::worker_busy_since(self.params.num_workers, w);

@@ -176,8 +176,12 @@ impl Startup {
         let region_err = |what| move |source| BuildError::Region { what, source };
         let region = Region::create("shmenv", protocol::bootstrap_size(num_workers))
             .map_err(region_err("memfd_create"))?;
-        region.write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
-        region.write_bytes(protocol::params_offset(num_workers), &params_json);
+        // SAFETY: a region this thread just created: no worker exists yet to read it.
+        unsafe {
+            region
+                .write_pod(0, &Header::new(b.num_envs as u32, num_workers as u32, params_json.len() as u32));
+            region.write_bytes(protocol::params_offset(num_workers), &params_json);
+        }
 
         // `CpuAffinity::Auto` with the wait tuner pins only onto free cores: on a machine
         // already running other tasks the workers start unpinned, and the tuner pins them
@@ -261,7 +265,9 @@ impl Startup {
         let mut header: Header = unsafe { self.region.read_pod(0) };
         header.total_size = layout.total_size as u64;
         header.layout_hash = layout.hash;
-        self.region.write_pod(0, &header);
+        // SAFETY: only this thread writes the header; workers read it again only once the
+        // region is published Ready (a Release store after this), observers by snapshot.
+        unsafe { self.region.write_pod(0, &header) };
         if let Some(ring) = &layout.ring {
             if self.params.restart {
                 layout.blocks.iter().for_each(|block| mark_unwritten(&self.region, block));

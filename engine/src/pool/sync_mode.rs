@@ -31,7 +31,9 @@ impl Core {
         }
         let flag = match seed {
             Some(s) => {
-                self.region.write_pod(protocol::RESET_SEED, &s);
+                // SAFETY: the reset seed word is the trainer's alone (this thread's, inside a `&mut self`
+                // call); workers read it only after the command post below (Release) publishes it.
+                unsafe { self.region.write_pod(protocol::RESET_SEED, &s) };
                 protocol::reset_flag::RESET_SEEDED
             }
             None => protocol::reset_flag::RESET,

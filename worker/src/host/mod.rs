@@ -186,7 +186,11 @@ impl Worker {
             };
             json = serde_json::to_vec(&WorkerReport::Failed { message }).expect("report serializes");
         }
-        self.region.write_bytes(protocol::report_offset(self.params.num_workers, self.index), &json);
+        // SAFETY: this worker's own report area, written by this thread only; the trainer
+        // reads it after the status store below (Release), or by snapshot.
+        unsafe {
+            self.region.write_bytes(protocol::report_offset(self.params.num_workers, self.index), &json)
+        };
         let len = self.region.atomic_u32(protocol::worker_words(self.index).report_len);
         len.store(json.len() as u32, Ordering::Release);
         self.set_status(status);
@@ -360,8 +364,11 @@ mod tests {
 
     fn region_with(header: Header, params: &[u8]) -> Region {
         let r = Region::create("test", protocol::bootstrap_size(header.num_workers.max(1) as usize)).unwrap();
-        r.write_pod(0, &header);
-        r.write_bytes(protocol::params_offset(header.num_workers.max(1) as usize), params);
+        // SAFETY: a fresh region of this test's only.
+        unsafe {
+            r.write_pod(0, &header);
+            r.write_bytes(protocol::params_offset(header.num_workers.max(1) as usize), params);
+        }
         r
     }
 

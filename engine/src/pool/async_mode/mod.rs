@@ -167,7 +167,9 @@ impl Core {
         ring.marked = 0;
         let kind = match seed {
             Some(s) => {
-                self.region.write_pod(protocol::RESET_SEED, &s);
+                // SAFETY: the reset seed word is the trainer's alone (this thread's, inside a `&mut
+                // self` call); the worker reads it only after the queue head store (Release).
+                unsafe { self.region.write_pod(protocol::RESET_SEED, &s) };
                 protocol::queue_entry::RESET_SEEDED
             }
             None => protocol::queue_entry::RESET,

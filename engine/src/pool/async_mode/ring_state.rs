@@ -87,9 +87,12 @@ impl RingState {
         let shard = &self.shards[w];
         let head = self.queue_heads[w];
         let slot = shard.start + head as usize % shard.len();
-        region.write_pod(layout.queue.offset + slot * 4, &(env as u32 | kind));
+        // SAFETY: queue slot `head` of worker `w` is past what it has taken (its head store
+        // below, Release, publishes it) and only this thread of the trainer writes queues.
+        unsafe { region.write_pod(layout.queue.offset + slot * 4, &(env as u32 | kind)) };
         if kind == protocol::queue_entry::FILL {
-            region.write_pod(layout.fill_rows.offset + slot * 8, &fill_row);
+            // SAFETY: the fill row of the same slot, published with it.
+            unsafe { region.write_pod(layout.fill_rows.offset + slot * 8, &fill_row) };
             if fill_row != protocol::queue_entry::FILL_CLAIM {
                 self.fills[w].push((head, fill_row));
             }
