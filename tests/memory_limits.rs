@@ -15,9 +15,9 @@ use common::plugin_library::plugin_library;
 use common::{builder, child_pids, Watchdog};
 use shmenv::engine::launch::WorkerCommand;
 use shmenv::engine::pool::{most_that_fit, MemoryRoom, PoolEstimate};
-use shmenv::engine::protocol::{AutoReset, PoolParams};
+use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
-use shmenv::{BuildError, PoolFailure, WaitStrategy, WorkerExit};
+use shmenv::{BuildError, PoolFailure, WorkerExit};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -105,23 +105,7 @@ fn the_built_in_envs_per_env_figures_follow_their_structs() {
 /// The settings of a pool of `num_envs` envs `env_id` on 2 workers, as the builder makes
 /// them by default.
 fn pool_params(env_id: &str, num_envs: usize) -> PoolParams {
-    PoolParams {
-        env_id: env_id.into(),
-        config: serde_json::json!({}),
-        num_envs,
-        num_workers: 2,
-        autoreset: AutoReset::NextStep,
-        max_episode_steps: None,
-        wait: WaitStrategy::Auto,
-        batch_size: num_envs,
-        ring_depth: 2,
-        stats: true,
-        trace: false,
-        restart: false,
-        plugin: None,
-        cores: 2,
-        trainer_shard: false,
-    }
+    shmenv::PoolBuilder::default_params(env_id, num_envs, 2)
 }
 
 /// A memory cgroup made for one test under this process's own, removed on drop.

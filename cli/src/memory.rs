@@ -12,9 +12,10 @@ use crate::args::Envs;
 use shmenv::engine::pool::{
     default_num_workers, human_bytes, most_that_fit, MemoryRoom, PoolEstimate, MAX_WORKERS,
 };
-use shmenv::engine::protocol::{queue_entry::ENV_MASK, AutoReset, PoolParams};
+use shmenv::engine::protocol::{queue_entry::ENV_MASK, PoolParams};
 use shmenv::engine::spec::EnvSpec;
 use shmenv::worker::Registry;
+use shmenv::PoolBuilder;
 use std::fmt;
 
 /// Action batches pre-drawn for each pool (and for the serial loop): the batches repeat
@@ -49,21 +50,13 @@ pub fn pool_params(
     let (n, cores) = (envs.num_envs, shmenv::engine::sync::available_cores());
     let workers = workers.unwrap_or_else(|| default_num_workers(n, cores, trainer_shard));
     PoolParams {
-        env_id: envs.env.clone(),
         config: config.clone(),
-        num_envs: n,
-        num_workers: workers.clamp(1, MAX_WORKERS),
-        autoreset: AutoReset::NextStep,
-        max_episode_steps: None,
-        wait: shmenv::WaitStrategy::Auto,
         batch_size: batch_size.unwrap_or(n),
-        ring_depth: 2,
-        stats: true,
         trace,
-        restart: false,
         plugin: envs.plugin.as_ref().map(|p| p.to_string_lossy().into_owned()),
         cores,
         trainer_shard,
+        ..PoolBuilder::default_params(&envs.env, n, workers.clamp(1, MAX_WORKERS))
     }
 }
 
@@ -251,27 +244,10 @@ impl std::error::Error for NotEnoughMemory {}
 mod tests {
     use super::*;
     use shmenv::engine::pool::CgroupLimit;
-    use shmenv::engine::protocol::AutoReset;
     use shmenv::{DType, Space};
 
     fn params(num_envs: usize) -> PoolParams {
-        PoolParams {
-            env_id: "CartPole-v1".into(),
-            config: serde_json::json!({}),
-            num_envs,
-            num_workers: 2,
-            autoreset: AutoReset::NextStep,
-            max_episode_steps: None,
-            wait: shmenv::WaitStrategy::Auto,
-            batch_size: num_envs,
-            ring_depth: 2,
-            stats: true,
-            trace: false,
-            restart: false,
-            plugin: None,
-            cores: 2,
-            trainer_shard: false,
-        }
+        shmenv::PoolBuilder::default_params("CartPole-v1", num_envs, 2)
     }
 
     fn room(bytes: u64) -> MemoryRoom {

@@ -86,6 +86,35 @@ impl PoolBuilder {
             plugin: None,
         }
     }
+
+    /// The parameters of a sync pool of `num_envs` envs `env_id` (empty config) on
+    /// `num_workers` workers with every other setting at its default: what a memory
+    /// estimate made before any pool starts (the CLI's) begins from.
+    ///
+    /// ```
+    /// use shmenv_engine::PoolBuilder;
+    /// let params = PoolBuilder::default_params("CartPole-v1", 8, 2);
+    /// assert_eq!((params.batch_size, params.ring_depth), (8, PoolBuilder::DEFAULT_RING_DEPTH));
+    /// ```
+    pub fn default_params(env_id: &str, num_envs: usize, num_workers: usize) -> PoolParams {
+        PoolParams {
+            env_id: env_id.into(),
+            config: serde_json::json!({}),
+            num_envs,
+            num_workers,
+            autoreset: Self::DEFAULT_AUTORESET,
+            max_episode_steps: None,
+            wait: Self::DEFAULT_WAIT,
+            batch_size: num_envs,
+            ring_depth: Self::DEFAULT_RING_DEPTH,
+            stats: Self::DEFAULT_STATS,
+            trace: Self::DEFAULT_TRACE,
+            restart: false,
+            plugin: None,
+            cores: 0,
+            trainer_shard: false,
+        }
+    }
 }
 
 /// What a pool does when a worker process dies.

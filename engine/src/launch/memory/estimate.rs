@@ -222,23 +222,7 @@ mod tests {
     use crate::spec::{DType, Space};
 
     fn params(env_id: &str, num_envs: usize) -> PoolParams {
-        PoolParams {
-            env_id: env_id.into(),
-            config: serde_json::json!({}),
-            num_envs,
-            num_workers: 2,
-            autoreset: AutoReset::NextStep,
-            max_episode_steps: None,
-            wait: crate::sync::WaitStrategy::Auto,
-            batch_size: num_envs,
-            ring_depth: 2,
-            stats: true,
-            trace: false,
-            restart: false,
-            plugin: None,
-            cores: 2,
-            trainer_shard: false,
-        }
+        crate::PoolBuilder::default_params(env_id, num_envs, 2)
     }
 
     fn room(bytes: u64) -> MemoryRoom {
