@@ -9,9 +9,10 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde_json::json;
-use shmenv::engine::protocol::{AutoReset, PoolParams};
-use shmenv::worker::{EnvShard, LocalRows, Registry};
+use shmenv::worker::Registry;
 use shmenv::Pool;
+use shmenv_engine::protocol::{AutoReset, PoolParams};
+use shmenv_worker::{EnvShard, LocalRows};
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -100,7 +101,7 @@ struct PipePool {
 impl PipePool {
     fn new(env: &str, config: &serde_json::Value, num_envs: usize, workers: usize) -> PipePool {
         let shards: Vec<_> =
-            (0..workers).map(|w| shmenv::engine::protocol::shard(w, num_envs, workers)).collect();
+            (0..workers).map(|w| shmenv_engine::protocol::shard(w, num_envs, workers)).collect();
         let workers = shards
             .iter()
             .map(|s| {

@@ -2,7 +2,7 @@
 //! behind the engine's waiting policy (`docs/architecture.md`, "Waiting policy").
 //!
 //! Two processes (this one and a forked child) play ping-pong over two of the engine's
-//! semaphores (`shmenv::engine::sync::Semaphore`) in a shared mapping: one post and one
+//! semaphores (`shmenv_engine::sync::Semaphore`) in a shared mapping: one post and one
 //! acquire each way per round trip. Each row waits with one fixed strategy, either with
 //! the two processes pinned to different cores or both on the same core (more runnable
 //! processes than cores: the case where spinning is ruinous). Each row prints the median
@@ -18,9 +18,9 @@
 //! `cargo bench --bench wakeup`. Runs on the first two cores this process may use; needs two
 //! for the "own cores" and "2 cores" rows.
 
-use shmenv::engine::sync::atomic::AtomicU32;
-use shmenv::engine::sync::{Semaphore, WaitOutcome, Waiter};
 use shmenv::WaitStrategy;
+use shmenv_engine::sync::atomic::AtomicU32;
+use shmenv_engine::sync::{Semaphore, WaitOutcome, Waiter};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

@@ -31,10 +31,13 @@
 //! }
 //! ```
 //!
-//! The trainer side lives in [`engine`] (its main types re-exported at the top level: start
-//! with [`Pool::builder`]); the worker side in [`worker`]: the [`worker::Env`] trait to
-//! implement an env, the [`worker::Registry`] of env ids, [`worker::serve_if_worker`] (the
-//! first line of a `main` that is its own worker program, as above) and the built-in envs.
+//! Everything a program calls is here: the [`Pool`] and its [`PoolBuilder`], the zero-copy
+//! [`Batch`] views, the spaces and [`EnvSpec`], the settings ([`AutoReset`],
+//! [`WaitStrategy`], [`CpuAffinity`], [`FailurePolicy`]), the errors (each operation's own,
+//! and [`Report`] for `main`) and the live [`StatsReport`]. Start with [`Pool::builder`].
+//! The worker side is [`worker`]: the [`worker::Env`] trait to implement an env, the
+//! [`worker::Registry`] of env ids, [`worker::serve_if_worker`] (the first line of a `main`
+//! that is its own worker program, as above), C/C++ plugins and the built-in envs.
 //!
 //! ## Which program the workers run
 //!
@@ -43,18 +46,49 @@
 //! executable: nothing to build, install or copy, and envs registered there are known to
 //! the workers. The call is explicit, not code that runs before `main` by itself, because a
 //! worker must never run the trainer's `main` and a constructor inside a library is not
-//! reliably linked into the program. Without it a pool runs a program named
-//! `shmenv-worker` found next to the executable or on `$PATH`, or the one named by
-//! [`PoolBuilder::worker_program`] or `SHMENV_WORKER_PROGRAM`
-//! (see [`engine::launch::program`] for the order).
+//! reliably linked into the program. The order a pool looks in: the program named by
+//! [`PoolBuilder::worker_program`], else the one named by `$SHMENV_WORKER_PROGRAM`, else
+//! this same program when its `main` calls [`worker::serve_if_worker`], else a program
+//! named `shmenv-worker` next to the executable, then on `$PATH`.
 
-#[doc(inline)]
-pub use shmenv_engine as engine;
+pub use shmenv_engine::error::OomKill;
+pub use shmenv_engine::spec::{Bool8, BoundProblem, SpecError, F16};
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,
     FailurePolicy, Flags, MappingLease, ObsArray, Pool, PoolBuilder, PoolFailure, RecvError, Report,
     ResetError, SendError, Space, StatsReport, StatsSnapshot, StepError, Verdict, ViewError, WaitMode,
     WaitStrategy, WorkerActivity, WorkerCommand, WorkerExit, WrongMode,
 };
-#[doc(inline)]
-pub use shmenv_worker as worker;
+
+pub mod worker {
+    //! The worker side: implementing an env ([`Env`]), the [`Registry`] of env ids a
+    //! worker program knows, [`serve_if_worker`] to make a program its own worker, C/C++
+    //! [`plugin`]s and the built-in [`envs`].
+
+    pub use shmenv_worker::{
+        serve_if_worker, trainer_shard, ActionIn, Config, ConfigError, Env, EnvEntry, EnvFactory, MakeError,
+        ObsOut, Plugin, PluginEnv, PluginError, Registry, Transition,
+    };
+
+    /// A program that is only a worker: `fn main() -> ExitCode { host::run(&registry) }`,
+    /// and pools pointed at it with [`crate::PoolBuilder::worker_program`].
+    pub mod host {
+        pub use shmenv_worker::host::run;
+    }
+
+    /// C/C++ envs loaded from a shared library (the ABI of `worker/include/shmenv_env.h`).
+    pub mod plugin {
+        pub use shmenv_worker::plugin::{Plugin, PluginEnv, PluginEnvInfo, PluginError, ABI_VERSION};
+    }
+
+    /// The random number generator the built-in envs use (NumPy's PCG64), for envs of
+    /// your own that should draw the same way.
+    pub mod rng {
+        pub use shmenv_worker::rng::Pcg64;
+    }
+
+    /// The built-in envs, to construct or wrap directly.
+    pub mod envs {
+        pub use shmenv_worker::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
+    }
+}

@@ -89,7 +89,7 @@ fn an_auto_pool_waits_actively_when_idle_and_sleeps_under_contention() {
     let others = idle.others_share.expect("/proc/stat is readable");
     if cfg!(debug_assertions) {
         eprintln!("a debug build: the idle check needs release-speed envs, skipped");
-    } else if others < shmenv::engine::stats::CONTENDED_OTHERS / 3.0 {
+    } else if others < shmenv_engine::stats::CONTENDED_OTHERS / 3.0 {
         assert!(idle.sleep_share < 0.5, "an idle pool mostly waits actively: {idle:?}");
     } else {
         eprintln!(

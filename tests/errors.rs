@@ -5,8 +5,8 @@ mod common;
 
 use common::{builder, Failed, Watchdog, WORKER};
 use serde_json::json;
-use shmenv::engine::protocol::exit_code;
 use shmenv::{ActionError, BuildError, Pool, PoolFailure, StepError, ViewError};
+use shmenv_engine::protocol::exit_code;
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
@@ -118,9 +118,9 @@ fn a_panicking_env_is_reported_with_its_id() {
 }
 
 /// Spawns the real worker program on a hand-made region whose header is wrong.
-fn worker_on_bad_region(mutate: impl FnOnce(&mut shmenv::engine::protocol::Header)) -> std::process::Output {
-    use shmenv::engine::protocol::{bootstrap_size, Header};
-    use shmenv::engine::region::Region;
+fn worker_on_bad_region(mutate: impl FnOnce(&mut shmenv_engine::protocol::Header)) -> std::process::Output {
+    use shmenv_engine::protocol::{bootstrap_size, Header};
+    use shmenv_engine::region::Region;
     let region = Region::create("test", bootstrap_size(1)).unwrap();
     let mut header = Header::new(1, 1, 0);
     mutate(&mut header);
@@ -147,8 +147,8 @@ fn a_worker_refuses_a_region_with_a_wrong_header() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let expected = format!(
         "region layout version {}, this build of shmenv reads version {}",
-        shmenv::engine::protocol::LAYOUT_VERSION + 1,
-        shmenv::engine::protocol::LAYOUT_VERSION
+        shmenv_engine::protocol::LAYOUT_VERSION + 1,
+        shmenv_engine::protocol::LAYOUT_VERSION
     );
     assert!(stderr.contains(&expected), "{stderr}");
     let out = worker_on_bad_region(|h| h.magic = 0);

@@ -9,9 +9,9 @@ mod common;
 use common::plugin_library::plugin_library;
 use common::{builder, Watchdog};
 use serde_json::json;
-use shmenv::engine::launch::fork::FORKED_COPY_EXIT;
 use shmenv::worker::{trainer_shard, Registry};
 use shmenv::{Pool, WorkerExit};
+use shmenv_engine::launch::fork::FORKED_COPY_EXIT;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! Property-based fuzzing of the trainer's read of the info area of hosted Python envs
-//! (`shmenv::engine::protocol::infos`), whose bytes the workers write: any bytes, key
+//! (`shmenv_engine::protocol::infos`), whose bytes the workers write: any bytes, key
 //! tables and rows are read into values or a typed error, never a panic, and a read
 //! clears and touches only the bytes the layout gives the rows it reads. And the round
 //! trip: what a worker writes at the layout's offsets (as `shmenv.infos` does) is what
@@ -9,11 +9,11 @@
 //! `PROPTEST_CASES=200000 cargo test --release --test fuzz_infos`.
 
 use proptest::prelude::*;
-use shmenv::engine::protocol::infos::{
+use shmenv::DType;
+use shmenv_engine::protocol::infos::{
     InfoArea, InfoAreaError, InfoLayout, InfoRow, InfoTarget, KeyTables, CELL_BYTES, ENTRY_BYTES, NAME_BYTES,
     SLOTS,
 };
-use shmenv::DType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -78,7 +78,7 @@ fn dtype_str(dtype: DType) -> String {
     } else {
         '>'
     };
-    let kind = shmenv::engine::protocol::infos::numpy_kind(dtype);
+    let kind = shmenv_engine::protocol::infos::numpy_kind(dtype);
     format!("{order}{kind}{}", dtype.size())
 }
 

@@ -9,10 +9,10 @@
 //! `PROPTEST_CASES=200000 cargo test --release --test fuzz_untrusted`.
 
 use proptest::prelude::*;
-use shmenv::engine::action;
-use shmenv::engine::protocol::{self, Header, Layout, PoolParams, WorkerReport};
 use shmenv::worker::Registry;
 use shmenv::{DType, EnvSpec, Space};
+use shmenv_engine::action;
+use shmenv_engine::protocol::{self, Header, Layout, PoolParams, WorkerReport};
 
 /// Arbitrary JSON, biased towards the shapes the parsers look for.
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -128,7 +128,7 @@ proptest! {
         shape.push(big);
         let bytes = shape.iter().try_fold(dtype.size(), |n, &d| n.checked_mul(d));
         let dtype = dtype.name();
-        prop_assume!(bytes.is_none_or(|b| b > shmenv::engine::spec::space::MAX_VALUE_BYTES));
+        prop_assume!(bytes.is_none_or(|b| b > shmenv_engine::spec::space::MAX_VALUE_BYTES));
         let spaces = [
             serde_json::json!({"type": "Box", "dtype": dtype, "shape": shape, "low": 0, "high": 1}),
             serde_json::json!({"type": "MultiDiscrete", "nvec": [2], "shape": shape, "dtype": "i64"}),
@@ -240,7 +240,7 @@ proptest! {
         dead_posts in prop::collection::vec(0u32..12, 8),
         consistent in any::<bool>(),
     ) {
-        use shmenv::engine::ring::recovery::{plan, RingSnapshot, RowOwner};
+        use shmenv_engine::ring::recovery::{plan, RingSnapshot, RowOwner};
         let (b, start) = (batch_size, next_batch * batch_size);
         let released = next_batch.saturating_sub(released_behind);
         let s = RingSnapshot {

@@ -13,11 +13,11 @@ mod common;
 
 use common::plugin_library::plugin_library;
 use common::{builder, child_pids, Watchdog};
-use shmenv::engine::launch::WorkerCommand;
-use shmenv::engine::pool::{most_that_fit, MemoryRoom, PoolEstimate};
-use shmenv::engine::protocol::PoolParams;
-use shmenv::worker::envs::{burn::Burn, cartpole::CartPole, pendulum::Pendulum};
+use shmenv::worker::envs::{Burn, CartPole, Pendulum};
 use shmenv::{BuildError, PoolFailure, WorkerExit};
+use shmenv_engine::launch::WorkerCommand;
+use shmenv_engine::pool::{most_that_fit, MemoryRoom, PoolEstimate};
+use shmenv_engine::protocol::PoolParams;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

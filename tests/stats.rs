@@ -5,8 +5,8 @@ mod common;
 
 use common::{builder, Watchdog};
 use serde_json::json;
-use shmenv::engine::stats::CONTENDED_RUNQUEUE;
 use shmenv::WaitStrategy;
+use shmenv_engine::stats::CONTENDED_RUNQUEUE;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -7,12 +7,12 @@ mod common;
 
 use common::{batch_rows, builder, signal, Watchdog};
 use serde_json::json;
-use shmenv::engine::pool::TrainerShard;
-use shmenv::engine::protocol::{Command, Layout};
-use shmenv::engine::region::Region;
 use shmenv::worker::rng::Pcg64;
 use shmenv::worker::{trainer_shard, Registry};
 use shmenv::{AutoReset, BuildError, Pool, PoolFailure, StepError};
+use shmenv_engine::pool::TrainerShard;
+use shmenv_engine::protocol::{Command, Layout};
+use shmenv_engine::region::Region;
 use std::time::Duration;
 
 /// `n` envs of `env`: worker processes only, or `workers` of them and the trainer.

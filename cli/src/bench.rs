@@ -11,9 +11,9 @@ use crate::sweep;
 use crate::trace_file::TraceFile;
 use crate::Error;
 use serde_json::json;
-use shmenv::engine::protocol::PoolParams;
 use shmenv::worker::Registry;
 use shmenv::{Pool, StatsReport, Verdict, WorkerActivity};
+use shmenv_engine::protocol::PoolParams;
 use std::time::Duration;
 
 /// `shmenv bench` arguments.
@@ -238,7 +238,7 @@ pub(crate) fn check_memory(
 
 /// What to expect of the ratio, and what to check when it is low.
 fn ratio_hint(ratio: f64) -> String {
-    let (load, cores) = (load_average(), shmenv::engine::sync::available_cores());
+    let (load, cores) = (load_average(), shmenv_engine::sync::available_cores());
     if ratio < 0.9 && load > 0.7 * cores as f64 {
         format!(
             "load average {load:.2} on {cores} cores: other processes hold the cores, which slows a pool (a handoff \

@@ -9,13 +9,13 @@
 //! held), before the tapes are drawn.
 
 use crate::args::Envs;
-use shmenv::engine::pool::{
-    default_num_workers, human_bytes, most_that_fit, MemoryRoom, PoolEstimate, MAX_WORKERS,
-};
-use shmenv::engine::protocol::{queue_entry::ENV_MASK, PoolParams};
-use shmenv::engine::spec::EnvSpec;
 use shmenv::worker::Registry;
 use shmenv::PoolBuilder;
+use shmenv_engine::pool::{
+    default_num_workers, human_bytes, most_that_fit, MemoryRoom, PoolEstimate, MAX_WORKERS,
+};
+use shmenv_engine::protocol::{queue_entry::ENV_MASK, PoolParams};
+use shmenv_engine::spec::EnvSpec;
 use std::fmt;
 
 /// Action batches pre-drawn for each pool (and for the serial loop): the batches repeat
@@ -47,7 +47,7 @@ pub fn pool_params(
     trace: bool,
     trainer_shard: bool,
 ) -> PoolParams {
-    let (n, cores) = (envs.num_envs, shmenv::engine::sync::available_cores());
+    let (n, cores) = (envs.num_envs, shmenv_engine::sync::available_cores());
     let workers = workers.unwrap_or_else(|| default_num_workers(n, cores, trainer_shard));
     PoolParams {
         config: config.clone(),
@@ -243,8 +243,8 @@ impl std::error::Error for NotEnoughMemory {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shmenv::engine::pool::CgroupLimit;
     use shmenv::{DType, Space};
+    use shmenv_engine::pool::CgroupLimit;
 
     fn params(num_envs: usize) -> PoolParams {
         shmenv::PoolBuilder::default_params("CartPole-v1", num_envs, 2)

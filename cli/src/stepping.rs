@@ -2,9 +2,10 @@
 //! process, fed the same pre-drawn random actions.
 
 use crate::{memory, Error};
-use shmenv::engine::protocol::PoolParams;
-use shmenv::worker::{EnvShard, LocalRows, Registry};
+use shmenv::worker::Registry;
 use shmenv::{Element, Pool, Space};
+use shmenv_engine::protocol::PoolParams;
+use shmenv_worker::{EnvShard, LocalRows};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -151,7 +152,7 @@ struct SerialStepper<T> {
 
 impl<T: Element> Stepper for SerialStepper<T> {
     fn step_batch(&mut self, k: usize) -> Result<u64, Error> {
-        let actions = shmenv::engine::spec::as_bytes(self.tape.batch(k));
+        let actions = shmenv_engine::spec::as_bytes(self.tape.batch(k));
         self.shard
             .step_all(actions, &mut self.rows.rows())
             .map_err(|(e, m)| format!("env {e} panicked: {m}"))?;
@@ -191,7 +192,7 @@ pub fn contenders(
     }
     .check()?;
     // The one place that maps the action dtype to its Rust type.
-    shmenv::engine::with_element!(pool.spec().action.dtype(), T => contenders_typed::<T>(pool, seed, baseline))
+    shmenv_engine::with_element!(pool.spec().action.dtype(), T => contenders_typed::<T>(pool, seed, baseline))
 }
 
 fn contenders_typed<T: Element>(
@@ -275,7 +276,7 @@ pub fn fmt_rate(r: f64) -> String {
 /// moment ("at the start", "at the end"). Other processes then take CPU time from the pool
 /// and the loop alike, and the figures come out lower and noisier than on an idle machine.
 pub fn warn_if_loaded(when: &str) {
-    let (load, cores) = (load_average(), shmenv::engine::sync::available_cores());
+    let (load, cores) = (load_average(), shmenv_engine::sync::available_cores());
     if load > cores as f64 {
         eprintln!(
             "warning: the load average is {load:.2} {when}, above the {cores} cores: other processes compete \

@@ -14,8 +14,8 @@ use crate::stepping::{contenders, load_average, warn_if_loaded, Baseline, Progre
 use crate::sweep_report::{self, Measured, Run};
 use crate::trace_file::TraceFile;
 use crate::Error;
-use shmenv::engine::pool::{default_num_workers, MAX_WORKERS};
 use shmenv::worker::Registry;
+use shmenv_engine::pool::{default_num_workers, MAX_WORKERS};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,7 +115,7 @@ pub struct Setting {
 pub fn run(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) -> Result<(), Error> {
     let sweep = args.sweep.sweep.ok_or("bench::run calls sweep::run with --sweep only")?;
     check_flags(args, sweep)?;
-    let cores = shmenv::engine::sync::available_cores();
+    let cores = shmenv_engine::sync::available_cores();
     let values = match &args.sweep.values {
         Some(list) => parse_values(list, sweep)?,
         None => default_values(args, sweep, cores),

@@ -4,8 +4,8 @@ use crate::args;
 use crate::stepping::fmt_rate;
 use crate::Error;
 use serde_json::json;
-use shmenv::engine::stats::attach::AttachedPool;
 use shmenv::{StatsReport, StatsSnapshot};
+use shmenv_engine::stats::attach::AttachedPool;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub struct TopArgs {
 
 /// Runs `shmenv top`.
 pub fn run(args: TopArgs) -> Result<(), Error> {
-    let pools = shmenv::engine::stats::attach::attach(args.pid)?;
+    let pools = shmenv_engine::stats::attach::attach(args.pid)?;
     let interval = Duration::from_secs_f64(args.interval);
     let mut before: Vec<StatsSnapshot> = pools.iter().map(|p| p.snapshot()).collect();
     let live = !args.once && !args.json && std::io::stdout().is_terminal();

@@ -54,7 +54,7 @@ const DEFAULTS_WITHIN: f64 = 0.05;
 pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
     let config = args.envs.config()?;
     let n = args.envs.num_envs;
-    let cores = shmenv::engine::sync::available_cores();
+    let cores = shmenv_engine::sync::available_cores();
     let slice = Duration::from_secs_f64(args.seconds);
     // Before any trial: a pool (one at a time; the sync one of the first trials) and its
     // action tape must fit.

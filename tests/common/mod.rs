@@ -160,7 +160,7 @@ pub fn batch_rows(batch: &shmenv::Batch<'_>) -> Vec<Row> {
     let same_step =
         !matches!(batch.final_obs::<u8>(&spec.observations[0].name), Err(shmenv::ViewError::NoFinalObs));
     let obs_bytes = |name: &str, final_obs: bool| -> Vec<u8> {
-        shmenv::engine::with_element!(spec.observations[spec.obs_index(name).unwrap()].space.dtype(), T => {
+        shmenv_engine::with_element!(spec.observations[spec.obs_index(name).unwrap()].space.dtype(), T => {
             let v = if final_obs { batch.final_obs::<T>(name) } else { batch.obs::<T>(name) }.unwrap();
             bytemuck::cast_slice::<T, u8>(v.as_slice()).to_vec()
         })
