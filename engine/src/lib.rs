@@ -1,6 +1,15 @@
 //! Trainer side of shmenv: the shared-memory region and its protocol, the cross-process
 //! semaphores, worker launch and supervision, and the [`Pool`] with its zero-copy
 //! [`Batch`] views.
+//!
+//! Internal to shmenv, with no stable API: programs use the `shmenv` crate, which re-exports
+//! what they call.
+
+// Every `pub` item is reachable from outside (the rest is `pub(crate)`), so what other
+// crates of the workspace may call is exactly the snapshot in tests/public-api/.
+#![warn(unreachable_pub)]
+// The loom build leaves out the modules that use much of the protocol's crate-private items.
+#![cfg_attr(loom, allow(dead_code))]
 
 // Under `--cfg loom` only the protocol code is built, with loom's atomics, for the model
 // check in `tests/loom_ring.rs`; everything touching real memory and processes is left out.
@@ -36,7 +45,7 @@ pub mod pool;
 
 /// Zero-copy views of a received batch.
 #[cfg(not(loom))]
-pub mod batch;
+mod batch;
 
 /// Live counters in the region's stats area, trace rings, attaching from another process.
 #[cfg(not(loom))]

@@ -107,7 +107,7 @@ impl Region {
 
     /// Grows the region to `len` bytes once, then seals it against any further size change
     /// and pre-faults every page, so no step pays a page fault.
-    pub fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
+    pub(crate) fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
         let file = self.file()?;
         file.set_len(len as u64)?;
         add_seals(file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
@@ -137,7 +137,8 @@ impl Region {
     }
 
     /// Seals currently set on the memfd.
-    pub fn seals(&self) -> io::Result<i32> {
+    #[cfg(test)]
+    pub(crate) fn seals(&self) -> io::Result<i32> {
         get_seals(self.file()?)
     }
 
@@ -149,7 +150,7 @@ impl Region {
     /// Takes the memfd out of the region, which keeps its mapping: the trainer's pool
     /// holds the file only while it may spawn workers, so views that outlive the pool
     /// keep the memory mapped but no fd open.
-    pub fn take_file(&mut self) -> Option<File> {
+    pub(crate) fn take_file(&mut self) -> Option<File> {
         self.file.take()
     }
 

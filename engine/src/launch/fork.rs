@@ -155,7 +155,7 @@ impl Owner {
 
     /// Whether the calling process is this owner (no fork happened since).
     #[inline]
-    pub fn is_current(&self) -> bool {
+    pub(crate) fn is_current(&self) -> bool {
         GENERATION.load(Ordering::Relaxed) == self.generation
     }
 
@@ -232,7 +232,7 @@ pub fn stop_forked_copy(owner: u32, place: Place, env: Option<usize>) -> ! {
 }
 
 /// This process's id.
-pub fn current_pid() -> u32 {
+pub(crate) fn current_pid() -> u32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() as u32 }
 }

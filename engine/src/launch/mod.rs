@@ -46,7 +46,7 @@ use watch::supervise;
 pub const WORKER_FLAG: &str = "--shmenv-worker";
 
 /// How long workers get to exit by themselves after `Close` before they are killed.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// How a worker process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ struct Spawner {
 }
 
 /// Bytes of each worker's output kept for error reports (the last lines of a crash).
-pub const OUTPUT_TAIL: usize = 4096;
+pub(crate) const OUTPUT_TAIL: usize = 4096;
 
 /// How to start a worker process: a program, the arguments that go before the worker's
 /// own (`--shmenv-worker <index> <fd> <parent pid>`), and environment variables to set.
@@ -188,7 +188,7 @@ impl WorkerCommand {
 
 /// The supervisor of one pool's workers.
 #[derive(Debug)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     shared: Arc<Shared>,
     pids: Vec<u32>,
     stop: OwnedFd,
@@ -228,7 +228,7 @@ impl Supervisor {
     /// so far killed and reaped).
     /// `label` (the env id) names the workers for `ps`: a native worker program's `argv[0]`
     /// becomes `shmenv-worker[<index>] <label>`.
-    pub fn start(
+    pub(crate) fn start(
         command: &WorkerCommand,
         label: &str,
         region_fd: RawFd,
@@ -297,19 +297,19 @@ impl Supervisor {
     }
 
     /// Process ids of the workers, by worker index.
-    pub fn pids(&self) -> &[u32] {
+    pub(crate) fn pids(&self) -> &[u32] {
         &self.pids
     }
 
     /// Whether any worker has exited. Cheap: one atomic load.
     #[inline]
-    pub fn any_exited(&self) -> bool {
+    pub(crate) fn any_exited(&self) -> bool {
         // Acquire pairs with the supervisor's Release store after recording the exit.
         self.shared.any_exited.load(Ordering::Acquire)
     }
 
     /// The first worker (by index) that has exited, if any (cheap while none has).
-    pub fn exited_worker(&self) -> Option<(usize, WorkerExit)> {
+    pub(crate) fn exited_worker(&self) -> Option<(usize, WorkerExit)> {
         if self.any_exited() {
             self.first_exit()
         } else {
@@ -318,7 +318,7 @@ impl Supervisor {
     }
 
     /// The first worker (by index) that has exited, with how it ended.
-    pub fn first_exit(&self) -> Option<(usize, WorkerExit)> {
+    pub(crate) fn first_exit(&self) -> Option<(usize, WorkerExit)> {
         let exits = self.shared.exits.lock().unwrap_or_else(|p| p.into_inner());
         exits.iter().enumerate().find_map(|(w, e)| e.map(|e| (w, e)))
     }
@@ -326,7 +326,7 @@ impl Supervisor {
     /// The last lines worker `w` wrote to its stdout or stderr (at most [`OUTPUT_TAIL`]
     /// bytes, starting at a line). Everything a worker writes is also copied to the
     /// trainer's stderr as it comes.
-    pub fn output_tail(&self, w: usize) -> String {
+    pub(crate) fn output_tail(&self, w: usize) -> String {
         let tails = self.shared.tails.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = tails.get(w).map_or(&[][..], |t| &t[..]);
         let text = String::from_utf8_lossy(bytes);
@@ -341,7 +341,7 @@ impl Supervisor {
 
     /// Starts worker `w` again after it exited (the failure policy `Restart`): same
     /// command, index and core; its output tail is kept. Returns the new pid.
-    pub fn respawn(&mut self, w: usize) -> io::Result<u32> {
+    pub(crate) fn respawn(&mut self, w: usize) -> io::Result<u32> {
         let (tx, rx) = mpsc::channel();
         self.shared.respawns.lock().unwrap_or_else(|p| p.into_inner()).push((w, tx));
         signal(&self.poke);
@@ -353,13 +353,13 @@ impl Supervisor {
     /// Takes the trainer's end of worker `w`'s call socket, if the command asked for one
     /// and it was not taken yet: the socket of the worker's current process (a respawn
     /// replaces it), with that process's pid.
-    pub fn take_call_socket(&self, w: usize) -> Option<CallSocket> {
+    pub(crate) fn take_call_socket(&self, w: usize) -> Option<CallSocket> {
         let mut sockets = self.shared.call_sockets.lock().unwrap_or_else(|p| p.into_inner());
         sockets.get_mut(w).and_then(Option::take)
     }
 
     /// How each worker ended (`None`: still running).
-    pub fn exits(&self) -> Vec<Option<WorkerExit>> {
+    pub(crate) fn exits(&self) -> Vec<Option<WorkerExit>> {
         self.shared.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -368,7 +368,7 @@ impl Supervisor {
     ///
     /// In a forked child (see [`fork`]) it does nothing: the thread and the workers
     /// are the parent's, and the stop eventfd is shared with it.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         if !self.owner.is_current() {
             // The thread does not exist here: neither join nor detach its handle.
             std::mem::forget(self.thread.take());

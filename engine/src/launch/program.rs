@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub const WORKER_ENV: &str = "SHMENV_WORKER_OF";
 
 /// The variable that names the worker program to use when none is given.
-pub const PROGRAM_ENV: &str = "SHMENV_WORKER_PROGRAM";
+pub(crate) const PROGRAM_ENV: &str = "SHMENV_WORKER_PROGRAM";
 
 /// The name of the stand-alone worker program looked for as a last resort.
-pub const PROGRAM_NAME: &str = "shmenv-worker";
+pub(crate) const PROGRAM_NAME: &str = "shmenv-worker";
 
 static SERVES_WORKERS: AtomicBool = AtomicBool::new(false);
 static HOSTING: AtomicBool = AtomicBool::new(false);
@@ -42,7 +42,7 @@ pub fn declare_serves_workers() {
 }
 
 /// Whether [`declare_serves_workers`] was called in this process.
-pub fn serves_workers() -> bool {
+pub(crate) fn serves_workers() -> bool {
     SERVES_WORKERS.load(Ordering::Relaxed)
 }
 
@@ -55,7 +55,7 @@ pub fn enter_host() {
 /// Whether this process was started by a pool as a worker (its parent set [`WORKER_ENV`]
 /// to its pid) but is not running the worker host: the worker program ran the trainer's
 /// code instead.
-pub fn is_unserved_worker() -> bool {
+pub(crate) fn is_unserved_worker() -> bool {
     if HOSTING.load(Ordering::Relaxed) {
         return false;
     }
@@ -66,7 +66,7 @@ pub fn is_unserved_worker() -> bool {
 
 /// Finds the program to run as workers when the builder names none (see the module docs
 /// for the order). Returns the paths tried on failure.
-pub fn default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
+pub(crate) fn default_worker_program() -> Result<PathBuf, Vec<PathBuf>> {
     let mut tried = Vec::new();
     if let Some(p) = std::env::var_os(PROGRAM_ENV) {
         let p = PathBuf::from(p);

@@ -37,7 +37,7 @@ use control::{trainer_semaphore, Control};
 use failure::Abort;
 pub use settings::{default_num_workers, MAX_WORKERS};
 pub use startup::closest_match;
-pub use trainer_shard::{MakeTrainerShard, TrainerShard};
+pub use trainer_shard::TrainerShard;
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///

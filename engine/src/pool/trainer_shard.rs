@@ -51,7 +51,8 @@ pub trait TrainerShard: Send {
 
 /// Builds a pool's [`TrainerShard`] from its parameters, or says why not as a worker
 /// would ([`WorkerReport`]: unknown env, bad config, ...).
-pub type MakeTrainerShard = dyn Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync;
+pub(crate) type MakeTrainerShard =
+    dyn Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync;
 
 /// What [`PoolBuilder::trainer_shard`](super::PoolBuilder::trainer_shard) holds.
 #[derive(Clone)]

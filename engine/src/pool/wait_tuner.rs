@@ -42,14 +42,14 @@ const MAX_WINDOW_NS: u64 = 200_000_000;
 /// Fewest batches in a window.
 const FEW_BATCHES: u32 = 3;
 /// The other mode takes over when its batches cost this share less.
-pub const MARGIN: f64 = 0.05;
+pub(super) const MARGIN: f64 = 0.05;
 /// Workers unpinned while the pool slept are pinned again only once it has waited actively
 /// this long: under contention that comes and goes, a pinned worker waits for the core a
 /// busy process holds while an unpinned one moves to the other.
-pub const REPIN_AFTER_NS: u64 = 2_000_000_000;
+pub(super) const REPIN_AFTER_NS: u64 = 2_000_000_000;
 /// After the cores were found busy, the workers stay unpinned at least this long before
 /// the next look (see [`Core::cores_look_free`]).
-pub const BUSY_RECHECK_NS: u64 = 100_000_000;
+pub(super) const BUSY_RECHECK_NS: u64 = 100_000_000;
 /// A probe whose batches (even its first, of transition) cost this many times the
 /// compared window's mean ends at once.
 const FAR_WORSE: f64 = 4.0;
@@ -171,7 +171,7 @@ pub(super) struct WaitTuner {
 impl WaitTuner {
     /// A tuner starting in `WaitMode::Active`; its first probe comes after
     /// `FIRST_INTERVAL_NS` of batches.
-    pub fn new() -> WaitTuner {
+    pub(super) fn new() -> WaitTuner {
         WaitTuner {
             mode: WaitMode::Active,
             phase: Phase::Settled(Window::default()),
@@ -193,13 +193,13 @@ impl WaitTuner {
     }
 
     /// The mode chosen (a probe may be running the other one).
-    pub fn chosen(&self) -> WaitMode {
+    pub(super) fn chosen(&self) -> WaitMode {
         self.mode
     }
 
     /// The mode the pool's processes follow now: the chosen one, or the other while a
     /// probe runs it.
-    pub fn following(&self) -> WaitMode {
+    pub(super) fn following(&self) -> WaitMode {
         match self.phase {
             Phase::Settled(_) => self.mode,
             Phase::Probe { .. } => self.mode.other(),
@@ -208,7 +208,7 @@ impl WaitTuner {
 
     /// How long the tuner has waited actively since it last chose to (0 while asleep; from
     /// the pool's start before it first slept).
-    pub fn active_for_ns(&self, now_ns: u64) -> u64 {
+    pub(super) fn active_for_ns(&self, now_ns: u64) -> u64 {
         match self.mode {
             WaitMode::Active => now_ns.saturating_sub(self.active_since_ns),
             WaitMode::Sleep => 0,
@@ -217,7 +217,7 @@ impl WaitTuner {
 
     /// Whether the tuner, waiting actively, came back from sleeping within [`REVERT_NS`]:
     /// sleeping looked cheaper only for a window or two (on an idle machine, by chance).
-    pub fn slept_briefly(&self) -> bool {
+    pub(super) fn slept_briefly(&self) -> bool {
         self.mode == WaitMode::Active
             && self.switches > 0
             && self.active_since_ns.saturating_sub(self.sleep_since_ns) < REVERT_NS
@@ -226,7 +226,7 @@ impl WaitTuner {
     /// Records a pool call that took `call_ns` and ended at `now_ns`; `batch` when it
     /// returned a batch of steps. Returns the mode the pool's processes must follow from
     /// now on when it changes.
-    pub fn on_call(&mut self, now_ns: u64, call_ns: u64, batch: bool) -> Option<WaitMode> {
+    pub(super) fn on_call(&mut self, now_ns: u64, call_ns: u64, batch: bool) -> Option<WaitMode> {
         self.call_ns += call_ns;
         if !batch {
             return None;

@@ -157,7 +157,7 @@ pub const WAIT_MODE: usize = POOL_CONTROL + offset_of!(PoolControl, commands.wai
 /// Offset of the trainer's semaphore (workers post, the trainer acquires).
 pub const TRAINER_SEMAPHORE: usize = POOL_CONTROL + offset_of!(PoolControl, trainer_wake.semaphore);
 /// Offset of the first worker control block.
-pub const WORKER_CONTROL: usize = POOL_CONTROL + size_of::<PoolControl>();
+pub(crate) const WORKER_CONTROL: usize = POOL_CONTROL + size_of::<PoolControl>();
 /// Sync mode's result blocks: commands alternate between them, so the views of one batch
 /// stay intact while the next command runs (what Python's zero-copy arrays rely on).
 pub const SYNC_BLOCKS: usize = 2;

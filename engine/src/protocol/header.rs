@@ -131,12 +131,12 @@ pub fn report_offset(num_workers: usize, w: usize) -> usize {
 
 /// Offset of the stats area (after the report areas): the pool's block, then one block
 /// per worker (see [`stats`]).
-pub fn stats_offset(num_workers: usize) -> usize {
+pub(crate) fn stats_offset(num_workers: usize) -> usize {
     report_offset(num_workers, num_workers)
 }
 
 /// Offset of worker `w`'s stats block.
-pub fn worker_stats_offset(num_workers: usize, w: usize) -> usize {
+pub(crate) fn worker_stats_offset(num_workers: usize, w: usize) -> usize {
     stats_offset(num_workers) + stats::POOL_BYTES + w * stats::WORKER_BYTES
 }
 

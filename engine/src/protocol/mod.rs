@@ -24,9 +24,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMENV\0\x01");
 pub const LAYOUT_VERSION: u32 = 8;
 /// Alignment of every shared array and control block: two 64-byte lines, because the
 /// adjacent-line prefetcher pulls pairs (as crossbeam's `CachePadded` explains).
-pub const CACHE_LINE: usize = 128;
+pub(crate) const CACHE_LINE: usize = 128;
 /// Page size the layout rounds to.
-pub const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 /// Capacity of the params area (pool parameters as JSON).
 pub const PARAMS_CAPACITY: usize = 64 * 1024;
 /// Capacity of each worker's report area (its spec or its error, as JSON).
@@ -46,6 +46,6 @@ pub use layout::*;
 pub use params::*;
 
 /// Rounds `x` up to a multiple of `to` (a power of two).
-pub const fn round_up(x: usize, to: usize) -> usize {
+pub(crate) const fn round_up(x: usize, to: usize) -> usize {
     (x + to - 1) & !(to - 1)
 }

@@ -108,9 +108,9 @@ const _: () = {
 };
 
 /// Bytes of the pool block.
-pub const POOL_BYTES: usize = size_of::<PoolBlock>();
+pub(crate) const POOL_BYTES: usize = size_of::<PoolBlock>();
 /// Bytes of each worker block.
-pub const WORKER_BYTES: usize = size_of::<WorkerBlock>();
+pub(crate) const WORKER_BYTES: usize = size_of::<WorkerBlock>();
 
 /// Offsets of the pool block's words ([`PoolBlock`]).
 pub mod pool {
@@ -118,43 +118,43 @@ pub mod pool {
     use std::mem::offset_of;
 
     /// u32: [`PoolBlock::enabled`].
-    pub const ENABLED: usize = offset_of!(PoolBlock, enabled);
+    pub(crate) const ENABLED: usize = offset_of!(PoolBlock, enabled);
     /// u32: [`PoolBlock::trainer_pid`].
-    pub const TRAINER_PID: usize = offset_of!(PoolBlock, trainer_pid);
+    pub(crate) const TRAINER_PID: usize = offset_of!(PoolBlock, trainer_pid);
     /// u64: [`PoolBlock::started_ns`].
-    pub const STARTED_NS: usize = offset_of!(PoolBlock, started_ns);
+    pub(crate) const STARTED_NS: usize = offset_of!(PoolBlock, started_ns);
     /// u64: [`PoolBlock::batches`].
-    pub const BATCHES: usize = offset_of!(PoolBlock, batches);
+    pub(crate) const BATCHES: usize = offset_of!(PoolBlock, batches);
     /// u64: [`PoolBlock::trainer_wait_ns`].
-    pub const TRAINER_WAIT_NS: usize = offset_of!(PoolBlock, trainer_wait_ns);
+    pub(crate) const TRAINER_WAIT_NS: usize = offset_of!(PoolBlock, trainer_wait_ns);
     /// u64: [`PoolBlock::trainer_call_ns`].
-    pub const TRAINER_CALL_NS: usize = offset_of!(PoolBlock, trainer_call_ns);
+    pub(crate) const TRAINER_CALL_NS: usize = offset_of!(PoolBlock, trainer_call_ns);
     /// u64: [`PoolBlock::ring_full_sum`].
-    pub const RING_FULL_SUM: usize = offset_of!(PoolBlock, ring_full_sum);
+    pub(crate) const RING_FULL_SUM: usize = offset_of!(PoolBlock, ring_full_sum);
     /// u64: [`PoolBlock::ring_samples`].
-    pub const RING_SAMPLES: usize = offset_of!(PoolBlock, ring_samples);
+    pub(crate) const RING_SAMPLES: usize = offset_of!(PoolBlock, ring_samples);
     /// u64: [`PoolBlock::wait_mode`].
     pub const WAIT_MODE: usize = offset_of!(PoolBlock, wait_mode);
     /// u64: [`PoolBlock::sleep_batches`].
-    pub const SLEEP_BATCHES: usize = offset_of!(PoolBlock, sleep_batches);
+    pub(crate) const SLEEP_BATCHES: usize = offset_of!(PoolBlock, sleep_batches);
     /// u64: [`PoolBlock::wait_probes`].
-    pub const WAIT_PROBES: usize = offset_of!(PoolBlock, wait_probes);
+    pub(crate) const WAIT_PROBES: usize = offset_of!(PoolBlock, wait_probes);
     /// u64: [`PoolBlock::wait_switches`].
-    pub const WAIT_SWITCHES: usize = offset_of!(PoolBlock, wait_switches);
+    pub(crate) const WAIT_SWITCHES: usize = offset_of!(PoolBlock, wait_switches);
     /// u64: [`PoolBlock::trainer_runqueue_at_start`].
-    pub const TRAINER_RUNQUEUE_AT_START: usize = offset_of!(PoolBlock, trainer_runqueue_at_start);
+    pub(crate) const TRAINER_RUNQUEUE_AT_START: usize = offset_of!(PoolBlock, trainer_runqueue_at_start);
     /// u64: [`PoolBlock::shard_steps`].
-    pub const SHARD_STEPS: usize = offset_of!(PoolBlock, shard_steps);
+    pub(crate) const SHARD_STEPS: usize = offset_of!(PoolBlock, shard_steps);
     /// u64: [`PoolBlock::shard_resets`].
-    pub const SHARD_RESETS: usize = offset_of!(PoolBlock, shard_resets);
+    pub(crate) const SHARD_RESETS: usize = offset_of!(PoolBlock, shard_resets);
     /// u64: [`PoolBlock::shard_env_ns`].
-    pub const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
+    pub(crate) const SHARD_ENV_NS: usize = offset_of!(PoolBlock, shard_env_ns);
     /// u64: [`PoolBlock::trainer_tid`].
-    pub const TRAINER_TID: usize = offset_of!(PoolBlock, trainer_tid);
+    pub(crate) const TRAINER_TID: usize = offset_of!(PoolBlock, trainer_tid);
     /// u64: [`PoolBlock::trainer_cpu_at_start`].
-    pub const TRAINER_CPU_AT_START: usize = offset_of!(PoolBlock, trainer_cpu_at_start);
+    pub(crate) const TRAINER_CPU_AT_START: usize = offset_of!(PoolBlock, trainer_cpu_at_start);
     /// u64: [`PoolBlock::machine_busy_at_start`].
-    pub const MACHINE_BUSY_AT_START: usize = offset_of!(PoolBlock, machine_busy_at_start);
+    pub(crate) const MACHINE_BUSY_AT_START: usize = offset_of!(PoolBlock, machine_busy_at_start);
 }
 
 /// Offsets of a worker block's words ([`WorkerBlock`]).
@@ -163,29 +163,29 @@ pub mod worker {
     use std::mem::offset_of;
 
     /// u64: [`WorkerBlock::steps`].
-    pub const STEPS: usize = offset_of!(WorkerBlock, steps);
+    pub(crate) const STEPS: usize = offset_of!(WorkerBlock, steps);
     /// u64: [`WorkerBlock::resets`].
-    pub const RESETS: usize = offset_of!(WorkerBlock, resets);
+    pub(crate) const RESETS: usize = offset_of!(WorkerBlock, resets);
     /// u64: [`WorkerBlock::env_ns`].
-    pub const ENV_NS: usize = offset_of!(WorkerBlock, env_ns);
+    pub(crate) const ENV_NS: usize = offset_of!(WorkerBlock, env_ns);
     /// u64: [`WorkerBlock::wait_ns`].
-    pub const WAIT_NS: usize = offset_of!(WorkerBlock, wait_ns);
+    pub(crate) const WAIT_NS: usize = offset_of!(WorkerBlock, wait_ns);
     /// u64: [`WorkerBlock::publish_ns`].
-    pub const PUBLISH_NS: usize = offset_of!(WorkerBlock, publish_ns);
+    pub(crate) const PUBLISH_NS: usize = offset_of!(WorkerBlock, publish_ns);
     /// u64: [`WorkerBlock::sampled`].
-    pub const SAMPLED: usize = offset_of!(WorkerBlock, sampled);
+    pub(crate) const SAMPLED: usize = offset_of!(WorkerBlock, sampled);
     /// u32: [`WorkerBlock::pid`].
     pub const PID: usize = offset_of!(WorkerBlock, pid);
     /// u64: [`WorkerBlock::busy_since`].
-    pub const BUSY_SINCE: usize = offset_of!(WorkerBlock, busy_since);
+    pub(crate) const BUSY_SINCE: usize = offset_of!(WorkerBlock, busy_since);
     /// `HIST_BUCKETS` u64: [`WorkerBlock::hist`]; bucket `k` at `HIST + k * HIST_STRIDE`.
-    pub const HIST: usize = offset_of!(WorkerBlock, hist);
+    pub(crate) const HIST: usize = offset_of!(WorkerBlock, hist);
     /// u64: [`WorkerBlock::runqueue_at_start`].
-    pub const RUNQUEUE_AT_START: usize = offset_of!(WorkerBlock, runqueue_at_start);
+    pub(crate) const RUNQUEUE_AT_START: usize = offset_of!(WorkerBlock, runqueue_at_start);
     /// u64: [`WorkerBlock::cpu_at_start`].
-    pub const CPU_AT_START: usize = offset_of!(WorkerBlock, cpu_at_start);
+    pub(crate) const CPU_AT_START: usize = offset_of!(WorkerBlock, cpu_at_start);
     /// Bytes between two histogram buckets.
-    pub const HIST_STRIDE: usize = size_of::<u64>();
+    pub(crate) const HIST_STRIDE: usize = size_of::<u64>();
 }
 
 const _: () = assert!(offset_of!(WorkerBlock, busy_since) % 8 == 0 && offset_of!(WorkerBlock, hist) % 8 == 0);

@@ -32,15 +32,15 @@ pub struct TraceRow {
 }
 
 /// Offset of the head in a row.
-pub const HEAD_AT: usize = offset_of!(TraceRow, head);
+pub(crate) const HEAD_AT: usize = offset_of!(TraceRow, head);
 /// Offset of the first span in a row.
-pub const SPANS_AT: usize = offset_of!(TraceRow, spans);
+pub(crate) const SPANS_AT: usize = offset_of!(TraceRow, spans);
 /// Bytes of one span.
-pub const SPAN_BYTES: usize = size_of::<SpanWords>();
+pub(crate) const SPAN_BYTES: usize = size_of::<SpanWords>();
 /// Offset of a span's packed duration and kind word.
-pub const SPAN_DURATION_KIND: usize = offset_of!(SpanWords, duration_kind);
+pub(crate) const SPAN_DURATION_KIND: usize = offset_of!(SpanWords, duration_kind);
 /// Bytes of one worker's row.
-pub const ROW_BYTES: usize = size_of::<TraceRow>();
+pub(crate) const ROW_BYTES: usize = size_of::<TraceRow>();
 
 /// Span kinds.
 pub mod kind {

@@ -155,7 +155,7 @@ impl ClaimView {
     }
 
     /// The rows it claimed and has not committed.
-    pub fn uncommitted(&self) -> Range<u64> {
+    pub(crate) fn uncommitted(&self) -> Range<u64> {
         if self.state == CLAIMED {
             let start = self.first.saturating_add(u64::from(self.done.min(self.len)));
             start..self.first.saturating_add(u64::from(self.len))
@@ -213,7 +213,7 @@ impl RecoveryPlan {
     /// the next plan would count the row as that live worker's, committed, with no post.
     /// Rows past the released blocks are not touched: their blocks still hold earlier
     /// batches (the trainer marks them when it releases them).
-    pub fn rows_to_unmark<'a>(&'a self, s: &RingSnapshot) -> impl Iterator<Item = u64> + 'a {
+    pub(crate) fn rows_to_unmark<'a>(&'a self, s: &RingSnapshot) -> impl Iterator<Item = u64> + 'a {
         let end = s.window_end.saturating_mul(s.batch_size);
         self.fill_rows.iter().copied().filter(move |&g| g < end)
     }

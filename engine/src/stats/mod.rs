@@ -19,10 +19,8 @@ mod trace_ring;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 mod report;
-pub use report::{
-    quantile, StatsReport, Verdict, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE,
-    ENV_BOUND_UTILIZATION, TRAINER_BOUND_OUTSIDE, UNKNOWN_OTHERS_RUNQUEUE,
-};
+pub(crate) use report::quantile;
+pub use report::{StatsReport, Verdict, WorkerActivity, CONTENDED_OTHERS, CONTENDED_RUNQUEUE};
 pub use trace_ring::{Span, TraceRing};
 
 /// CLOCK_MONOTONIC in nanoseconds: the same clock in every process on the machine, so
@@ -56,7 +54,7 @@ fn read_sched_times(path: &str) -> Option<(u64, u64)> {
 /// The calling thread's id (`gettid`), asked of the kernel once per thread. By the raw
 /// system call: glibc has a `gettid` wrapper only from 2.30, and the wheel's program links
 /// against 2.28.
-pub fn current_tid() -> u32 {
+pub(crate) fn current_tid() -> u32 {
     thread_local! {
         // SAFETY: the gettid system call takes no arguments, has no preconditions and
         // cannot fail.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The `q` quantile (0..1) of a log2 histogram, in ns, interpolated inside its bucket;
 /// `None` when it is empty.
-pub fn quantile(hist: &[u64], q: f64) -> Option<f64> {
+pub(crate) fn quantile(hist: &[u64], q: f64) -> Option<f64> {
     let total: u64 = hist.iter().sum();
     if total == 0 {
         return None;
@@ -114,17 +114,17 @@ pub const CONTENDED_RUNQUEUE: f64 = 0.1;
 /// [`StatsReport::verdict`]: the same when [`StatsReport::others_share`] is unknown (a
 /// pool of an older build seen by `shmenv top`, no `/proc/stat`, a trainer thread that
 /// ended): workers waiting this long are taken as contended, as before that share existed.
-pub const UNKNOWN_OTHERS_RUNQUEUE: f64 = 0.2;
+pub(crate) const UNKNOWN_OTHERS_RUNQUEUE: f64 = 0.2;
 /// [`StatsReport::verdict`]: share of the machine's CPU time other tasks took
 /// ([`StatsReport::others_share`]) from which workers that wait for a CPU are contended
 /// rather than held up by their own pool (measured here, `shmenv bench --profile`: 0.4-0.9%
 /// on an idle 2-core machine, 69-78% with two busy processes beside the pool).
 pub const CONTENDED_OTHERS: f64 = 0.15;
 /// [`StatsReport::verdict`]: average worker utilization from which a pool is env-bound.
-pub const ENV_BOUND_UTILIZATION: f64 = 0.6;
+pub(crate) const ENV_BOUND_UTILIZATION: f64 = 0.6;
 /// [`StatsReport::verdict`]: share of the time the trainer spends outside pool calls from
 /// which a pool (not env-bound) is trainer-bound.
-pub const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
+pub(crate) const TRAINER_BOUND_OUTSIDE: f64 = 0.5;
 
 /// Where a pool's time went, in one word ([`StatsReport::verdict`]). It prints and
 /// serializes as that word (`"env-bound"`), the `verdict` of `shmenv bench --json` and

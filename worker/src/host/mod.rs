@@ -36,7 +36,7 @@ pub(crate) use sync_loop::run_command;
 /// Whether this process was started by a pool as a worker (its first argument is
 /// [`WORKER_FLAG`]). Programs that are also something else (like the `shmenv` CLI) check
 /// this first thing in `main`.
-pub fn is_worker_invocation() -> bool {
+pub(crate) fn is_worker_invocation() -> bool {
     std::env::args_os().nth(1).is_some_and(|a| a == WORKER_FLAG)
 }
 
@@ -64,7 +64,7 @@ pub trait BatchScope {
 }
 
 /// The scope that does nothing around the work.
-pub struct NoScope;
+pub(crate) struct NoScope;
 
 impl BatchScope for NoScope {
     fn run(&self, work: &mut dyn FnMut()) {
@@ -110,7 +110,7 @@ fn set_thread_name(name: &str) {
 
 /// Why a worker could not use its region.
 #[derive(Debug, thiserror::Error)]
-pub enum WorkerAttachError {
+pub(crate) enum WorkerAttachError {
     /// The fd is not a usable region.
     #[error("cannot map the region fd: {0}")]
     Map(#[from] std::io::Error),

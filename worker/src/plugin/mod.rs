@@ -29,7 +29,7 @@ pub(crate) use batch::BatchStep;
 pub const ABI_VERSION: u32 = 1;
 
 /// The symbol every plugin exports (`SHMENV_PLUGIN_ENTRY_NAME`).
-pub const ENTRY_SYMBOL: &str = "shmenv_plugin_entry";
+pub(crate) const ENTRY_SYMBOL: &str = "shmenv_plugin_entry";
 
 /// Error texts longer than this are cut (a library's message is for a person to read).
 const MAX_MESSAGE: usize = 4096;

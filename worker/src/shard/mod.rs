@@ -115,7 +115,7 @@ impl EnvShard {
     /// returns, before it writes a row or goes back to the host's loop.
     /// Shmenv's own built-in envs never fork: their shard skips the check after each env
     /// call (the host's checks before every post and wait still stop any copy of it).
-    pub fn stop_forked_copies(&mut self, owner: Owner, place: Place) {
+    pub(crate) fn stop_forked_copies(&mut self, owner: Owner, place: Place) {
         if !self.builtin {
             self.guard = Some((owner, place));
         }
@@ -137,7 +137,7 @@ impl EnvShard {
 
     /// The sampled env-step time histogram since the host last flushed it into the
     /// region (it adds the counts there and clears them here).
-    pub fn hist_mut(&mut self) -> &mut [u64; stats::HIST_BUCKETS] {
+    pub(crate) fn hist_mut(&mut self) -> &mut [u64; stats::HIST_BUCKETS] {
         &mut self.hist
     }
 
@@ -244,7 +244,7 @@ impl EnvShard {
     /// asks for it ([`reset_flag`]): env `i` seeded with `base_seed + i` for
     /// `RESET_SEEDED`; the others write their current observation with reward 0 and both
     /// flags false. A flag out of range is refused before any env is touched.
-    pub fn reset_some(
+    pub(crate) fn reset_some(
         &mut self,
         actions: &[u8],
         base_seed: u64,
@@ -284,7 +284,7 @@ impl EnvShard {
     /// Advances env `i` (index within the shard): a reset, a step, or, when the env's
     /// episode ended on the previous step under `AutoReset::NextStep`, the reset that
     /// replaces this step (its action is ignored). Writes nothing; see [`EnvShard::emit`].
-    pub fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
+    pub(crate) fn advance(&mut self, i: usize, work: Work<'_>) -> Result<Advanced, (usize, String)> {
         let timed = self.sampling && {
             self.tick = self.tick.wrapping_add(1);
             self.tick % stats::ASYNC_SAMPLE_EVERY == 0
@@ -331,7 +331,7 @@ impl EnvShard {
     /// observation (written by the env itself), reward, flags and episode statistics.
     /// Under `AutoReset::SameStep` an ended episode's last observation goes to the
     /// `final_obs` row, then the env is reset and its first observation goes to the `obs` row.
-    pub fn emit(
+    pub(crate) fn emit(
         &mut self,
         i: usize,
         advanced: Advanced,
@@ -412,7 +412,7 @@ impl EnvShard {
 
 /// What to do with one env.
 #[derive(Clone, Copy, Debug)]
-pub enum Work<'a> {
+pub(crate) enum Work<'a> {
     /// Reset it (with this seed, or continuing its stream).
     Reset {
         /// The seed, if reseeding.
@@ -424,7 +424,7 @@ pub enum Work<'a> {
 
 /// What [`EnvShard::advance`] did, for [`EnvShard::emit`] to write.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Advanced {
+pub(crate) enum Advanced {
     /// A new episode began (reset).
     Began,
     /// Nothing happened to the env (a partial reset left it alone).

@@ -15,16 +15,16 @@ use crate::spec::EnvSpec;
 /// Bytes a worker holds per env besides the env's own state: its slot in the shard's list
 /// of boxed envs (16 bytes, up to twice over while the list grows), the allocator's header
 /// of the env's box (8 to 16) and the episode bookkeeping (13).
-pub const SHARD_BYTES_PER_ENV: u64 = 64;
+pub(crate) const SHARD_BYTES_PER_ENV: u64 = 64;
 
 /// Env state assumed for an env the engine has no figure for (a plugin's, or an id of a
 /// worker program of your own), on top of a copy of its observation and action: a
 /// conservative figure, below what any real env takes.
-pub const DEFAULT_ENV_BYTES: u64 = 1024;
+pub(crate) const DEFAULT_ENV_BYTES: u64 = 1024;
 
 /// Env state assumed for a Python env hosted by the Python package's workers (a
 /// Gymnasium `CartPole-v1` object with its wrappers and NumPy generator takes ~3.8 KiB).
-pub const PYTHON_ENV_BYTES: u64 = 4096;
+pub(crate) const PYTHON_ENV_BYTES: u64 = 4096;
 
 /// The Python package's env id for Python envs.
 const PYTHON_ENV_ID: &str = "python-env";
@@ -32,12 +32,13 @@ const PYTHON_ENV_ID: &str = "python-env";
 /// The state of each built-in env (`shmenv::worker::envs`): its struct's size rounded up
 /// to the allocator's 16 bytes, plus what it allocates (`Burn-v0`'s shape, a few dims).
 /// `tests/memory_limits.rs` checks these against the structs.
-pub const BUILTIN_ENV_BYTES: [(&str, u64); 3] = [("CartPole-v1", 80), ("Pendulum-v1", 64), ("Burn-v0", 256)];
+pub(crate) const BUILTIN_ENV_BYTES: [(&str, u64); 3] =
+    [("CartPole-v1", 80), ("Pendulum-v1", 64), ("Burn-v0", 256)];
 
 /// The bytes a worker is estimated to hold per env of `params` (the spec's observation and
 /// action rows, when known, for envs that are not built in: plugins and Python envs keep
 /// buffers of them).
-pub fn worker_bytes_per_env(params: &PoolParams, spec: Option<&EnvSpec>) -> u64 {
+pub(crate) fn worker_bytes_per_env(params: &PoolParams, spec: Option<&EnvSpec>) -> u64 {
     let builtin = BUILTIN_ENV_BYTES.iter().find(|(id, _)| *id == params.env_id).map(|(_, b)| *b);
     let state = match (params.plugin.is_some(), builtin) {
         (false, Some(bytes)) => return SHARD_BYTES_PER_ENV + bytes,
@@ -50,7 +51,7 @@ pub fn worker_bytes_per_env(params: &PoolParams, spec: Option<&EnvSpec>) -> u64 
 
 /// The bytes of one env's row in each array of the region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowShape {
+pub(crate) struct RowShape {
     /// All observation arrays together.
     pub obs: u64,
     /// How many observation arrays.
@@ -62,10 +63,10 @@ pub struct RowShape {
 impl RowShape {
     /// The smallest rows any spec has (one observation array of 1 byte, a 1-byte action):
     /// the region's size before the workers report the spec is at least this one's.
-    pub const LEAST: RowShape = RowShape { obs: 1, obs_arrays: 1, action: 1 };
+    pub(crate) const LEAST: RowShape = RowShape { obs: 1, obs_arrays: 1, action: 1 };
 
     /// The rows of `spec`.
-    pub fn of(spec: &EnvSpec) -> RowShape {
+    pub(crate) fn of(spec: &EnvSpec) -> RowShape {
         RowShape {
             obs: spec.observations.iter().fold(0u64, |a, o| a.saturating_add(o.space.value_bytes() as u64)),
             obs_arrays: spec.observations.len() as u64,
@@ -77,7 +78,7 @@ impl RowShape {
 /// The region's bytes for `num_envs` envs of `params` with rows `rows`: the arrays of
 /// [`crate::protocol::Layout::compute`], each padded to a cache line, at least its total
 /// size; `u64::MAX` if that does not fit in 64 bits.
-pub fn region_bytes(params: &PoolParams, num_envs: u64, rows: RowShape) -> u64 {
+pub(crate) fn region_bytes(params: &PoolParams, num_envs: u64, rows: RowShape) -> u64 {
     let line = CACHE_LINE as u64;
     let array = |n: u64, row: u64| n.saturating_mul(row).saturating_add(line);
     let is_async = (params.batch_size as u64) < num_envs;
@@ -142,7 +143,7 @@ impl PoolEstimate {
 
 /// What a pool of `params` needs, before any worker starts: the least region any spec
 /// gives and the workers' env state. Refused when it is more than the room left.
-pub fn check_before_start(params: &PoolParams, room: &MemoryRoom) -> Result<(), BuildError> {
+pub(crate) fn check_before_start(params: &PoolParams, room: &MemoryRoom) -> Result<(), BuildError> {
     let per_env = worker_bytes_per_env(params, None);
     let need = |n: u64| PoolEstimate::new(params, n, None).total();
     check(params, room, per_env, need, |n| PoolEstimate::new(params, n, None).region)
@@ -151,7 +152,7 @@ pub fn check_before_start(params: &PoolParams, room: &MemoryRoom) -> Result<(), 
 /// What the region of `params` with `spec` needs, once the workers have built their envs
 /// (their state is held already, and counted in the room): refused when it is more than
 /// the room left. Called before the layout is computed, so its sizes cannot overflow.
-pub fn check_region(params: &PoolParams, spec: &EnvSpec, room: &MemoryRoom) -> Result<(), BuildError> {
+pub(crate) fn check_region(params: &PoolParams, spec: &EnvSpec, room: &MemoryRoom) -> Result<(), BuildError> {
     let rows = RowShape::of(spec);
     let region = |n: u64| region_bytes(&at_most(params, n), n, rows);
     check(params, room, 0, region, region)

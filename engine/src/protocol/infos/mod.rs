@@ -210,7 +210,7 @@ impl InfoLayout {
 
 /// The dtype of an info column named by numpy's `dtype.str` (`"<i8"`, `"|b1"`): a number
 /// of this machine's byte order, of up to 8 bytes. `None` for anything else.
-pub fn column_dtype(s: &str) -> Option<DType> {
+pub(crate) fn column_dtype(s: &str) -> Option<DType> {
     let native = if cfg!(target_endian = "little") { '<' } else { '>' };
     let mut chars = s.chars();
     let order = chars.next()?;
