@@ -1,14 +1,18 @@
-"""``AsyncVectorEnv``'s split calls on a :class:`shmenv.ShmVectorEnv`: ``reset_async`` /
-``reset_wait`` and ``step_async`` / ``step_wait``, with its states, exception types and
-messages (``AlreadyPendingCallError``, ``NoAsyncCallError``, ``multiprocessing.TimeoutError``)
-and its warning when ``close()`` finds a call pending.
+"""``AsyncVectorEnv``'s split calls, as :class:`shmenv.ShmVectorEnv` offers them:
+``reset_async`` / ``reset_wait``, ``step_async`` / ``step_wait`` and ``call_async`` /
+``call_wait``, with its states, exception types and messages (``AlreadyPendingCallError``,
+``NoAsyncCallError``, ``multiprocessing.TimeoutError``) and its warning when ``close()``
+finds a call pending.
 
-The call runs on a helper thread (the pool releases the GIL while it waits for the
-workers), so ``*_async`` returns at once and ``*_wait(timeout)`` can give up: after a
-timeout the call still finishes in the background and its results are dropped, as
-``AsyncVectorEnv`` drops them; the next call (or ``close()``) waits for it first. This is
-Gymnasium's API for code written against ``AsyncVectorEnv``; EnvPool-style ``send``/``recv``
-(``batch_size < num_envs``) is shmenv's own asynchronous mode.
+:class:`PendingCalls` holds that state for one vector env, which hands it each call to run
+and knows nothing else of it. A reset or step runs on a helper thread (the pool releases
+the GIL while it waits for the workers), so ``*_async`` returns at once and
+``*_wait(timeout)`` can give up: after a timeout the call still finishes in the background
+and its results are dropped, as ``AsyncVectorEnv`` drops them; the next call (or
+``close()``) waits for it first. ``call_async`` runs the call at once (every worker answers
+before it returns) and keeps its result or error for ``call_wait``, which never waits.
+This is Gymnasium's API for code written against ``AsyncVectorEnv``; EnvPool-style
+``send``/``recv`` (``batch_size < num_envs``) is shmenv's own asynchronous mode.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any, Callable
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.logger import warn
+
+__all__ = ["PendingCalls"]
 
 
 class _Call:
@@ -39,76 +45,95 @@ class _Call:
 
 
 class PendingCalls:
-    """Mixed into :class:`shmenv.vector.ShmVectorEnv` (its ``reset``, ``step`` and
-    ``_check_open``)."""
+    """The split calls of one vector env: at most one reset or step in flight (``pending``),
+    one whose wait timed out and that finishes in the background (``abandoned``), and the
+    outcome of a ``call_async`` not waited for yet. ``busy`` is True while a reset or step
+    is pending or abandoned: the env's ``reset``/``step`` then ask :meth:`refuse`."""
 
-    _pending: _Call | None = None
-    _abandoned: _Call | None = None  # a call whose wait timed out: finishing in the background
+    def __init__(self) -> None:
+        self.pending: _Call | None = None
+        self.abandoned: _Call | None = None
+        self.busy = False
+        self._call_outcome: tuple[bool, Any] | None = None
 
-    def reset_async(self, seed: Any = None, options: dict | None = None) -> None:
-        """Starts ``reset(seed=seed, options=options)``; :meth:`reset_wait` returns it."""
-        self._start("reset", lambda: self.reset(seed=seed, options=options))
+    def _note(self) -> None:
+        self.busy = self.pending is not None or self.abandoned is not None
 
-    def reset_wait(self, timeout: float | None = None) -> tuple:
-        """The pending reset's ``(obs, infos)``, waiting at most ``timeout`` seconds
-        (``multiprocessing.TimeoutError`` after that, as ``AsyncVectorEnv``)."""
-        return self._wait("reset", timeout)
+    def start(self, kind: str, run: Callable[[], Any]) -> None:
+        """Starts ``run`` (the ``kind`` call, "reset" or "step") on a helper thread, after
+        any abandoned call finished; raises ``AlreadyPendingCallError`` while one is pending."""
+        if self.pending is not None:
+            raise AlreadyPendingCallError(
+                f"Calling `{kind}_async` while waiting for a pending call to `{self.pending.kind}` to complete",
+                self.pending.kind,
+            )
+        self._finish_abandoned()
+        self.pending = _Call(kind, run)
+        self._note()
 
-    def step_async(self, actions: Any) -> None:
-        """Starts ``step(actions)``; :meth:`step_wait` returns it."""
-        self._start("step", lambda: self.step(actions))
+    def wait(self, kind: str, timeout: float | None) -> Any:
+        """The pending ``kind`` call's result (or raises its error), waiting at most
+        ``timeout`` seconds: ``multiprocessing.TimeoutError`` after that, and the call is
+        abandoned (it finishes in the background; its result is dropped)."""
+        call = self.pending
+        if call is None or call.kind != kind:
+            raise NoAsyncCallError(f"Calling `{kind}_wait` without any prior call to `{kind}_async`.", kind)
+        call.thread.join(timeout)
+        self.pending = None
+        if call.thread.is_alive():
+            self.abandoned = call
+            self._note()
+            raise multiprocessing.TimeoutError(f"The call to `{kind}_wait` has timed out after {timeout} second(s).")
+        self._note()
+        if call.error is not None:
+            raise call.error
+        return call.result
 
-    def step_wait(self, timeout: float | None = None) -> tuple:
-        """The pending step's results, waiting at most ``timeout`` seconds."""
-        return self._wait("step", timeout)
-
-    def _refuse_if_pending(self, kind: str) -> None:
-        """``reset()``/``step()`` (``kind``) while a split call runs: Gymnasium's error
-        (the helper thread's own call passes)."""
-        call = self._pending or self._abandoned
+    def refuse(self, kind: str) -> None:
+        """Before ``reset()``/``step()`` (``kind``) while ``busy``: Gymnasium's
+        ``AlreadyPendingCallError`` while a split call is pending; waits for an abandoned one
+        to finish. The helper thread's own call passes."""
+        call = self.pending or self.abandoned
         if call is not None and threading.current_thread() is not call.thread:
-            if self._pending is None:
-                self._finish_abandoned(None)
+            if self.pending is None:
+                self._finish_abandoned()
                 return
             raise AlreadyPendingCallError(
                 f"Calling `{kind}` while waiting for a pending call to `{call.kind}` to complete", call.kind
             )
 
-    def _start(self, kind: str, run: Callable[[], Any]) -> None:
-        self._check_open()
-        if self._pending is not None:
-            raise AlreadyPendingCallError(
-                f"Calling `{kind}_async` while waiting for a pending call to `{self._pending.kind}` to complete",
-                self._pending.kind,
-            )
-        self._finish_abandoned(None)
-        self._pending = _Call(kind, run)
-
-    def _wait(self, kind: str, timeout: float | None) -> Any:
-        call = self._pending
-        if call is None or call.kind != kind:
-            raise NoAsyncCallError(f"Calling `{kind}_wait` without any prior call to `{kind}_async`.", kind)
-        call.thread.join(timeout)
-        self._pending = None
-        if call.thread.is_alive():
-            self._abandoned = call
-            raise multiprocessing.TimeoutError(f"The call to `{kind}_wait` has timed out after {timeout} second(s).")
-        if call.error is not None:
-            raise call.error
-        return call.result
-
-    def _finish_abandoned(self, timeout: float | None) -> None:
+    def _finish_abandoned(self) -> None:
         """Waits for a call whose wait timed out (its results are dropped)."""
-        if self._abandoned is not None:
-            self._abandoned.thread.join(timeout)
-            if not self._abandoned.thread.is_alive():
-                self._abandoned = None
+        if self.abandoned is not None:
+            self.abandoned.thread.join()
+            self.abandoned = None
+            self._note()
 
-    def _close_pending(self) -> None:
-        """Before ``close()``: warns of a pending call, as ``AsyncVectorEnv`` does, and lets
-        it (and an abandoned one) finish, so that the pool is not closed under it."""
-        if self._pending is not None:
-            warn(f"Calling `close` while waiting for a pending call to `{self._pending.kind}` to complete.")
-            self._pending.thread.join()
-            self._pending = None
-        self._finish_abandoned(None)
+    def close(self) -> None:
+        """Before the env closes: warns of a pending call, as ``AsyncVectorEnv`` does, and
+        lets it (and an abandoned one) finish, so that the pool is not closed under it."""
+        if self.pending is not None:
+            warn(f"Calling `close` while waiting for a pending call to `{self.pending.kind}` to complete.")
+            self.pending.thread.join()
+            self.pending = None
+        self._finish_abandoned()
+        self._note()
+
+    def call_async(self, run: Callable[[], tuple]) -> None:
+        """Runs ``run`` (a ``call``) now and keeps its results, or its exception, for
+        :meth:`call_wait`, as ``AsyncVectorEnv`` raises a call's error at ``call_wait``."""
+        if self._call_outcome is not None:
+            raise AlreadyPendingCallError("call_async was called while a call is pending: call_wait first", "call")
+        try:
+            self._call_outcome = (True, run())
+        except Exception as e:  # noqa: BLE001 - raised again by call_wait, as AsyncVectorEnv does
+            self._call_outcome = (False, e)
+
+    def call_wait(self) -> tuple:
+        """The results of the pending :meth:`call_async` (or raises its error)."""
+        if self._call_outcome is None:
+            raise NoAsyncCallError("call_wait was called without a pending call_async", "call")
+        (ok, value), self._call_outcome = self._call_outcome, None
+        if not ok:
+            raise value
+        return value

@@ -51,6 +51,7 @@ from torchrl.data.tensor_specs import (
 from torchrl.envs.common import EnvBase
 
 import shmenv
+from shmenv.prechecks import check_open
 
 __all__ = ["ShmEnv"]
 
@@ -168,7 +169,7 @@ class ShmEnv(EnvBase):
     def _check_pool(pool: Any) -> None:
         if not isinstance(pool, shmenv.ShmVectorEnv):
             raise TypeError(f"pool must be a shmenv.ShmVectorEnv (shmenv.make_vec), got {type(pool).__name__}")
-        pool._check_open()
+        check_open(pool.closed)
         if pool.is_async:
             raise ValueError(
                 "ShmEnv needs a sync pool (partial resets are sync only): make it without batch_size "

@@ -1,10 +1,19 @@
 """``shmenv.make_vec``: a Gymnasium ``VectorEnv`` whose envs live in worker processes and
-whose observations are numpy views of the shared memory they write into."""
+whose observations are numpy views of the shared memory they write into.
+
+:class:`ShmVectorEnv` is the whole of Gymnasium's vector env API in this file; each part it
+hands off goes to a named collaborator, given what it needs when it is made: the
+extension's pool (``_pool``: the step path), the call channel to hosted envs (``_calls``,
+:mod:`shmenv.calls`), the batches' conversions (``_batches``, :mod:`shmenv.batches`),
+restarted workers (``_restarts``, :mod:`shmenv.restarts`), the split calls
+(``_split``, :mod:`shmenv.pending`), and the checks every vector env makes
+(:mod:`shmenv.prechecks`).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -13,20 +22,17 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
 from shmenv.arguments import _env_ids
-from shmenv.engine_args import plan_pool
-from shmenv.env_calls import EnvCalls
-from shmenv.errors import (
-    BuildError,
-    InvalidArgumentError,
-    UsageError,
-    WorkerDiedError,
-    WorkerError,
-)
-from shmenv.front import VectorFront
+from shmenv.batches import Batches, start_infos, weak_close
+from shmenv.calls import CallChannel
+from shmenv.engine_args import PoolPlan, plan_pool
+from shmenv.env_calls import NATIVE_ATTRS, checked_spaces, env0_attrs, native_attr, reset_option_targets
+from shmenv.errors import BuildError, InvalidArgumentError, UsageError, WorkerDiedError
 from shmenv.infos import InfoArea
 from shmenv.options import PoolOptions, with_options
 from shmenv.pending import PendingCalls
+from shmenv.prechecks import check_open, reset_request
 from shmenv.resolve import python_worker_command
+from shmenv.restarts import Restarts
 from shmenv.seeding import per_env_seeds, reset_commands
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
@@ -35,7 +41,7 @@ from shmenv.worker import ops
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
 
-class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
+class ShmVectorEnv(VectorEnv):
     """A Gymnasium vector env over shmenv worker processes. Made by :func:`make_vec`, whose
     docstring describes every argument.
 
@@ -57,60 +63,115 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         # One caller at a time: held by every call but the native one-call path, whose
         # extension calls check it (a second thread's call raises UsageError).
         self._caller = _shmenv.CallerGuard()
-        self._calls = None
+        self._split = PendingCalls()
+        self._calls: CallChannel | None = None
         self._infos: InfoArea | None = None
         self._restart = o.max_restarts is not None
         self._has_reset = False
-        self._restarted_by_calls: set[int] = set()
         # Every argument mistake is raised here, before workers start.
         plan = plan_pool(env, num_envs, o, self._caller)
-        resolved, mode, obs_mode, pool_args = plan.resolved, plan.mode, plan.obs_mode, plan.pool_args
-        num_envs, num_workers, batch, seed = plan.num_envs, plan.num_workers, plan.batch_size, plan.seed
+        self._start_pool(plan)
+        self._describe(plan, o.render_mode)
+        self.copy = bool(o.copy)
+        self.pool_infos = bool(o.pool_infos) or self.is_async
+        self.episode_stats_key = o.episode_stats_key
+        self._env_seeds: list[int | None] = [None] * self.num_envs
+        self._pool_seed = plan.seed
+        self._connect()
+
+    def _start_pool(self, plan: PoolPlan) -> None:
+        """Starts the workers (and, for Python envs, the call channel: a private socket per
+        worker process, made by the engine when it spawns it); a spec mismatch between the
+        workers' envs raises as ``AsyncVectorEnv`` words it."""
+        resolved, pool_args = plan.resolved, plan.pool_args
+        if resolved.python and 1 <= plan.num_workers <= plan.num_envs:
+            # A replacement worker that does not take the shared fds is waited for as long as a step.
+            self._calls = CallChannel(
+                plan.num_workers, restart_wait=pool_args["step_timeout"], replaces_workers=self._restart
+            )
+            pool_args["call_socket"] = True
         try:
-            self._start_pool(resolved, num_envs, pool_args)
-        except BuildError as e:
-            mismatch = modes.spec_mismatch(e, obs_mode, num_envs, num_workers) if resolved.python else None
+            self._pool = _shmenv.Pool(resolved.engine_id, plan.num_envs, pool_args)
+        except BaseException as e:
+            if self._calls is not None:
+                self._calls.close()
+            mismatch = None
+            if isinstance(e, BuildError) and resolved.python:
+                mismatch = modes.spec_mismatch(e, plan.obs_mode, plan.num_envs, plan.num_workers)
             if mismatch is None:
                 raise
             raise mismatch from e
+        self.closed = False
+        if self._calls is not None:
+            # A changed pid is a restarted worker: the call channel then takes its replacement's socket.
+            self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
+            self._calls.take_socket = self._pool.take_call_socket
         self.python_env = resolved.python
-        spec = json.loads(self._pool.spec_json)
         self.env_id = resolved.label
-        self.num_envs = num_envs
-        self.num_workers = num_workers
-        self.batch_size = batch
+        self.num_envs = plan.num_envs
+        self.num_workers = plan.num_workers
+        self.batch_size = plan.batch_size
         self.is_async = self.batch_size < self.num_envs
         self._shards = [tuple(r) for r in self._pool.shards()]
-        env0 = self._env0_attrs() if self.python_env else {}
+
+    def _describe(self, plan: PoolPlan, render_mode: str | None) -> None:
+        """The pool's spaces, spec, time limit, metadata and render mode, from the workers'
+        spec and (Python envs) env 0's attributes; every env's spaces checked against them.
+        A mismatch closes the pool and raises."""
+        spec = json.loads(self._pool.spec_json)
+        env0: dict = {}
+        if self.python_env:
+            env0 = self._while_open(lambda: env0_attrs(self._env_call))
         self._assembly = Assembly(spec, env0.get("spaces"))
         self.single_observation_space = self._assembly.single_observation_space
         self.single_action_space = self._assembly.single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
-        self.observation_mode = obs_mode
+        self.observation_mode = plan.obs_mode
         if self.python_env:
-            self._check_spaces(obs_mode, env0.get("spaces"))
-        self.spec = resolved.gym_spec
+            batched = self._while_open(
+                lambda: checked_spaces(self._env_call, self.num_envs, plan.obs_mode, env0["spaces"])
+            )
+            if batched is not None:
+                self.single_observation_space = batched[1]
+                if not self.is_async:  # an async batch's rows are any envs: its space stays the single one's, batched
+                    self.observation_space = batched[0]
+        self.spec = plan.resolved.gym_spec
         gym_limit = getattr(self.spec, "max_episode_steps", None)
-        self.max_episode_steps = pool_args["max_episode_steps"] or spec.get("max_episode_steps") or gym_limit
-        self.metadata = {"autoreset_mode": mode, "render_modes": []}
-        self.render_mode = self._take_render_info(env0, o.render_mode) if self.python_env else None
-        self.autoreset_mode = mode
-        self._infos = self._start_infos()
-        self.copy = bool(o.copy)
-        self.pool_infos = bool(o.pool_infos) or self.is_async
-        self.episode_stats_key = o.episode_stats_key
-        self._env_seeds: list[int | None] = [None] * num_envs
-        self._pool_seed = seed
-        # Batches that need nothing from Python (one observation array, native envs, no
-        # restarts, no final observations) are made into Gymnasium's tuple by the
-        # extension in the call itself, with its converters for other arguments.
-        self._one_call = (
-            self._calls is None
-            and not self._restart
-            and self._assembly.as_engine_arrays
-            and mode != AutoresetMode.SAME_STEP
+        self.max_episode_steps = plan.pool_args["max_episode_steps"] or spec.get("max_episode_steps") or gym_limit
+        self.metadata = {"autoreset_mode": plan.mode, "render_modes": []}
+        self.render_mode = self._take_render_info(env0, render_mode) if self.python_env else None
+        self.autoreset_mode = plan.mode
+
+    def _while_open(self, run: Callable[[], Any]) -> Any:
+        """``run()``, closing the pool if it raises (a start-up step that failed)."""
+        try:
+            return run()
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self) -> None:
+        """The collaborators of the running pool: the shared info area (Python envs), the
+        batches' conversions, restarts, and the one-call path. Batches that need nothing
+        from Python (one observation array, native envs, no restarts, no final
+        observations) are made into Gymnasium's tuple by the extension in the call itself,
+        with its converters for other arguments."""
+        self._infos = start_infos(self._pool, self._shards, self._calls)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        self._batches = Batches(
+            self._pool, self._assembly, self._calls, self._infos, self._shards, same_step, weak_close(self)
         )
+        self._restarts = Restarts(
+            self._pool,
+            self._calls,
+            self._infos,
+            self._restart,
+            self.is_async,
+            self.num_envs,
+            self._assembly.action_dtype,
+        )
+        self._one_call = self._calls is None and not self._restart and self._assembly.as_engine_arrays and not same_step
         if self._one_call:
             self._pool.set_converters(self._assembly.actions, _env_ids)
 
@@ -126,14 +187,14 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         ``reset`` (hosted Python envs). In async mode returns the first
         ``batch_size`` envs to finish (``infos["env_id"]`` says which); ``recv()`` the rest,
         and a seed list must be consecutive (``[s, s + 1, ...]``)."""
+        if self._split.busy:
+            self._split.refuse("reset")
         with self._caller:
             return self._reset(seed, options)
 
     def _reset(self, seed: int | Sequence[int | None] | None, options: dict | None):
-        self._check_open()
-        if self._pending is not None or self._abandoned is not None:
-            self._refuse_if_pending("reset")
-        mask, env_options = self._reset_request(options)
+        check_open(self.closed)
+        mask, env_options = reset_request(options, self.num_envs, self.is_async)
         seeds = per_env_seeds(seed, self.num_envs)
         commands = reset_commands(seeds, mask, first=not self._has_reset)
         if self.is_async and len(commands) > 1:
@@ -141,18 +202,20 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
                 f"an async pool seeds env i with seed + i: pass None, one int or a list [s, s + 1, ...]; got {seed!r}"
             )
         if env_options:
-            self._send_reset_options(env_options, mask)
+            targets = reset_option_targets(self.env_id, self._calls is not None, env_options, mask, self.num_envs)
+            self._env_call(ops.RESET_OPTIONS, "", targets, [env_options] * len(targets))
         if seed is None and not self._has_reset and self._pool_seed is None and self._calls is not None:
             # As Gymnasium's vector envs: an unseeded first reset calls reset(seed=None).
-            self.env_call(ops.UNSEEDED, "", range(self.num_envs))
-        self._forget_call_restarts(mask)
-        for k, (env_mask, base) in enumerate(commands):
-            if k > 0 and self._infos is not None:
-                self._merge_infos(res, {})  # noqa: F821 (set when k > 0): an earlier command's infos are stale
+            self._env_call(ops.UNSEEDED, "", range(self.num_envs))
+        self._restarts.forget(mask)
+        res = None
+        for env_mask, base in commands:
+            if res is not None and self._infos is not None:
+                self._batches.merge_infos(res, {})  # an earlier command's infos are stale
             res = self._pool.reset(base, env_mask)
-            self._follow_restarts(res)
+            self._restarts.follow(res)
             self._note_seeds(env_mask, base)
-        obs, _, _, _, infos = self._unpack(res)
+        obs, _, _, _, infos = self._batches.unpack(res, self.pool_infos, self._stats_key)
         return obs, infos
 
     def _note_seeds(self, mask: list[bool] | None, base: int | None) -> None:
@@ -178,8 +241,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         """Steps the envs. Sync pools step every env (row ``i`` = env ``i``). Async pools
         (``batch_size < num_envs``) send ``actions`` to ``env_ids`` (all envs if None) and
         return the next batch, EnvPool style, with ``infos["env_id"]``."""
-        if self._pending is not None or self._abandoned is not None:
-            self._refuse_if_pending("step")
+        if self._split.busy:
+            self._split.refuse("step")
         if self.is_async:
             if self._one_call:
                 return self._pool.send_recv_gym(actions, env_ids, self.pool_infos, self._stats_key)
@@ -189,49 +252,127 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         if self._one_call:
             return self._pool.step_gym(actions, self.pool_infos, self._stats_key)
         with self._caller:
-            res = self._pool.step(self._actions(actions, None))
-            self._follow_restarts(res)
-            return self._note_restarts(res, self._unpack(res))
+            res = self._pool.step(self._batches.actions(actions, None, self.num_envs))
+            self._restarts.follow(res)
+            return self._restarts.note(res, self._batches.unpack(res, self.pool_infos, self._stats_key))
 
     def close_extras(self, **kwargs: Any):
         """Closes the pool (``AsyncVectorEnv``'s ``timeout``/``terminate`` are accepted: the
-        workers stop within the shutdown grace, then are killed)."""
+        workers stop within the shutdown grace, then are killed). A split call still
+        pending is warned of and finishes first, as ``AsyncVectorEnv`` does."""
+        self._split.close()  # before the guard, which a pending call's thread may hold
         with self._caller:
-            self._close()
+            self._pool.close()
+            if self._calls is not None:
+                self._calls.close()
+            if self._infos is not None:
+                self._infos.close()
 
-    def _close(self) -> None:
-        self._close_pending()
-        self._pool.close()
-        if self._calls is not None:
-            self._calls.close()
-        if self._infos is not None:
-            self._infos.close()
+    def __enter__(self) -> "ShmVectorEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
+
+    # --- AsyncVectorEnv's split calls (shmenv.pending) --------------------------------
+
+    def reset_async(self, seed: Any = None, options: dict | None = None) -> None:
+        """Starts ``reset(seed=seed, options=options)`` on a helper thread; :meth:`reset_wait`
+        returns it."""
+        check_open(self.closed)
+        self._split.start("reset", lambda: self.reset(seed=seed, options=options))
+
+    def reset_wait(self, timeout: float | None = None) -> tuple:
+        """The pending reset's ``(obs, infos)``, waiting at most ``timeout`` seconds
+        (``multiprocessing.TimeoutError`` after that, as ``AsyncVectorEnv``)."""
+        return self._split.wait("reset", timeout)
+
+    def step_async(self, actions: Any) -> None:
+        """Starts ``step(actions)`` on a helper thread; :meth:`step_wait` returns it."""
+        check_open(self.closed)
+        self._split.start("step", lambda: self.step(actions))
+
+    def step_wait(self, timeout: float | None = None) -> tuple:
+        """The pending step's results, waiting at most ``timeout`` seconds."""
+        return self._split.wait("step", timeout)
 
     # --- calls into the envs (a side channel, not the step path) ---------------------
 
-    def _start_pool(self, resolved, num_envs: int, pool_args: dict[str, Any]) -> None:
-        """Starts the workers (and, for Python envs, the call channel: a private socket per
-        worker process, made by the engine when it spawns it)."""
-        num_workers = pool_args["num_workers"]
-        if resolved.python and 1 <= num_workers <= num_envs:
-            from shmenv.calls import CallChannel
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Calls method `name` of every env with the given (picklable) arguments, or reads
+        the attribute when it is not callable; returns the results in env order. Native
+        envs answer the attributes of :data:`shmenv.env_calls.NATIVE_ATTRS` and ``render``
+        (None)."""
+        if self._calls is None and name == "render":
+            return tuple(None for _ in range(self.num_envs))
+        return tuple(self.env_call(ops.CALL, name, range(self.num_envs), args=args, kwargs=kwargs))
 
-            # A replacement worker that does not take the shared fds is waited for as long as a step.
-            self._calls = CallChannel(
-                num_workers, restart_wait=pool_args["step_timeout"], replaces_workers=self._restart
+    def get_attr(self, name: str) -> tuple:
+        """Attribute `name` of every env, in env order."""
+        return tuple(self.env_call(ops.GET, name, range(self.num_envs)))
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Sets attribute `name` of every env: `values` is one value per env (a list or
+        tuple of num_envs values) or a single value for all."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise InvalidArgumentError(f"set_attr needs {self.num_envs} values (one per env), got {len(values)}")
+        self.env_call(ops.SET, name, range(self.num_envs), values=values)
+
+    def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
+        """Runs `op` (one of :mod:`shmenv.worker.ops`: "get", "set", "call", "is_wrapped" ...)
+        on envs `env_ids` in their workers.
+        Native envs have no Python objects: "get" and "call" answer
+        :data:`shmenv.env_calls.NATIVE_ATTRS`. Raises :class:`UsageError` while another
+        thread is inside a call on this pool."""
+        with self._caller:
+            return self._env_call(op, name, env_ids, values, args, kwargs)
+
+    def _env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
+        check_open(self.closed)
+        if self._calls is None:
+            if op in (ops.GET, ops.CALL) and name in NATIVE_ATTRS:
+                spaces = (self.single_observation_space, self.single_action_space)
+                return [native_attr(name, self.spec, *spaces) for _ in env_ids]
+            raise AttributeError(
+                f"{self.env_id} is a native shmenv env: it has no Python object to {op} {name!r} on "
+                f"(it answers {', '.join(NATIVE_ATTRS)}; pass settings through config=...)"
             )
-            pool_args["call_socket"] = True
+        if self._restart:
+            return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs, revive=self._revive)
         try:
-            self._pool = _shmenv.Pool(resolved.engine_id, num_envs, pool_args)
-        except BaseException:
-            if self._calls is not None:
-                self._calls.close()
+            return self._calls.request(self._shards, list(env_ids), op, name, values, args, kwargs)
+        except WorkerDiedError as e:
+            # No restart policy: a dead worker ends the pool, as the next step would.
+            if e.worker is not None:
+                e.env_ids = list(range(*self._shards[e.worker]))
+            self.close()
             raise
-        self.closed = False
-        if self._calls is not None:
-            # A changed pid is a restarted worker: the call channel then takes its replacement's socket.
-            self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
-            self._calls.take_socket = self._pool.take_call_socket
+
+    def _revive(self, workers: list[int]) -> None:
+        """A call found ``workers`` dead (``max_restarts``): the pool restarts them
+        (:meth:`shmenv.restarts.Restarts.revive`), once it has been reset."""
+        if not self._has_reset:
+            raise Restarts.refuse_before_reset(workers)
+        self._restarts.revive(workers)
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Starts :meth:`call`; :meth:`call_wait` returns its results (or raises its error).
+        The call runs at once (every worker answers before this returns), so ``call_wait``
+        never waits and its ``timeout`` has nothing to bound."""
+        self._split.call_async(lambda: self.call(name, *args, **kwargs))
+
+    def call_wait(self, timeout: float | None = None) -> tuple:
+        """The results of the pending :meth:`call_async`, in env order."""
+        return self._split.call_wait()
+
+    @property
+    def np_random(self) -> tuple:
+        """Copies of the envs' random generators (pickled from the workers), as
+        ``AsyncVectorEnv.np_random``; native envs have none (``AttributeError``)."""
+        return self.get_attr("np_random")
 
     def _take_render_info(self, env0: dict, render_mode: str | None) -> str | None:
         """As Gymnasium's vector envs: ``metadata``'s render modes and fps are env 0's, and
@@ -249,27 +390,6 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
             )
         return env_render_mode
 
-    def _env0_attrs(self) -> dict:
-        """Env 0's ``metadata``, ``render_mode`` and ``spaces`` (its observation and action
-        spaces, which say whether they nest), through its worker's call channel."""
-        try:
-            metadata = self.env_call(ops.GET, "metadata", [0])[0]
-            try:
-                render_mode = self.env_call(ops.GET, "render_mode", [0])[0]
-            except WorkerError:
-                render_mode = None  # an env without the attribute (not a gym.Env) does not render
-            try:
-                env_spaces = tuple(
-                    self.env_call(ops.GET, name, [0])[0] for name in ("observation_space", "action_space")
-                )
-            except WorkerError:
-                env_spaces = None  # unpicklable spaces: the spec's (composite spaces need them picklable)
-        except BaseException:
-            self.close()
-            raise
-        metadata = metadata if isinstance(metadata, dict) else {}
-        return {"metadata": metadata, "render_mode": render_mode, "spaces": env_spaces}
-
     def render(self) -> tuple:
         """Every env's ``render()``, in env order, as Gymnasium's vector envs return it: for
         ``render_mode="rgb_array"`` (or ``"depth_array"``) a tuple of one frame per env, for
@@ -278,7 +398,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
         the call side channel (not the shared memory): a few milliseconds per call for
         CartPole's 600x400 frames, meant for videos and evaluation, not for every training
         step. Raises :class:`shmenv.UsageError` when ``render_mode`` is None."""
-        self._check_open()
+        check_open(self.closed)
         if self.render_mode is None:
             if not self.python_env:
                 raise UsageError(
@@ -305,7 +425,7 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
 
     def _send(self, actions, env_ids) -> None:
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        self._pool.send(self._actions(actions, ids), ids)
+        self._pool.send(self._batches.actions(actions, ids, self.num_envs), ids)
 
     def recv(self):
         """Waits for the next ``batch_size`` results, from the envs that finished first:
@@ -318,8 +438,8 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
 
     def _recv(self):
         res = self._pool.recv()
-        self._follow_restarts(res)
-        return self._note_restarts(res, self._unpack(res))
+        self._restarts.follow(res)
+        return self._restarts.note(res, self._batches.unpack(res, self.pool_infos, self._stats_key))
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
@@ -379,88 +499,6 @@ class ShmVectorEnv(VectorFront, EnvCalls, PendingCalls, VectorEnv):
     def __repr__(self) -> str:
         mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
         return f"ShmVectorEnv({self.env_id!r}, num_envs={self.num_envs}, {mode})"
-
-    # --- internals -------------------------------------------------------------------
-
-    def _unpack(self, res):
-        side = self._side_obs(res) if self._assembly.side_obs else None
-        obs = self._assembly.observations(res.obs, None if side is None else [c for c, _ in side])
-        infos = res.infos(self.pool_infos, self._stats_key)
-        if res.any_done and res.final_obs is not None:
-            done = np.logical_or(res.terminated, res.truncated)
-            final = np.full(len(done), None, dtype=object)
-            for i in np.flatnonzero(done):
-                final[i] = self._assembly.final_observation(res.final_obs, i, None if side is None else side[i][1])
-            infos["final_obs"] = final
-            infos["_final_obs"] = done
-            infos["final_info"] = self._info_columns(res.final_obs, done)
-            infos["_final_info"] = done.copy()
-        if self._assembly.info_names:  # most envs have none: nothing to do per batch
-            infos.update(self._info_columns(res.obs, None))
-        if self._infos is not None:
-            self._merge_infos(res, infos)
-        return obs, res.rewards, res.terminated, res.truncated, infos
-
-    def _side_obs(self, res) -> list[tuple[list, list]]:
-        """Each row's side-leaf values (its observation's, and the one before: a final
-        observation's under same-step autoreset), fetched from the workers."""
-        return self._calls.request(self._shards, res.env_id.tolist(), ops.SIDE_OBS, "")
-
-    def _actions(self, actions: Any, env_ids) -> np.ndarray:
-        """The engine's action array for ``env_ids`` (all envs if None); the side leaves'
-        values go to their workers first, over the call channel."""
-        count = self.num_envs if env_ids is None else len(env_ids)
-        packed = self._assembly.actions(actions, count)
-        packing = self._assembly.packing
-        if packing is not None and packing.side:
-            ids = list(range(self.num_envs)) if env_ids is None else [int(i) for i in env_ids]
-            self._calls.request(self._shards, ids, ops.SIDE_ACTIONS, "", values=packing.side_values(actions, count))
-        return packed
-
-    def _info_columns(self, arrays: tuple, rows: np.ndarray | None) -> dict[str, Any]:
-        """The arrays a native env reports as infos (spec ``info``: Atari's lives), with
-        their ``_name`` masks: every row, or ``rows`` (a final step's values)."""
-        out: dict[str, Any] = {}
-        # Every array is the caller's: its own mask each, and a copy of a view of the
-        # region (``copy=False`` pools' observation arrays, the info ones among them).
-        for name, values in self._assembly.info_arrays(arrays).items():
-            if rows is None:
-                kept = values if values.flags.writeable else values.copy()
-                mask = np.ones(len(values), np.bool_)
-            else:
-                kept, mask = np.where(rows.reshape(-1, *[1] * (values.ndim - 1)), values, 0), rows.copy()
-            out[name], out["_" + name] = kept, mask
-        return out
-
-    def _start_infos(self) -> InfoArea | None:
-        """Python envs: the shared area through which workers pass infos (``infos.py``)."""
-        if self._calls is None:
-            return None
-        area = InfoArea(self._pool, self._shards)
-        try:
-            self._calls.share_fd(ops.MAP_INFOS, area.fd, area.data())
-        except BaseException:
-            area.close()
-            raise
-        area.close_fd()
-        return area
-
-    def _merge_infos(self, res, infos: dict[str, Any]) -> None:
-        """Adds the infos hosted envs returned for this batch's rows: one call of the
-        extension, which adds the numbers (``shmenv.infos``), and for the rows whose envs
-        kept other values, a fetch over the call channel."""
-        taken = self._pool.take_infos(infos)
-        if taken is not None:
-            same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-            try:
-                self._infos.add_kept(infos, taken, res, self._calls, self._shards, same_step)
-            except WorkerDiedError as e:
-                # The worker died while it sent this batch's infos: the batch raises, and
-                # without a restart policy the pool is closed, as after a death in a step.
-                if e.worker is not None:
-                    e.env_ids = list(range(*self._shards[e.worker]))
-                self.close()
-                raise
 
 
 @with_options

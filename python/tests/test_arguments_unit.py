@@ -1,6 +1,5 @@
 """Pure unit tests, no worker processes: argument checking (``shmenv.arguments``), the
-pool options' one declaration (``shmenv.options``), the checks every vector env shares
-(``shmenv.front``) and the seeding rule (``shmenv.seeding``) on their own, so a mistake
+pool options' one declaration (``shmenv.options``) and the seeding rule (``shmenv.seeding``) on their own, so a mistake
 there shows here first."""
 
 from __future__ import annotations
@@ -145,32 +144,3 @@ def test_an_unknown_option_is_a_type_error_naming_the_nearest():
     with pytest.raises(TypeError, match="valid options: num_workers, envs_per_worker"):
         PoolOptions.of("make_vec", {"zzzzzz": 1})
     assert PoolOptions.of("make_vec", {"seed": 3}).seed == 3
-
-
-class _Front:
-    """A vector env's state as :class:`shmenv.front.VectorFront` reads it."""
-
-    def __init__(self, closed=False, is_async=False, has_reset=True):
-        from shmenv.front import VectorFront
-
-        self.front = type("F", (VectorFront,), {})()
-        self.front.closed, self.front.num_envs, self.front.is_async = closed, 3, is_async
-        self.front._has_reset = has_reset
-
-
-def test_the_front_checks_and_their_messages():
-    from shmenv.errors import ClosedError
-
-    with pytest.raises(ClosedError, match=r"the pool is closed \(close\(\) was called\); build a new one"):
-        _Front(closed=True).front._check_open()
-    with pytest.raises(UsageError, match=r"step\(\) called before reset\(\): call reset\(\) first"):
-        _Front(has_reset=False).front._check_reset()
-    with pytest.raises(UsageError, match=r"send\(\) is for async pools"):
-        _Front().front._check_async("send")
-    _Front(is_async=True).front._check_async("send")
-    mask, rest = _Front().front._reset_request({"reset_mask": np.array([True, False, True]), "x": 1})
-    assert mask == [True, False, True] and rest == {"x": 1}
-    with pytest.raises(UsageError, match="reset_mask works in sync mode"):
-        _Front(is_async=True).front._reset_request({"reset_mask": np.ones(3, bool)})
-    with pytest.raises(InvalidArgumentTypeError, match="must have `dtype=np.bool_`"):
-        _Front().front._reset_request({"reset_mask": np.ones(3, int)})

@@ -17,7 +17,10 @@ from shmenv.worker import ops
 PACKAGE = pathlib.Path(shmenv.__file__).parent
 
 # The modules that implement the channel, both ends: none may spell an op as a string.
-CHANNEL_MODULES = ["calls.py", "env_calls.py", "infos.py", "vector.py", "worker/call_server.py", "worker/__init__.py"]
+CHANNEL_MODULES = [
+    "calls.py", "env_calls.py", "batches.py", "restarts.py", "infos.py", "vector.py", "worker/call_server.py",
+    "worker/__init__.py",
+]
 
 
 def _op_literals(path: pathlib.Path) -> list[str]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import shmenv
+import shmenv.restarts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +50,7 @@ def test_calls_reach_a_restarted_workers_envs(no_leaks):
 
 def test_a_call_after_a_restart_it_did_not_see_takes_the_new_connection(no_leaks, monkeypatch):
     """The step does not follow the restart here: the call finds the pid changed."""
-    monkeypatch.setattr(shmenv.vector.ShmVectorEnv, "_follow_restarts", lambda self, res: None)
+    monkeypatch.setattr(shmenv.restarts.Restarts, "follow", lambda self, res: None)
     act = np.zeros(4, dtype=np.int64)
     with shmenv.make_vec(gym.spec("CartPole-v1"), 4, num_workers=2, max_restarts=3, seed=0) as envs:
         envs.reset()

@@ -23,7 +23,7 @@ def _one_call_only(envs):
         raise AssertionError("the general path ran on a one-call pool")
 
     assert envs._one_call
-    envs._actions = envs._note_restarts = general_path  # step, send and recv call these there
+    envs._batches.actions = envs._restarts.note = general_path  # step, send and recv call these there
     return envs
 
 

@@ -14,7 +14,7 @@ envs return none, both built first and warmed up, stepped with random actions:
   its waits for the workers, which spin or yield for up to a millisecond, so work the infos
   add in the workers counts too);
 - then ``--pairs`` batches of the pool with infos, timing each merge of the infos into the
-  batch's (``ShmVectorEnv._merge_infos``, its thread's CPU time, median over the batches),
+  batch's (``shmenv.batches.Batches.merge_infos``, its thread's CPU time, median over the batches),
   and every other batch instead the same timing around a call that does nothing (where
   the trainer's caches are as cold), and the difference.
 
@@ -176,7 +176,7 @@ def _time_merges(envs, batches: int) -> tuple[list[int], list[int]]:
     caches for it)."""
     spent: list[int] = []
     timer: list[int] = []
-    merge = envs._merge_infos
+    merge = envs._batches.merge_infos
 
     def nothing(*args: Any, **kwargs: Any) -> None:
         pass
@@ -192,13 +192,13 @@ def _time_merges(envs, batches: int) -> tuple[list[int], list[int]]:
         merge(*args, **kwargs)
         spent.append(time.thread_time_ns() - start)
 
-    envs._merge_infos = timed
+    envs._batches.merge_infos = timed
     try:
         actions = _actions(envs)
         for k in range(batches):
             envs.step(actions[k % 64])
     finally:
-        del envs._merge_infos
+        del envs._batches.merge_infos
     return spent, timer
 
 

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmenv.envpool.tasks import _ATARI_INFO
 from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
-from shmenv.front import VectorFront
+from shmenv.prechecks import check_open, reset_request
 
 
 class EnvSpec:
@@ -68,11 +68,10 @@ class EnvSpec:
 # --- the env -----------------------------------------------------------------------------
 
 
-class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
+class EnvPoolEnv(VectorEnv, gym.Env):
     """EnvPool's ``GymnasiumEnvPool`` over a :class:`shmenv.ShmVectorEnv`."""
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
-    _closed_what = "env"
 
     def __init__(self, task_id: str, pool, config: dict, kind: str, seeds: Any):
         self._pool = pool
@@ -185,7 +184,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
         """Resets every env (or, in sync mode, those in ``env_id``: only their rows are
         returned) and returns ``(obs, info)``. Seeds are fixed by ``make``, as in EnvPool:
         ``seed=`` here is ignored with a warning."""
-        self._check_open()
+        check_open(self.closed, "env")
         if seed is not None:
             warnings.warn(
                 "EnvPool seeds are fixed when the environment is created. reset(seed=...) is ignored; "
@@ -193,7 +192,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
                 stacklevel=2,
             )
         if options:
-            mask, unknown = self._reset_request(options)
+            mask, unknown = reset_request(options, self.num_envs, self.is_async)
             if unknown:
                 raise InvalidArgumentError(f"unsupported reset options: {sorted(unknown)} (only 'reset_mask')")
             if env_id is not None:
@@ -222,7 +221,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
 
     def async_reset(self) -> None:
         """Starts a reset of every env; ``recv()`` returns the results."""
-        self._check_open()
+        check_open(self.closed, "env")
         if self.is_async:
             if self._seed_list is not None and not self._has_reset:
                 # Seeds every env; the first batch is kept for recv, the pool's recv has the rest.
@@ -240,7 +239,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
 
     def send(self, action: Any, env_id: np.ndarray | None = None) -> None:
         """Hands actions to the envs in ``env_id`` (all if None)."""
-        self._check_open()
+        check_open(self.closed, "env")
         action = np.asarray(action)
         if self.is_async:
             self._pool.send(action, None if env_id is None else self._env_ids(env_id, check_range=False))
@@ -251,7 +250,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
 
     def recv(self, reset: bool = False, return_info: bool = True) -> tuple:
         """The next batch: ``(obs, reward, terminated, truncated, info)``."""
-        self._check_open()
+        check_open(self.closed, "env")
         if self.is_async:
             if self._pending is not None and self._pending[0] == "first":
                 self._pending = None
@@ -268,7 +267,7 @@ class EnvPoolEnv(VectorFront, VectorEnv, gym.Env):
 
     def step(self, action: Any, env_id: np.ndarray | None = None) -> tuple:
         """Steps the envs in ``env_id`` (all if None) and returns the next batch."""
-        self._check_open()
+        check_open(self.closed, "env")
         if self.is_async:
             self.send(action, env_id)
             return self.recv()

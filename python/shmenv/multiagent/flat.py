@@ -28,8 +28,8 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from shmenv.errors import InvalidArgumentError
-from shmenv.front import VectorFront
 from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
+from shmenv.prechecks import check_open
 
 __all__ = ["AgentRowsVectorEnv", "make_agent_vec"]
 
@@ -59,11 +59,9 @@ def _agents(value: Any, n: int, a: int) -> Any:
     return array.reshape(n, a, *array.shape[1:])
 
 
-class AgentRowsVectorEnv(VectorFront, VectorEnv):
+class AgentRowsVectorEnv(VectorEnv):
     """A :class:`MultiAgentVectorEnv` (sync, one group) with each agent a row; see the
     module docstring. Made by :func:`make_agent_vec`."""
-
-    _closed_what = "env"
 
     def __init__(self, envs: MultiAgentVectorEnv):
         if envs.is_async:
@@ -96,7 +94,7 @@ class AgentRowsVectorEnv(VectorFront, VectorEnv):
 
     def reset(self, *, seed: Any = None, options: dict | None = None):
         """Resets every env (``seed + i`` for env ``i``); ``(obs, infos)`` by row."""
-        self._check_open()
+        check_open(self.closed, "env")
         obs, infos = self.envs.reset(seed=seed, options=options)
         mask = (options or {}).get("reset_mask")
         self._left[slice(None) if mask is None else np.asarray(mask, bool)] = 0
@@ -104,7 +102,7 @@ class AgentRowsVectorEnv(VectorFront, VectorEnv):
 
     def step(self, actions: Any):
         """Steps every env with one action per row; see the module docstring."""
-        self._check_open()
+        check_open(self.closed, "env")
         n, a = self.envs.num_envs, self.num_agents
         obs, rewards, terms, truncs, infos = self.envs.step(_agents(actions, n, a))
         terms, truncs = np.array(terms), np.array(truncs)
@@ -140,6 +138,13 @@ class AgentRowsVectorEnv(VectorFront, VectorEnv):
                 out[key] = {k: np.repeat(v, a) for k, v in value.items()}
                 out["_" + key] = np.repeat(infos["_" + key], a)
         return out
+
+    def __enter__(self) -> "AgentRowsVectorEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
 
     def close_extras(self, **kwargs: Any) -> None:
         self.envs.close()

@@ -19,8 +19,8 @@ from shmenv.errors import (
     InvalidArgumentError,
     UsageError,
 )
-from shmenv.front import VectorFront
 from shmenv.options import PoolOptions, with_options
+from shmenv.prechecks import check_async, check_open, check_reset, reset_request
 from shmenv.ray.async_mode import AsyncBatches
 from shmenv.ray.channel import Channel
 from shmenv.ray.faults import REVIVED, ActorFaults
@@ -30,6 +30,9 @@ from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.spaces.assembly import as_action_array
 
 __all__ = ["make_vec", "from_fns", "RayVectorEnv"]
+
+_CLOSED_WHY = "close() was called, or an actor failed"
+"""Why a Ray pool is closed, as its :class:`shmenv.ClosedError` says."""
 
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 """``placement`` names and the Ray placement group strategies they stand for."""
@@ -43,7 +46,7 @@ def _import_ray():
     return ray
 
 
-class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
+class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     """A Gymnasium ``VectorEnv`` whose envs live in ``num_actors`` Ray actors, each owning
     one shmenv pool on its node. Made by :func:`make_vec`, whose docstring describes every
     argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
@@ -55,8 +58,6 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
 
     host_class = PoolHost
     """The actor class (a subclass may time or extend :class:`PoolHost`)."""
-    _closed_what = "env"
-    _closed_why = "close() was called, or an actor failed"
 
     def __init__(
         self,
@@ -243,9 +244,9 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         """As :meth:`shmenv.ShmVectorEnv.reset`: ``seed`` None, an int (env ``i`` gets
         ``seed + i``) or a list of one int or None per env; ``options={"reset_mask": mask}``
         in sync mode. In async mode returns the first ``batch_size`` envs to finish."""
-        self._check_open()
+        check_open(self.closed, "env", _CLOSED_WHY)
         seeds = per_env_seeds(seed, self.num_envs) if seed is not None else None
-        mask, _ = self._reset_request(options)
+        mask, _ = reset_request(options, self.num_envs, self.is_async)
         if self.is_async:
             self._start_reset(seeds)
             obs, _, _, _, infos = self.recv()
@@ -271,12 +272,19 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         if self.is_async:
             self.send(actions, env_ids)
             return self.recv()
-        self._check_reset()
+        check_reset(self.closed, self._has_reset, what="env", why=_CLOSED_WHY)
         batch = self._actions(actions, self.num_envs)
         refs = [c.request("step", batch[lo:hi]) for c, (lo, hi) in zip(self._channels, self._shards)]
         parts = self._gather(refs, range(len(refs)), self._revive_sync)
         self._last = [(p[0], {"env_id": p[4]["env_id"], "elapsed_step": p[4]["elapsed_step"]}) for p in parts]
         return self._join(parts)
+
+    def __enter__(self) -> "RayVectorEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
 
     def close_extras(self, **kwargs: Any) -> None:
         self._release()
@@ -285,13 +293,13 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
 
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
-        self._check_open()
+        check_open(self.closed, "env", _CLOSED_WHY)
         self._start_reset(None)
 
     def send(self, actions, env_ids=None) -> None:
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs' actors."""
-        self._check_reset()
-        self._check_async("send")
+        check_reset(self.closed, self._has_reset, what="env", why=_CLOSED_WHY)
+        check_async(self.is_async, "send")
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
         batch = self._actions(actions, len(ids))
         self._await_restart_rows(ids)
@@ -316,8 +324,8 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
     def recv(self):
         """The next ``batch_size`` results, from the actor batches ready first, EnvPool
         style, with ``infos["env_id"]`` saying which env each row is."""
-        self._check_open()
-        self._check_async("recv")
+        check_open(self.closed, "env", _CLOSED_WHY)
+        check_async(self.is_async, "recv")
         while self._buffered_rows() < self.batch_size:
             if not self._pending:
                 self._cannot_fill()
@@ -426,7 +434,7 @@ class RayVectorEnv(VectorFront, ActorFaults, AsyncBatches, VectorEnv):
         """``PoolHost.invoke(method, *args_of(lo, hi), **kwargs)`` on every actor (``lo, hi``:
         its envs), results in actor order; an actor found dead is recreated within its
         budget and asked again."""
-        self._check_open()
+        check_open(self.closed, "env", _CLOSED_WHY)
         ask = lambda k: self._actors[k].invoke.remote(method, *args_of(*self._shards[k]), **kwargs)  # noqa: E731
         parts = self._gather(
             [ask(k) for k in range(len(self._actors))], range(len(self._actors)), self._revive_for_call
