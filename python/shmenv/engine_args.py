@@ -41,7 +41,8 @@ def plan_pool(env: Any, num_envs: Any, o: PoolOptions, caller_guard: _shmenv.Cal
     if o.plugin is not None:
         resolved, plugin = resolve_plugin(env, o.config, o.plugin)
     else:
-        resolved, plugin = resolve(env, o.config), None
+        resolved = resolve(env, o.config)
+        plugin = resolved.plugin_library
     pass_render_mode(resolved, o.render_mode)
     if resolved.python and obs_mode != "same":
         resolved.config["observation_mode"] = modes.worker_mode(obs_mode)

@@ -3,6 +3,10 @@ before any worker starts, with the mistakes of multiprocessing vector envs caugh
 as clear errors:
 
 - a native (Rust) env id -> that id and its config;
+- an id that an installed plugin package declares (entry-point group ``shmenv.plugins``,
+  :mod:`shmenv.plugins`) -> that id, the package's library and its default config under
+  the given one; an id of shmenv's own plugin packages that is not installed is refused,
+  naming the package to install;
 - a Gymnasium id, including ids registered only in this process, or a
   ``gymnasium.envs.registration.EnvSpec`` -> the full spec as JSON (workers need no
   registration, they rebuild the env from the spec's entry point);
@@ -42,6 +46,18 @@ class Resolved:
     label: str
     gym_spec: Any = None
     """The Gymnasium ``EnvSpec`` the workers build from, for Gymnasium ids and specs."""
+    plugin_library: str | None = None
+    """The plugin library the workers load (``plugin=`` or an installed plugin package)."""
+    plugin_package: str | None = None
+    """The installed distribution that provides ``plugin_library``, when one does."""
+
+    @property
+    def backend(self) -> str:
+        """Which path runs the envs: ``"native"`` (a built-in Rust env), ``"plugin"`` (a
+        native library loaded by the workers) or ``"python"`` (Python code in Python workers)."""
+        if self.python:
+            return "python"
+        return "native" if self.plugin_library is None else "plugin"
 
 
 def _check_json(kwargs: dict, what: str) -> None:
@@ -226,7 +242,22 @@ def resolve_plugin(env: Any, config: dict | None, plugin: Any) -> tuple[Resolved
         raise InvalidArgumentError(f"with plugin=..., env must be one of the library's env ids (a str), got {env!r}")
     if config is not None:
         _check_json(config, "config")
-    return Resolved(env, config or {}, False, env), os.fspath(plugin)
+    path = os.fspath(plugin)
+    return Resolved(env, config or {}, False, env, plugin_library=path), path
+
+
+def _from_installed(env: str, config: dict | None) -> Resolved | None:
+    """An id of an installed plugin package (:mod:`shmenv.plugins`): its library, with the
+    package's default config under ``config``; None when no package declares ``env``."""
+    from shmenv import plugins
+
+    found = plugins.find(env)
+    if found is None:
+        return None
+    if config is not None:
+        _check_json(config, "config")
+    merged = {**found.config, **(config or {})}
+    return Resolved(env, merged, False, env, plugin_library=found.library, plugin_package=found.distribution)
 
 
 def resolve(env: Any, config: dict | None) -> Resolved:
@@ -237,6 +268,10 @@ def resolve(env: Any, config: dict | None) -> Resolved:
         if config is not None:
             _check_json(config, "config")
         return Resolved(env, config or {}, False, env)
+    if isinstance(env, str) and ":" not in env:
+        installed = _from_installed(env, config)
+        if installed is not None:
+            return installed
     import gymnasium as gym
     from gymnasium.envs.registration import EnvSpec
 
@@ -269,14 +304,21 @@ def resolve(env: Any, config: dict | None) -> Resolved:
                     registered = gym.spec(name)
             out = _from_spec(registered, config) if registered is not None else _from_entry_point(env, config)
         else:
+            from shmenv import plugins
+
+            not_installed = plugins.missing(env)
+            if not_installed is not None:
+                raise not_installed
             gym_ids = sorted(gym.registry)
-            guess = _shmenv.closest_match(env, native + gym_ids)
+            from_packages = sorted(plugins.installed())
+            guess = _shmenv.closest_match(env, native + from_packages + gym_ids)
+            packaged = f" Installed plugin packages' envs: {', '.join(from_packages)}." if from_packages else ""
             err = UnknownEnvError(
-                f"unknown env id {env!r}. Native (Rust) envs: {', '.join(native)}. Or any of the "
+                f"unknown env id {env!r}. Native (Rust) envs: {', '.join(native)}.{packaged} Or any of the "
                 f"{len(gym_ids)} Gymnasium ids (gymnasium.pprint_registry()), an EnvSpec, or an entry point "
                 f"'package.module:Class'." + (f" Did you mean {guess!r}?" if guess else "")
             )
-            err.env_id, err.registered, err.closest = env, native + gym_ids, guess
+            err.env_id, err.registered, err.closest = env, native + from_packages + gym_ids, guess
             raise err
     elif isinstance(env, EnvFns):
         out = _from_factories(env.fns, config)

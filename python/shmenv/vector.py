@@ -108,6 +108,7 @@ class ShmVectorEnv(VectorEnv):
             self._calls.take_socket = self._pool.take_call_socket
         self.python_env = resolved.python
         self.env_id = resolved.label
+        self.backend = resolved.backend  # "native", "plugin" or "python": which path runs the envs
         self.num_envs = plan.num_envs
         self.num_workers = plan.num_workers
         self.batch_size = plan.batch_size

@@ -295,9 +295,16 @@ class Runner:
         import shmenv
 
         w, a = self.w, self.args
+        library = a.plugin
         if native:
-            if not a.plugin or not w.plugin_id:
-                raise NotApplicable("needs --plugin (a native build of this workload's env)")
+            from shmenv import plugins
+
+            if not library and w.plugin_id:
+                found = plugins.find(w.plugin_id)  # an installed plugin package (shmenv-ale, shmenv-mujoco)
+                library = found.library if found else None
+            if not library or not w.plugin_id:
+                package = plugins.KNOWN.get(w.plugin_id or "", "its plugin package")
+                raise NotApplicable(f"needs --plugin (a native build of this workload's env) or pip install {package}")
             env, kind = w.plugin_id, "native plugin"
             config = w.plugin_config() if w.plugin_config else None
         elif w.shmenv_native_id:
@@ -311,7 +318,7 @@ class Runner:
             batch_size=self.batch,
             seed=0,
             config=config,
-            plugin=a.plugin if native else None,
+            plugin=library if native else None,
             pin_workers=not a.no_pin,
         )
         space = envs.single_action_space

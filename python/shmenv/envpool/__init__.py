@@ -58,9 +58,18 @@ def _import_dm():
     return dm
 
 
-def _atari_plugin(explicit: Any) -> str | None:
+def _atari_plugin(explicit: Any, task_id: str) -> str | None:
+    """The native ALE plugin: plugin=, else SHMENV_ALE_PLUGIN, else the installed shmenv-ale
+    package's (shmenv.plugins); None (with a warning, once per id) runs Gymnasium's ALE."""
     path = explicit if explicit is not None else os.environ.get("SHMENV_ALE_PLUGIN") or None
-    if path is not None and not os.path.exists(path):
+    if path is None:
+        from shmenv import plugins
+
+        found = plugins.find("AtariC-v5")
+        if found is None:
+            plugins.warn_fallback(task_id, "AtariC-v5", "Gymnasium's ALE")
+        return None if found is None else found.library
+    if not os.path.exists(path):
         raise InvalidArgumentError(f"the ALE plugin {path!r} does not exist (plugin= or SHMENV_ALE_PLUGIN)")
     return None if path is None else os.fspath(path)
 
@@ -100,7 +109,7 @@ def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
         # zero_discount_on_life_loss only changes the dm API's discount (DMEnvPoolEnv does it).
         if config["task"] != game:
             raise ConfigError(f"task={config['task']!r} does not match {task_id} (task {game!r})")
-        plugin = _atari_plugin(extra.get("plugin"))
+        plugin = _atari_plugin(extra.get("plugin"), task_id)
         if plugin is not None:
             for key in ("mode", "difficulty"):
                 if config[key] != -1:
