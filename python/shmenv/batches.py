@@ -16,11 +16,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from shmenv.calls import CallChannel
+from shmenv.channel import protocol as ops
+from shmenv.channel.trainer import CallChannel
 from shmenv.errors import WorkerDiedError
 from shmenv.infos import InfoArea
 from shmenv.spaces.assembly import Assembly
-from shmenv.worker import ops
 
 __all__ = ["Batches", "start_infos", "weak_close"]
 

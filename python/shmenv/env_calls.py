@@ -1,5 +1,5 @@
 """The start-up and reset steps of :class:`shmenv.ShmVectorEnv` that run on the envs'
-Python objects in their workers, over the call side channel (``shmenv.calls``), written as
+Python objects in their workers, over the call side channel (:mod:`shmenv.channel`), written as
 plain functions of the env's ``env_call`` (a function ``(op, name, env_ids, values=None)``
 that answers in env order): env 0's metadata and spaces, every env's spaces checked as
 ``AsyncVectorEnv`` checks them, and the options of a reset. The call API itself (``call``,
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from shmenv.channel import protocol as ops
 from shmenv.errors import InvalidArgumentError, WorkerError
 from shmenv.spaces import modes
-from shmenv.worker import ops
 
 __all__ = ["NATIVE_ATTRS", "EnvCall", "env0_attrs", "checked_spaces", "reset_option_targets"]
 

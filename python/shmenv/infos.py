@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shmenv import _shmenv
-from shmenv.worker import ops
+from shmenv.channel import protocol as ops
 
 _FIXED = _shmenv.info_area_layout(1, 1)  # the sizes that do not depend on the pool
 SLOTS: int = _FIXED["slots"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shmenv.calls import CallChannel
+from shmenv.channel.trainer import CallChannel
 from shmenv.errors import UsageError
 from shmenv.infos import InfoArea
 

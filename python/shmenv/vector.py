@@ -4,7 +4,7 @@ whose observations are numpy views of the shared memory they write into.
 :class:`ShmVectorEnv` is the whole of Gymnasium's vector env API in this file; each part it
 hands off goes to a named collaborator, given what it needs when it is made: the
 extension's pool (``_pool``: the step path), the call channel to hosted envs (``_calls``,
-:mod:`shmenv.calls`), the batches' conversions (``_batches``, :mod:`shmenv.batches`),
+:mod:`shmenv.channel.trainer`), the batches' conversions (``_batches``, :mod:`shmenv.batches`),
 restarted workers (``_restarts``, :mod:`shmenv.restarts`), the split calls
 (``_split``, :mod:`shmenv.pending`), and the checks every vector env makes
 (:mod:`shmenv.prechecks`).
@@ -23,7 +23,8 @@ from gymnasium.vector.vector_env import AutoresetMode
 from shmenv import _shmenv
 from shmenv.arguments import _env_ids
 from shmenv.batches import Batches, start_infos, weak_close
-from shmenv.calls import CallChannel
+from shmenv.channel import protocol as ops
+from shmenv.channel.trainer import CallChannel
 from shmenv.engine_args import PoolPlan, plan_pool
 from shmenv.env_calls import NATIVE_ATTRS, checked_spaces, env0_attrs, native_attr, reset_option_targets
 from shmenv.errors import BuildError, InvalidArgumentError, UsageError, WorkerDiedError
@@ -36,7 +37,6 @@ from shmenv.restarts import Restarts
 from shmenv.seeding import per_env_seeds, reset_commands
 from shmenv.spaces import modes
 from shmenv.spaces.assembly import Assembly
-from shmenv.worker import ops
 
 __all__ = ["make_vec", "from_fns", "ShmVectorEnv", "python_worker_command"]
 
@@ -323,7 +323,7 @@ class ShmVectorEnv(VectorEnv):
         self.env_call(ops.SET, name, range(self.num_envs), values=values)
 
     def env_call(self, op: str, name: str, env_ids, values=None, args: tuple = (), kwargs: dict | None = None):
-        """Runs `op` (one of :mod:`shmenv.worker.ops`: "get", "set", "call", "is_wrapped" ...)
+        """Runs `op` (one of :mod:`shmenv.channel.protocol`: "get", "set", "call", "is_wrapped" ...)
         on envs `env_ids` in their workers.
         Native envs have no Python objects: "get" and "call" answer
         :data:`shmenv.env_calls.NATIVE_ATTRS`. Raises :class:`UsageError` while another

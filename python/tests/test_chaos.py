@@ -17,7 +17,7 @@ import pytest
 from conftest import children, wait_gone
 
 import shmenv
-from shmenv.calls import CallChannel
+from shmenv.channel.trainer import CallChannel
 
 SECONDS = float(os.environ.get("SHMENV_CHAOS_SECONDS", "20"))
 NUM_ENVS, NUM_WORKERS = 8, 3

@@ -9,7 +9,7 @@ attribute (``py.import("shmenv.worker")``): Python envs are built here, from JSO
 (:func:`spec_json`); ``RESET_OPTIONS`` holds the options of the next ``reset``, ``UNSEEDED``
 the envs whose next ``reset`` gets ``seed=None``;
 :func:`obs_flattener` and :func:`action_unpacker` convert nested observations and
-composite actions. A daemon thread (:mod:`shmenv.worker.call_server`) serves
+composite actions. A daemon thread (:mod:`shmenv.channel.worker`) serves
 ``call``/``get_attr``/``set_attr`` requests from the trainer on a side channel (a Unix
 socket) that never touches the step path.
 """

@@ -1,6 +1,6 @@
 """``python -m shmenv.worker --shmenv-worker <index> <fd> <pid>``: a Python worker process.
 Runs the extension's host loop over the envs :mod:`shmenv.worker` builds, with the call
-channel's thread (:mod:`shmenv.worker.call_server`) beside it, then closes the envs."""
+channel's thread (:mod:`shmenv.channel.worker`) beside it, then closes the envs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import socket
 import sys
 import threading
 
+from shmenv.channel.worker import serve_calls
 from shmenv.worker import close_envs
-from shmenv.worker.call_server import serve_calls
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The trainer's end of the call side channel: ``call``/``get_attr``/``set_attr`` on the
+"""The trainer's end of the call side channel (the worker's is :mod:`shmenv.channel.worker`): ``call``/``get_attr``/``set_attr`` on the
 Python envs inside the workers, with pickled arguments and results over a private Unix
 socket per worker process. It never touches the step path: steps go through shared memory
 only.
@@ -26,9 +26,9 @@ import socket
 import time
 from typing import Any, Callable, Sequence
 
+from shmenv.channel import protocol as ops
+from shmenv.channel.protocol import recv_message, send_message
 from shmenv.errors import WorkerDiedError, WorkerError
-from shmenv.worker import ops
-from shmenv.worker.call_server import recv_message, send_message
 
 DEATH_GRACE = 1.0
 """Seconds a process whose connection ended may take to be seen dead (a SIGKILLed process
@@ -214,7 +214,7 @@ class CallChannel:
 
         A worker found dead (before or during the request) is handed to ``revive(workers)``,
         which has the pool restart it (or raises), and the request goes to the replacement;
-        without ``revive`` a dead worker raises :class:`WorkerDiedError`. Op :data:`~shmenv.worker.ops.INFOS`
+        without ``revive`` a dead worker raises :class:`WorkerDiedError`. Op :data:`~shmenv.channel.protocol.INFOS`
         never revives: a dead worker's kept infos died with it; under a restart policy it
         answers none (its envs come back restarted), else it raises
         :class:`WorkerDiedError`, as the batch that lost them must."""

@@ -1,5 +1,5 @@
 """A pool of Python-hosted envs beside a hostile process of another user, run by
-``test_call_channel_security.py`` as root inside a private network namespace
+``test_channel_security.py`` as root inside a private network namespace
 (``unshare -n``: abstract Unix sockets are per namespace, so nothing outside is touched).
 
 The stranger (a forked copy of this script that drops to ``STRANGER_UID``) watches
@@ -10,7 +10,7 @@ channel used to read). The script prints one JSON object: whether the marker exi
 how many abstract sockets the namespace ever showed, how many connections the stranger
 made, and what the pool did meanwhile.
 
-Usage: ``python call_channel_stranger.py <uid> <workdir>``."""
+Usage: ``python channel_stranger.py <uid> <workdir>``."""
 
 from __future__ import annotations
 

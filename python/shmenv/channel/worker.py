@@ -1,9 +1,8 @@
-"""The worker's side of the call channel: a daemon thread answers the trainer's
+"""The worker's end of the call channel: a daemon thread answers the trainer's
 ``call``/``get_attr``/``set_attr``/``is_wrapped``, reset options, info requests and side
-leaves (:mod:`shmenv.worker.side`) over a
-private Unix socket (inherited from the trainer) that never touches the step path. :func:`send_message` and
-:func:`recv_message` frame the messages on both sides (the trainer's is
-:mod:`shmenv.calls`). The ops are :mod:`shmenv.worker.ops`'s."""
+leaves (:mod:`shmenv.worker.side`) over a private Unix socket (inherited from the trainer)
+that never touches the step path. The framing and the ops are
+:mod:`shmenv.channel.protocol`'s; the trainer's end is :mod:`shmenv.channel.trainer`."""
 
 from __future__ import annotations
 
@@ -12,30 +11,8 @@ import traceback
 from typing import Any
 
 import shmenv.worker as worker
-from shmenv.worker import ops
-
-
-def send_message(sock: socket.socket, obj: Any) -> None:
-    import pickle
-
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(len(data).to_bytes(8, "little") + data)
-
-
-def recv_message(sock: socket.socket) -> Any:
-    """The next message, or raises EOFError when the peer closed."""
-    import pickle
-
-    def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("the peer closed the call channel")
-            buf += chunk
-        return bytes(buf)
-
-    return pickle.loads(exactly(int.from_bytes(exactly(8), "little")))
+from shmenv.channel import protocol as ops
+from shmenv.channel.protocol import recv_message, send_message
 
 
 def _attr(env, name: str):

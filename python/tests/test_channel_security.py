@@ -2,7 +2,7 @@
 
 The call channel (``call``/``get_attr``/``set_attr``, reset options, infos) is a
 ``socketpair`` per worker process made by the engine before it spawns the worker: there
-is no name or listener to connect to. The test runs ``call_channel_stranger.py`` as root
+is no name or listener to connect to. The test runs ``channel_stranger.py`` as root
 in a private network namespace, beside a process of another uid that sends a pickle
 payload to every abstract Unix socket it sees, through start-up, steady state and a
 worker restart: the payload never runs, and the namespace never shows a socket of the
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(180)
 #: A uid no account uses here: the stranger needs no home, shell or passwd entry.
 STRANGER_UID = 61234
 
-SCRIPT = Path(__file__).with_name("call_channel_stranger.py")
+SCRIPT = Path(__file__).with_name("channel_stranger.py")
 
 
 def _namespace_runner() -> list[str]:

@@ -1,12 +1,45 @@
-"""The call channel's operations, written once for both ends: the first item of every
-request the trainer sends (:mod:`shmenv.calls`, :mod:`shmenv.env_calls`,
-:mod:`shmenv.infos`, :mod:`shmenv.vector`) and what the worker dispatches on
-(:mod:`shmenv.worker.call_server`). They travel as these plain strings (pickled with the
-request), so ``env_call("get", ...)`` and ``env_call(ops.GET, ...)`` are the same call."""
+"""The call channel's protocol, written once for both ends: how a message is framed on the
+socket (:func:`send_message`, :func:`recv_message`: an 8-byte little-endian length, then
+the pickled message) and the operations, the first item of every request the trainer sends
+(:mod:`shmenv.channel.trainer`, :mod:`shmenv.vector`, :mod:`shmenv.env_calls`,
+:mod:`shmenv.batches`, :mod:`shmenv.infos`) and what the worker dispatches on
+(:mod:`shmenv.channel.worker`). The ops travel as these plain strings (pickled with the
+request), so ``env_call("get", ...)`` and ``env_call(ops.GET, ...)`` are the same call:
+``from shmenv.channel import protocol as ops``.
+
+A request is ``(op, local env indices, name, values, args, kwargs)``; its answer is one
+``(ok, value or traceback)`` per env (for :data:`MAP_INFOS`: an empty list, or one refusal).
+"""
 
 from __future__ import annotations
 
-from typing import Final
+import socket
+from typing import Any, Final
+
+
+def send_message(sock: socket.socket, obj: Any) -> None:
+    """Sends ``obj`` pickled, after its length."""
+    import pickle
+
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(len(data).to_bytes(8, "little") + data)
+
+
+def recv_message(sock: socket.socket) -> Any:
+    """The next message, or raises EOFError when the peer closed."""
+    import pickle
+
+    def exactly(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("the peer closed the call channel")
+            buf += chunk
+        return bytes(buf)
+
+    return pickle.loads(exactly(int.from_bytes(exactly(8), "little")))
+
 
 # Gymnasium's call API on each env object (``get_wrapper_attr`` and friends).
 GET: Final = "get"

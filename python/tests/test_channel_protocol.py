@@ -1,6 +1,6 @@
-"""The call channel's ops (:mod:`shmenv.worker.ops`) are written once: both ends of the
-channel name them from that module, and a real pool's workers serve each by its
-constant."""
+"""The call channel's protocol (:mod:`shmenv.channel.protocol`): the ops are written once,
+both ends of the channel name them from that module, and a real pool's workers serve each
+by its constant; the framing carries a message whole across a socket."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 
 import shmenv
 from shmenv.errors import WorkerError
-from shmenv.worker import ops
+from shmenv.channel import protocol as ops
 
 PACKAGE = pathlib.Path(shmenv.__file__).parent
 
 # The modules that implement the channel, both ends: none may spell an op as a string.
 CHANNEL_MODULES = [
-    "calls.py", "env_calls.py", "batches.py", "restarts.py", "infos.py", "vector.py", "worker/call_server.py",
+    "channel/trainer.py", "channel/worker.py", "env_calls.py", "batches.py", "restarts.py", "infos.py", "vector.py",
     "worker/__init__.py",
 ]
 
@@ -43,7 +43,7 @@ def _op_literals(path: pathlib.Path) -> list[str]:
 
 def test_no_channel_module_spells_an_op_as_a_string():
     found = [hit for name in CHANNEL_MODULES for hit in _op_literals(PACKAGE / name)]
-    assert found == [], f"ops written as strings instead of shmenv.worker.ops: {found}"
+    assert found == [], f"ops written as strings instead of shmenv.channel.protocol: {found}"
 
 
 def test_ops_are_distinct_plain_strings():
@@ -64,3 +64,25 @@ def test_workers_serve_the_ops_by_their_constants():
         assert envs.env_call(ops.MISMATCHED, "", [0, 1]) == [False, False]
         with pytest.raises(WorkerError, match="unknown call op 'no_such_op'"):
             envs.env_call("no_such_op", "", [0])
+
+
+@pytest.mark.timeout(60)
+def test_the_framing_carries_each_message_whole_and_says_when_the_peer_closed():
+    import socket
+    import threading
+
+    import numpy as np
+
+    a, b = socket.socketpair()
+    big = np.arange(1 << 20, dtype=np.int64)  # 8 MiB: more than the socket buffers hold at once
+    messages = [("get", [0, 1], "spec", [], (), {}), [(True, None)], big, []]
+    sender = threading.Thread(target=lambda: [ops.send_message(a, m) for m in messages])
+    sender.start()
+    got = [ops.recv_message(b) for _ in messages]
+    sender.join()
+    assert got[:2] == messages[:2] and got[3] == []
+    np.testing.assert_array_equal(got[2], big)
+    a.close()
+    with pytest.raises(EOFError, match="the peer closed the call channel"):
+        ops.recv_message(b)
+    b.close()
