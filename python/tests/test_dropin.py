@@ -14,7 +14,7 @@ from gymnasium import spaces
 
 import shmenv
 from conftest import step_alike
-from shmenv.sb3 import HAVE_SB3, ShmVecEnv
+from shmenv.libs.sb3 import HAVE_SB3, ShmVecEnv
 
 pytestmark = pytest.mark.timeout(60)
 

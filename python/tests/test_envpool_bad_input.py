@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shmenv
-import shmenv.envpool as envpool
+import shmenv.libs.envpool as envpool
 from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
 
 pytestmark = pytest.mark.timeout(120)

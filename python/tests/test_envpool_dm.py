@@ -19,8 +19,8 @@ import pytest
 
 dm_env = pytest.importorskip("dm_env", reason="dm_env is not installed (pip install dm-env)")
 
-import shmenv.envpool as envpool  # noqa: E402
-from shmenv.envpool import DmEnvNotInstalledError  # noqa: E402
+import shmenv.libs.envpool as envpool  # noqa: E402
+from shmenv.libs.envpool import DmEnvNotInstalledError  # noqa: E402
 
 from test_envpool_make import PLUGIN, atari_backends, has, real_envpool  # noqa: E402
 
@@ -248,7 +248,7 @@ def test_make_spec_dm_specs_and_make_dm():
 @pytest.mark.timeout(60)
 def test_missing_dm_env_raises_a_typed_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "dm_env", None)  # what `import dm_env` does when absent
-    monkeypatch.delitem(sys.modules, "shmenv.envpool.dm", raising=False)
+    monkeypatch.delitem(sys.modules, "shmenv.libs.envpool.dm", raising=False)
     for call in (lambda: envpool.make("CartPole-v1", env_type="dm"), lambda: envpool.make_dm("CartPole-v1")):
         with pytest.raises(DmEnvNotInstalledError, match=r"pip install dm-env") as info:
             call()
@@ -263,7 +263,7 @@ def test_specs_of_other_spaces():
     from dm_env import specs
     from gymnasium import spaces
 
-    from shmenv.envpool.dm import action_spec, observation_spec
+    from shmenv.libs.envpool.dm import action_spec, observation_spec
     from shmenv.errors import InvalidArgumentError
 
     obs = spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "cell": spaces.Discrete(5),

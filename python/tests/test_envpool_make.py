@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import shmenv.envpool as envpool
+import shmenv.libs.envpool as envpool
 from shmenv.errors import ConfigError, InvalidArgumentError, UnknownEnvError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,7 +17,7 @@ pytest.importorskip("pettingzoo", reason="pettingzoo is not installed: pip insta
 import shmenv  # noqa: E402
 import shmenv.multiagent as ma  # noqa: E402
 from multiagent_serial import Serial  # noqa: E402
-from shmenv.multiagent.sb3 import AgentRowsVecEnv  # noqa: E402
+from shmenv.libs.sb3_multiagent import AgentRowsVecEnv  # noqa: E402
 from shmenv_fixtures.multiagent import Leaving  # noqa: E402
 
 LEAVING = "shmenv_fixtures.multiagent:leaving"

@@ -21,7 +21,7 @@ from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # noqa: E402
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 from conftest import wait_gone  # noqa: E402
-from shmenv.multiagent.torchrl import MultiAgentShmEnv  # noqa: E402
+from shmenv.libs.torchrl_multiagent import MultiAgentShmEnv  # noqa: E402
 from shmenv_fixtures.multiagent import Leaving  # noqa: E402
 
 N = 2

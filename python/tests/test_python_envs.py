@@ -18,7 +18,7 @@ import pytest
 from conftest import FIXTURES, children
 
 import shmenv
-from shmenv.sb3 import ShmVecEnv
+from shmenv.libs.sb3 import ShmVecEnv
 
 ACT = np.ones(4, dtype=np.int64)
 

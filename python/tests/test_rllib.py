@@ -17,7 +17,7 @@ except ImportError as e:
     pytest.skip(f"RLlib is not importable (pip install 'ray[rllib]'): {e}", allow_module_level=True)
 import ray  # noqa: E402
 
-from shmenv.rllib import VectorEnvCreator  # noqa: E402
+from shmenv.libs.rllib import VectorEnvCreator  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "rllib_ppo.py")
 

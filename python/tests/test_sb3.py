@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shmenv.sb3 import HAVE_SB3, ShmVecEnv
+from shmenv.libs.sb3 import HAVE_SB3, ShmVecEnv
 
 
 def test_vecenv_protocol(no_leaks):

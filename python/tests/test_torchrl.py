@@ -23,7 +23,7 @@ from torchrl.envs import GymWrapper  # noqa: E402
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 import shmenv  # noqa: E402
-from shmenv.torchrl import ShmEnv  # noqa: E402
+from shmenv.libs.torchrl import ShmEnv  # noqa: E402
 
 from conftest import alive, children, wait_gone  # noqa: E402
 
@@ -423,7 +423,7 @@ import os
 import torch
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 
-from shmenv.torchrl import ShmEnv
+from shmenv.libs.torchrl import ShmEnv
 
 MARK = ("SHMENV_TEST_MARK=" + os.environ["SHMENV_TEST_MARK"]).encode()
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from shmenv.torchrl import ShmEnv
+from shmenv.libs.torchrl import ShmEnv
 
 #: The native ALE plugin as ``tests/run`` builds it (relative to the repository root).
 _PLUGIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "target", "plugins", "libale_atari.so")

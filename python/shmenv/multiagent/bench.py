@@ -93,7 +93,7 @@ def _wrapped(make: Callable) -> Any:
 
 
 def run_torchrl_shmenv(make: Callable, n: int, seconds: float, workers: int) -> tuple[int, float, int]:
-    from shmenv.multiagent.torchrl import MultiAgentShmEnv
+    from shmenv.libs.torchrl_multiagent import MultiAgentShmEnv
 
     with MultiAgentShmEnv(make, n, num_workers=workers, seed=0) as env:
         return _rollouts(env, n, seconds)

@@ -4,7 +4,7 @@ Stable-Baselines3 is imported here, lazily: ``import shmenv`` never needs it. Wh
 not installed, ``ShmVecEnv`` still implements the same protocol on a small stand-in base
 class, so code (and tests) that drive a VecEnv by hand work without torch.
 
->>> from shmenv.sb3 import ShmVecEnv
+>>> from shmenv.libs.sb3 import ShmVecEnv
 >>> venv = ShmVecEnv("CartPole-v1", num_envs=8, seed=0)
 >>> obs = venv.reset()
 >>> obs.shape

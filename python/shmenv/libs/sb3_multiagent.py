@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shmenv.libs.sb3 import _Base
 from shmenv.multiagent.flat import make_agent_vec
-from shmenv.sb3 import _Base
 
 __all__ = ["AgentRowsVecEnv"]
 

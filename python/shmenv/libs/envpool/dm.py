@@ -20,8 +20,8 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from shmenv.envpool.env import EnvPoolEnv
 from shmenv.errors import InvalidArgumentError
+from shmenv.libs.envpool.env import EnvPoolEnv
 
 FIRST, MID, LAST = 0, 1, 2
 

@@ -2,7 +2,7 @@
 TorchRL's multi-agent layout, the one ``PettingZooWrapper`` builds, over a batch of
 ``num_envs`` envs:
 
->>> from shmenv.multiagent.torchrl import MultiAgentShmEnv
+>>> from shmenv.libs.torchrl_multiagent import MultiAgentShmEnv
 >>> env = MultiAgentShmEnv("mpe2.simple_spread_v3", 4, num_workers=2, seed=0)
 >>> env.group_map
 {'agent': ['agent_0', 'agent_1', 'agent_2']}

@@ -1,6 +1,6 @@
 """EnvPool's ``make`` over shmenv's pools, for scripts written against EnvPool 1.2.5.
 
->>> import shmenv.envpool as envpool
+>>> import shmenv.libs.envpool as envpool
 >>> envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=8, seed=0)
 >>> obs, info = envs.reset()          # obs (8, 4) float32; info: env_id, players, elapsed_step
 >>> envs.close()
@@ -23,9 +23,9 @@ from typing import Any
 import gymnasium as gym
 
 import shmenv
-from shmenv.envpool.env import EnvPoolEnv, EnvSpec
-from shmenv.envpool.tasks import _PLUGIN_KEYS, _check_common, _config, _kind, _roms, list_all_envs
 from shmenv.errors import BuildError, ConfigError, InvalidArgumentError
+from shmenv.libs.envpool.env import EnvPoolEnv, EnvSpec
+from shmenv.libs.envpool.tasks import _PLUGIN_KEYS, _check_common, _config, _kind, _roms, list_all_envs
 
 __all__ = [
     "make",
@@ -53,7 +53,7 @@ def _import_dm():
             f"env_type='dm' returns dm_env.TimeStep batches and needs the dm_env package, which cannot be "
             f"imported ({error}); install it with `pip install dm-env`, or use env_type='gymnasium'"
         ) from error
-    from shmenv.envpool import dm
+    from shmenv.libs.envpool import dm
 
     return dm
 
@@ -149,7 +149,7 @@ def _make_env(task_id: str, kwargs: dict[str, Any]) -> EnvPoolEnv:
                 )
             }
             pool = shmenv.make_vec(
-                "shmenv.envpool.atari:_hosted_atari", num_envs, config={"game": game, **hconf}, **common
+                "shmenv.libs.envpool.atari:_hosted_atari", num_envs, config={"game": game, **hconf}, **common
             )
     elif kind == "classic" and task_id in shmenv.builtin_env_ids():
         pool = shmenv.make_vec(task_id, num_envs, max_episode_steps=int(config["max_episode_steps"]), **common)

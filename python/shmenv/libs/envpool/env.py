@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from shmenv.envpool.tasks import _ATARI_INFO
 from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError, UsageError
+from shmenv.libs.envpool.tasks import _ATARI_INFO
 from shmenv.prechecks import check_open, reset_request
 
 
@@ -37,7 +37,7 @@ class EnvSpec:
 
     def _space(self, k: int):
         if self._spaces is None:  # make_spec: one env tells its spaces
-            from shmenv.envpool import make
+            from shmenv.libs.envpool import make
 
             with make(self.task_id, "gymnasium", **{**(self._make_kwargs or {}), "num_envs": 1, "batch_size": 0}) as e:
                 self._spaces = (e.observation_space, e.action_space)
@@ -50,14 +50,14 @@ class EnvSpec:
 
     def observation_spec(self) -> tuple:
         """EnvPool's dm_env observation spec: ``State(env_id, players(env_id), obs, ...)``."""
-        from shmenv.envpool import _import_dm
-        from shmenv.envpool.tasks import _kind
+        from shmenv.libs.envpool import _import_dm
+        from shmenv.libs.envpool.tasks import _kind
 
         return _import_dm().observation_spec(_kind(self.task_id)[0], self.observation_space)
 
     def action_spec(self):
         """EnvPool's dm_env action spec (``DiscreteArray`` named ``action`` for a discrete action)."""
-        from shmenv.envpool import _import_dm
+        from shmenv.libs.envpool import _import_dm
 
         return _import_dm().action_spec(self.action_space)
 

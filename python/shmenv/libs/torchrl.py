@@ -1,6 +1,6 @@
 """``shmenv.torchrl``: a TorchRL environment (``EnvBase``) over a shmenv pool.
 
->>> from shmenv.torchrl import ShmEnv
+>>> from shmenv.libs.torchrl import ShmEnv
 >>> env = ShmEnv("CartPole-v1", 16, num_workers=2, seed=0)     # batch_size [16]
 >>> td = env.rollout(100)                                       # td.shape == (16, 100)
 >>> env.close()
