@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["VectorEnvCreator"]
+
 
 class VectorEnvCreator:
     """Builds ``shmenv.make_vec(env, num_envs, **make_vec_kwargs)`` when RLlib calls it
