@@ -113,7 +113,7 @@ def ale_plugin() -> str:
 def ale_roms() -> str:
     """The folder of ale-py's ROMs (the ALE plugin's ``rom_dir``)."""
     pytest.importorskip("ale_py.roms", reason="ale-py is not installed (pip install ale-py)")
-    from shmenv.workloads import ale_roms as roms
+    from shmenv.assets import ale_roms as roms
 
     return roms()
 

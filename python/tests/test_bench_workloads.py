@@ -102,7 +102,7 @@ def test_hosted_atari_matches_sync_vector_env_with_its_infos(no_leaks):
     import numpy as np
 
     import shmenv
-    from shmenv.workloads import make_atari
+    from shmenv.bench.envs import make_atari
 
     n = 2
     ref = gym.vector.SyncVectorEnv([make_atari] * n)

@@ -251,7 +251,7 @@ def test_restart_policy_carries_on_after_a_kill(no_leaks):
         envs.step(np.zeros(4, dtype=np.int64))
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "shmenv.pyenvs:BurnEnv"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "shmenv.bench.envs:BurnEnv"])
 def test_restart_policy_in_async_mode(no_leaks, env_id):
     with shmenv.make_vec(env_id, 6, num_workers=2, batch_size=3, seed=0, max_restarts=1) as envs:
         obs, infos = envs.reset()

@@ -21,7 +21,7 @@ pytest.importorskip("gymnasium.envs.mujoco", reason="Gymnasium's MuJoCo envs can
 
 import gymnasium as gym  # noqa: E402
 
-from shmenv.workloads import gymnasium_model  # noqa: E402
+from shmenv.assets import gymnasium_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -37,7 +37,7 @@ More:
 
     python -m shmenv.bench --env CartPole-v1 --num-envs 32 --png bench.png   # bar chart (matplotlib)
     python -m shmenv.bench --env CartPole-v1 --python --num-envs 32          # Gymnasium's CartPole in shmenv
-    python -m shmenv.bench --env shmenv.pyenvs:BurnEnv --config '{"step_us": 50}' --num-envs 8
+    python -m shmenv.bench --env shmenv.bench.envs:BurnEnv --config '{"step_us": 50}' --num-envs 8
     # A C env (examples/c/cartpole.c built into libcartpole.so) against EnvPool's CartPole
     python -m shmenv.bench --plugin ./libcartpole.so --env CartPoleC-v1 --envpool-env CartPole-v1 \\
         --num-envs 32 --workers 2 --only shmenv,shmenv-nocopy,envpool,envpool-async
@@ -127,7 +127,7 @@ def _comparison_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--env",
         default="CartPole-v1",
-        help="a native or Gymnasium id, or an entry point 'module:Class' (e.g. shmenv.pyenvs:BurnEnv)",
+        help="a native or Gymnasium id, or an entry point 'module:Class' (e.g. shmenv.bench.envs:BurnEnv)",
     )
     g.add_argument(
         "--python",

@@ -22,7 +22,7 @@ envs return none, both built first and warmed up, stepped with random actions:
   which returns ``{"lives": 3}`` at every step (as Atari envs do), against the same
   wrapper returning no info (default 32 envs).
 - ``--workload pong``: Gymnasium's ``ALE/Pong-v5`` with EnvPool's preprocessing
-  (:func:`shmenv.workloads.make_atari`), which returns ``lives``, ``episode_frame_number``
+  (:func:`shmenv.bench.envs.make_atari`), which returns ``lives``, ``episode_frame_number``
   and ``frame_number``, against the same env with its infos dropped (:func:`atari`;
   default 16 envs; needs ``ale-py``).
 """
@@ -62,8 +62,8 @@ class _NoInfos(gym.Wrapper):
 
 
 def atari(game: str = "Pong", infos: bool = True) -> Any:
-    """:func:`shmenv.workloads.make_atari`, with its infos dropped when ``infos`` is false."""
-    from shmenv.workloads import make_atari
+    """:func:`shmenv.bench.envs.make_atari`, with its infos dropped when ``infos`` is false."""
+    from shmenv.bench.envs import make_atari
 
     env = make_atari(game)
     return env if infos else _NoInfos(env)

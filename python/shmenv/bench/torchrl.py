@@ -43,7 +43,7 @@ def _gym_sync_vector(n: int, env_id: str):
 def _atari_env():
     from torchrl.envs import GymWrapper
 
-    from shmenv.workloads import make_atari
+    from shmenv.bench.envs import make_atari
 
     return GymWrapper(make_atari())
 
@@ -52,7 +52,7 @@ def _atari_sync_vector(n: int):
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     from torchrl.envs import GymWrapper
 
-    from shmenv.workloads import make_atari
+    from shmenv.bench.envs import make_atari
 
     return GymWrapper(SyncVectorEnv([make_atari] * n, autoreset_mode=AutoresetMode.DISABLED))
 
@@ -112,21 +112,21 @@ def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], A
 
 def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str, Callable[[], Any]]:
     """Pong (EnvPool's preprocessing: 4x84x84 uint8): the native ALE plugin (when built) and
-    Gymnasium's ALE (``shmenv.workloads:make_atari``) in ShmEnv's workers, TorchRL's
+    Gymnasium's ALE (``shmenv.bench.envs:make_atari``) in ShmEnv's workers, TorchRL's
     SerialEnv and ParallelEnv over ``make_atari``, and EnvPool's threads."""
     from torchrl.envs import ParallelEnv, SerialEnv
 
     this = __import__("shmenv.bench.torchrl", fromlist=["_atari_env"])
     out: dict[str, Callable[[], Any]] = {}
     if plugin:
-        from shmenv.workloads import ale_roms
+        from shmenv.assets import ale_roms
 
         config = {"rom_dir": ale_roms(), "game": "pong"}
         out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, plugin=libale_atari.so) [native ALE plugin]"] = lambda: ShmEnv(
             "AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0
         )
-    out[f"ShmEnv('shmenv.workloads:make_atari', {n}, num_workers={w}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
-        "shmenv.workloads:make_atari", n, num_workers=w, seed=0
+    out[f"ShmEnv('shmenv.bench.envs:make_atari', {n}, num_workers={w}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
+        "shmenv.bench.envs:make_atari", n, num_workers=w, seed=0
     )
     if _has("envpool"):
         out[f"MultiThreadedEnv({n}, 'Pong-v5') [EnvPool]"] = lambda: this._multithreaded_env(n, "Pong-v5")

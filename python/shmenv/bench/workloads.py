@@ -1,5 +1,5 @@
 """``python -m shmenv.bench --workload atari|mujoco|classic``: real workloads, every engine
-side by side in one run (the hosted envs: :mod:`shmenv.workloads`).
+side by side in one run (the hosted envs: :mod:`shmenv.bench.envs`).
 
 Systems (``--only``): the single env stepped in-process (its rate times the cores in use is
 the N-core ideal), shmenv sync and async hosting the Python env (the native env for
@@ -36,7 +36,7 @@ What each engine runs, the same env with the same preprocessing everywhere:
   (area resize), 4-frame stack, up to 30 no-op starts, ``repeat_action_probability=0``,
   27,000 steps (108,000 frames) per episode, no episodic life, no reward clipping, fire
   reset on (its default).
-- Gymnasium and shmenv's hosted env (:func:`shmenv.workloads.make_atari`): ``ALE/Pong-v5`` with
+- Gymnasium and shmenv's hosted env (:func:`shmenv.bench.envs.make_atari`): ``ALE/Pong-v5`` with
   ``frameskip=1`` and ``repeat_action_probability=0.0`` (EnvPool's), wrapped in
   ``AtariPreprocessing(frame_skip=4, noop_max=30, screen_size=84, grayscale_obs=True)``
   and ``FrameStackObservation(4)``. Difference: ``AtariPreprocessing`` has no fire reset
@@ -71,19 +71,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from shmenv.assets import ale_roms, gymnasium_model
 from shmenv.bench.contestants import Contestant, NotApplicable, cycle, random_actions, settle
-from shmenv.bench.progress import Progress, warn_if_loaded
-from shmenv.workloads import (
+from shmenv.bench.envs import (
     ATARI_FRAME_SKIP,
     ATARI_MAX_FRAMES,
     ATARI_NOOP_MAX,
     ATARI_SCREEN,
     ATARI_STACK,
-    ale_roms,
-    gymnasium_model,
     make_atari,
     make_gymnasium,
 )
+from shmenv.bench.progress import Progress, warn_if_loaded
 
 SYSTEMS = (
     "single",

@@ -100,7 +100,7 @@ _ATARI_INFO = (("lives", np.int32), ("reward", np.float32), ("terminated", np.in
 def _atari_games() -> dict[str, str]:
     """``Pong-v5`` -> ``pong`` for every ROM ale-py ships (EnvPool's naming); {} without ale-py."""
     try:
-        from shmenv.workloads import ale_roms
+        from shmenv.assets import ale_roms
 
         roms = ale_roms()
     except ImportError:
@@ -198,7 +198,7 @@ def _config(task_id: str, kind: str, game: str | None, kwargs: dict[str, Any]) -
 
 
 def _roms() -> str:
-    from shmenv.workloads import ale_roms
+    from shmenv.assets import ale_roms
 
     return ale_roms()
 
