@@ -183,4 +183,15 @@ if importlib.util.find_spec("shmenv_mujoco"):
 print("   stepped:", "; ".join(ran))
 EOF
 )
+launcher="$(dirname "$check_python")/shmenv"
+if [ -x "$launcher" ]; then
+    # `shmenv list` (the wheel's program, through the package's launcher) names each package.
+    listed="$(cd "$scratch" && "$launcher" list)"
+    for name in "${installed[@]}"; do
+        dist="${name%%-*}"
+        grep -q "native plugin from ${dist//_/-} " <<<"$listed" ||
+            { echo "$listed" >&2; echo "build_plugin_wheels.sh: shmenv list does not show ${dist//_/-}" >&2; exit 1; }
+    done
+    echo "   shmenv list shows: $(grep -c '^ *native plugin from' <<<"$listed") env(s) of installed plugin packages"
+fi
 echo "== plugin wheels checked in $((SECONDS - start)) s"

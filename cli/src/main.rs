@@ -8,6 +8,7 @@ mod args;
 mod bench;
 mod contend;
 mod limits;
+mod list;
 mod memory;
 mod plot;
 mod soak;
@@ -19,9 +20,7 @@ mod trace_file;
 mod tune;
 
 use clap::{Parser, Subcommand};
-use serde_json::json;
-use shmenv::worker::{Plugin, Registry};
-use std::path::{Path, PathBuf};
+use shmenv::worker::Registry;
 use std::process::ExitCode;
 
 /// The error of a command, printed as `error: <message>`.
@@ -41,7 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// List the registered envs with their spaces (or those of a plugin library).
-    List(ListArgs),
+    List(list::ListArgs),
     /// Step an env with random actions through a pool and report steps per second.
     Bench(bench::BenchArgs),
     /// Step continuously while killing random workers (Restart policy); print RSS, fds and
@@ -67,10 +66,7 @@ fn main() -> ExitCode {
     limits::install_panic_hook();
     let registry = Registry::with_builtins();
     let result = match Cli::parse().command {
-        Cmd::List(args) => match args.plugin {
-            Some(path) => list_plugin(&path),
-            None => list(&registry),
-        },
+        Cmd::List(args) => list::run(&registry, args),
         Cmd::Bench(args) => bench::run(&registry, args),
         Cmd::Top(args) => top::run(args),
         Cmd::Tune(args) => tune::run(&registry, args),
@@ -87,49 +83,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `shmenv list` arguments.
-#[derive(clap::Args)]
-struct ListArgs {
-    /// List the envs of this plugin library (a shared library implementing shmenv_env.h)
-    /// instead of the built-in ones; the library is loaded into this process.
-    #[arg(long)]
-    plugin: Option<PathBuf>,
-}
-
-fn list_plugin(path: &Path) -> Result<(), Error> {
-    let plugin = Plugin::load(path)?;
-    println!("plugin {} (shmenv ABI version {})", path.display(), shmenv::worker::plugin::ABI_VERSION);
-    // Every env is listed; one that cannot be created shows why, and the command fails.
-    let mut failed = 0;
-    for info in plugin.envs() {
-        let spec = match plugin.make(&info.id, &json!({})) {
-            Ok(env) => env.spec().to_string(),
-            Err(e) => {
-                failed += 1;
-                format!("cannot be created with config {{}}: {e}")
-            }
-        };
-        let limit = info.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!("{:<14} {spec}{limit}\n{:<14} {}", info.id, "", info.description);
-    }
-    match failed {
-        0 => Ok(()),
-        n => Err(format!(
-            "{n} of the plugin's {} envs cannot be created with config {{}} (above)",
-            plugin.envs().len()
-        )
-        .into()),
-    }
-}
-
-fn list(registry: &Registry) -> Result<(), Error> {
-    for id in registry.ids() {
-        let entry = registry.get(&id).expect("listed id");
-        let env = registry.make(&id, &json!({}))?;
-        let limit = entry.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
-    }
-    Ok(())
 }

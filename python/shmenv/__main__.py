@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
+    # `shmenv list` asks this interpreter for its installed plugin packages (shmenv.plugins).
+    os.environ.setdefault("SHMENV_PYTHON", sys.executable)
     os.execv(program, ["shmenv", *args])
     return 0  # not reached: execv replaces the process or raises OSError
 

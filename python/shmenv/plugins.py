@@ -190,35 +190,50 @@ def warn_fallback(env_id: str, native_id: str, python_path: str) -> None:
 
 
 def describe() -> list[dict[str, Any]]:
-    """One row per installed id: ``env_id``, ``distribution``, ``version``, ``library`` (or
-    ``error``), for ``shmenv list``."""
+    """One row per installed id: ``env_id``, ``distribution``, ``version``, and ``library``
+    with ``config`` (its defaults) or ``error``, for ``shmenv list``."""
     rows: list[dict[str, Any]] = []
     for env_id, regs in sorted(installed().items()):
         for reg in regs:
             row: dict[str, Any] = {"env_id": env_id, "distribution": reg.distribution, "version": reg.version}
             try:
-                row["library"] = _load(reg).library
+                found = _load(reg)
+                row.update(library=found.library, config=found.config)
             except BuildError as e:
                 row["error"] = str(e)
             rows.append(row)
     return rows
 
 
+def not_installed() -> dict[str, list[str]]:
+    """shmenv's own plugin packages that are not installed, with their ids."""
+    have = installed()
+    out: dict[str, list[str]] = {}
+    for env_id, package in KNOWN.items():
+        if env_id not in have:
+            out.setdefault(package, []).append(env_id)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m shmenv.plugins [--json]``: the installed plugin packages and their ids."""
+    """``python -m shmenv.plugins [--json]``: the installed plugin packages and their ids
+    (``--json``: ``{"python", "plugins": [describe()'s rows], "not_installed": {package: ids}}``,
+    which ``shmenv list`` reads)."""
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--json"]):
         print("usage: python -m shmenv.plugins [--json]", file=sys.stderr)
         return 2
     rows = describe()
     if args == ["--json"]:
-        print(json.dumps(rows))
+        print(json.dumps({"python": sys.executable, "plugins": rows, "not_installed": not_installed()}))
         return 0
     if not rows:
         print(f"no plugin packages installed (entry-point group {GROUP!r})")
     for row in rows:
         where = row.get("library") or f"error: {row['error']}"
         print(f"{row['env_id']}  from {row['distribution']} {row['version']}: {where}")
+    for package, ids in not_installed().items():
+        print(f"{', '.join(ids)}: not installed (pip install {package})")
     return 0
 
 

@@ -140,7 +140,9 @@ def test_shmenv_plugins_lists_the_package_and_warns_not(walk_venv):
         print(subprocess.run([sys.executable, "-m", "shmenv.plugins", "--json"], capture_output=True,
                              text=True, check=True).stdout)
     """)
-    rows = json.loads(out.strip().splitlines()[-1])
+    listing = json.loads(out.strip().splitlines()[-1])
+    rows = listing["plugins"]
+    assert listing["python"] == str(walk_venv) and isinstance(listing["not_installed"], dict), listing
     walk = [r for r in rows if r["env_id"] == "WalkC-v0"]
     assert walk and walk[0]["distribution"] == "shmenv-walk" and walk[0]["library"].endswith(".so"), rows
 
@@ -197,3 +199,25 @@ def test_docs_show_the_example_package_as_it_is():
     for name in ("pyproject.toml", "setup.py", "shmenv_walk/__init__.py", "src/walk.c"):
         text = (EXAMPLE / name).read_text().rstrip("\n")
         assert f"\n{text}\n```" in docs, f"docs/plugins.md does not show plugins/example/{name} as it is"
+
+
+def test_shmenv_list_shows_installed_packages_and_their_path(walk_venv):
+    from conftest import shmenv_program
+
+    program = shmenv_program()
+    if program is None:
+        pytest.skip("no shmenv program built in target/ (cargo test or cargo build builds one)")
+    # The CLI may be older than this checkout's cli/src (a cargo build refreshes it).
+    done = run([str(program), "list", "--python", str(walk_venv)], cwd=walk_venv.parent.parent)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("built-in envs (native, in Rust):\n") and "CartPole-v1" in out, out
+    assert f"plugin packages installed for {walk_venv}" in out, out
+    lines = out.splitlines()
+    (walk,) = [i for i, line in enumerate(lines) if line.startswith("WalkC-v0 ")]
+    assert "obs Box(-5, 5, [1], f32), action Discrete(2), limit 100 steps" in lines[walk], lines[walk]
+    assert "native plugin from shmenv-walk 0.1.0 (" in lines[walk + 1] and "_walk" in lines[walk + 1], lines[walk + 1]
+    # Through the package's launcher, SHMENV_PYTHON names the interpreter: the same listing.
+    env = {**os.environ, "SHMENV_PYTHON": str(walk_venv)}
+    again = run([str(program), "list"], cwd=walk_venv.parent.parent, env=env)
+    assert again.returncode == 0 and "native plugin from shmenv-walk 0.1.0" in again.stdout, again
