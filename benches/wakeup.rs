@@ -1,5 +1,5 @@
 //! What a handoff between two processes costs with each way of waiting: the figures
-//! behind the engine's waiting policy (`docs/architecture.md`, "Waiting policy").
+//! behind the engine's waiting policy (`docs/waiting.md`, "Waiting policy").
 //!
 //! Two processes (this one and a forked child) play ping-pong over two of the engine's
 //! semaphores (`shmenv_engine::sync::Semaphore`) in a shared mapping: one post and one

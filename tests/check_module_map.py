@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check that docs/architecture.md's module tables name every module, and nothing else.
+"""Check that docs/modules.md's module tables name every module, and nothing else.
 
 Run from the repository root: ``python3 tests/check_module_map.py`` (standard library
 only). Exit status 0 when every table matches the code; 1, with one line per problem on
@@ -8,7 +8,7 @@ exists, or a table is missing or malformed.
 
 The convention the doc follows (and this script reads):
 
-- The tables sit in the section ``## Crates and modules`` of docs/architecture.md (up to
+- The tables sit in the section ``## Crates and modules`` of docs/modules.md (up to
   the next ``## `` heading).
 - Each crate or package has a ``### `` heading of its own that names, in backticks, the
   file or folder its modules are declared in: ``engine/src/lib.rs``, ``worker/src/lib.rs``,
@@ -42,7 +42,7 @@ import re
 import sys
 from pathlib import Path
 
-DOC = Path("docs/architecture.md")
+DOC = Path("docs/modules.md")
 SECTION = "## Crates and modules"
 CRATE_ROOTS = ("engine/src/lib.rs", "worker/src/lib.rs", "cli/src/main.rs", "python/src/lib.rs", "src/lib.rs")
 PY_PACKAGE = "python/shmenv/"

@@ -4,7 +4,7 @@
 //! `WAIT_MODE` word, its own waiter and where the workers run.
 //!
 //! Neither is best everywhere, and the difference is large both ways (figures in
-//! `docs/architecture.md`, "Waiting under contention"): on an idle machine a yield hands the
+//! `docs/waiting.md`, "Waiting under contention"): on an idle machine a yield hands the
 //! core to the partner within a context switch while a futex wake-up costs tens of
 //! microseconds; with other processes competing for the cores a yield hands a whole time
 //! slice to a stranger, and a spinning waiter burns the slice its partner needs, so sleeping

@@ -2,7 +2,7 @@
 //! waiting policy that decides how long to spin, yield and then sleep.
 //!
 //! The numbers behind the defaults come from `cargo bench --bench wakeup` (figures in
-//! `docs/architecture.md`, "Waiting policy"): a handoff between processes spinning on cores
+//! `docs/waiting.md`, "Waiting policy"): a handoff between processes spinning on cores
 //! of their own takes about a microsecond round trip, a futex wake-up of a process asleep
 //! on another core tens of microseconds, and spinning with more runnable processes than
 //! cores is ruinous (a scheduler quantum, ~10 ms, per handoff). So the policy spins only
