@@ -63,6 +63,12 @@ def step_alike(envs, ref, actions, where: str):
     return obs, infos, r_infos, term | trunc
 
 
+def keep_up(obs: np.ndarray) -> np.ndarray:
+    """A CartPole controller that keeps the pole up past the 500-step limit."""
+    x, x_dot, theta, theta_dot = obs.T
+    return (theta * 10 + theta_dot * 2 + x * 0.1 + x_dot * 0.5 > 0).astype(np.int64)
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

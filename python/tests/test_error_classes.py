@@ -1,9 +1,11 @@
 """The ``shmenv.errors`` classes the extension raises are named once, by its
 ``ErrorClass`` enum (``_shmenv.error_class_names()``): each must be a class of
-``shmenv.errors``, or a raise of it would fail with an ``AttributeError`` instead."""
+``shmenv.errors``, or a raise of it would fail with an ``AttributeError`` instead. A closed
+pool raises Gymnasium's ``ClosedEnvironmentError`` type."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -37,3 +39,14 @@ def test_the_extensions_raises_make_the_named_classes(no_leaks):
     env.close()
     with pytest.raises(shmenv.errors.ClosedError):
         env._pool.reset()
+
+
+@pytest.mark.timeout(60)
+def test_closed_error_is_gymnasiums_closed_environment_error(no_leaks):
+    envs = shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0)
+    envs.reset()
+    envs.close()
+    for call in (lambda: envs.step(np.zeros(2, np.int64)), lambda: envs.reset(), lambda: envs.get_attr("spec")):
+        with pytest.raises(gym.error.ClosedEnvironmentError) as e:
+            call()
+        assert isinstance(e.value, shmenv.ClosedError) and "closed" in str(e.value)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shmenv
-from test_compat import assert_vector_infos_equal
+from test_infos import assert_vector_infos_equal
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -48,29 +48,6 @@ def test_split_resets_and_steps_give_what_the_plain_calls_give(env, no_leaks):
         _same(split.step(np.ones(4, np.int64)), plain.step(np.ones(4, np.int64)), "plain step")
 
 
-def test_call_async_gives_what_call_gives_and_its_error_at_call_wait(no_leaks):
-    from shmenv_fixtures.counter import CounterEnv
-
-    ref = gym.vector.SyncVectorEnv([CounterEnv for _ in range(4)])
-    with shmenv.make_vec("shmenv_fixtures.counter:CounterEnv", 4, num_workers=2) as envs:
-        envs.reset(seed=3)
-        ref.reset(seed=3)
-        envs.call_async("bump", 2)
-        with pytest.raises(AlreadyPendingCallError):
-            envs.call_async("bump", 2)
-        assert envs.call_wait(timeout=1) == ref.call("bump", 2)
-        with pytest.raises(NoAsyncCallError):
-            envs.call_wait()
-        envs.call_async("no_such_method")
-        with pytest.raises(shmenv.WorkerError, match="no_such_method"):
-            envs.call_wait()
-        # A call pending does not hold the pool: steps go on meanwhile.
-        envs.call_async("bump", 1)
-        envs.step(np.zeros(4, np.int64))
-        assert envs.call_wait() == ref.call("bump", 1)
-    ref.close()
-
-
 def test_calls_out_of_turn_raise_gymnasiums_errors_and_change_nothing(no_leaks):
     with shmenv.make_vec("CartPole-v1", 3, num_workers=1, seed=0) as envs, shmenv.make_vec(
         "CartPole-v1", 3, num_workers=1, seed=0
@@ -156,3 +133,35 @@ def test_pending_calls_on_their_own():
     assert split.wait("reset", 60) == "done" and not split.busy
     split.call_async(lambda: ("a", "b"))
     assert split.call_wait() == ("a", "b")
+
+
+@pytest.mark.timeout(60)
+def test_call_async_call_wait_and_np_random_as_async_vector_env(no_leaks):
+    from shmenv_fixtures.counter import CounterEnv
+
+    ref = gym.vector.SyncVectorEnv([CounterEnv for _ in range(4)])
+    with shmenv.make_vec("shmenv_fixtures.counter:CounterEnv", 4, num_workers=2) as envs:
+        envs.reset(seed=3)
+        ref.reset(seed=3)
+        envs.call_async("bump", 2)
+        with pytest.raises(gym.error.AlreadyPendingCallError):
+            envs.call_async("bump", 2)
+        assert envs.call_wait(timeout=1) == ref.call("bump", 2)
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.call_wait()
+        envs.call_async("no_such_method")
+        with pytest.raises(shmenv.WorkerError, match="no_such_method"):
+            envs.call_wait()
+        # A call pending does not hold the pool: steps go on meanwhile.
+        envs.call_async("bump", 1)
+        envs.step(np.zeros(4, np.int64))
+        ref.step(np.zeros(4, np.int64))
+        assert envs.call_wait() == ref.call("bump", 1)
+        # Copies of each env's generator, in the state the env's own draws left it.
+        got = [g.integers(0, 2**31) for g in envs.np_random]
+        want = [g.integers(0, 2**31) for g in ref.np_random]
+        assert got == want
+    ref.close()
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1) as native:
+        with pytest.raises(AttributeError, match="native shmenv env"):
+            native.np_random

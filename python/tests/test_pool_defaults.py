@@ -2,7 +2,7 @@
 the extension exports them (``_shmenv.pool_defaults()``), ``PoolOptions`` reads the ones
 the engine decides, and the one rule where Python chooses otherwise (zero-copy async
 retains a batch and gets one more ring block) is :func:`shmenv.options.ring_settings`
-(what the retained batch is for: ``test_dropin``'s zero-copy async test)."""
+(what the retained batch is for: ``test_vector``'s zero-copy async test)."""
 
 from __future__ import annotations
 

@@ -219,7 +219,7 @@ def test_hosted_envs_info_arrays_held_never_change_and_dropped_ones_come_back_re
     keys than a worker's columns (the rest fetched pickled, into the arrays' dict)."""
     import gymnasium as gym
     from shmenv_fixtures.infos import LivesEnv
-    from test_compat import assert_vector_infos_equal
+    from test_infos import assert_vector_infos_equal
 
     n = 4
     ref = gym.vector.SyncVectorEnv(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import keep_up
 from shmenv.libs.sb3 import HAVE_SB3, ShmVecEnv
 
 
@@ -108,3 +109,88 @@ def test_without_a_render_mode_images_are_none_with_sb3s_warnings(no_leaks):
             assert venv.get_images() == [None, None]
         with pytest.warns(UserWarning, match="render_mode"):
             assert venv.render() is None
+
+
+@pytest.mark.timeout(60)
+def test_sb3_rollout_in_place_writes_do_not_reach_the_envs_or_other_results(no_leaks):
+    """What SB3's on-policy rollout does to the arrays a VecEnv returns: ``rewards[idx] +=
+    gamma * value`` for time-limit truncations, writes into ``infos[idx]["terminal_observation"]``,
+    and (wrappers, normalisation) writes into ``obs``. Every write must land in an array
+    the caller owns: the envs step on unaffected (checked against an untouched twin pool),
+    and no array handed out earlier changes later."""
+    gamma, n, steps = 0.99, 8, 1200
+    rng = np.random.default_rng(0)
+    a = ShmVecEnv("CartPole-v1", n, num_workers=2, seed=0)
+    b = ShmVecEnv("CartPole-v1", n, num_workers=2, seed=0)  # the untouched twin
+    try:
+        obs, r_obs = a.reset(), b.reset()
+        np.testing.assert_array_equal(obs, r_obs)
+        kept = [(obs, obs.copy())]
+        truncations = terminations = 0
+        for t in range(steps):
+            actions = keep_up(r_obs)
+            actions[n - 1] = rng.integers(0, 2)  # the last env falls often: terminations too
+            obs, rewards, dones, infos = a.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = b.step(actions)
+            np.testing.assert_array_equal(obs, r_obs, err_msg=f"step {t}: a write reached the envs")
+            np.testing.assert_array_equal(rewards, r_rewards)
+            np.testing.assert_array_equal(dones, r_dones)
+            for arr in (obs, rewards, dones):
+                assert arr.flags.writeable, f"step {t}: {arr.dtype} result is read-only"
+            for idx in np.flatnonzero(dones):
+                info, r_info = infos[idx], r_infos[idx]
+                np.testing.assert_array_equal(info["terminal_observation"], r_info["terminal_observation"])
+                assert info["TimeLimit.truncated"] == r_info["TimeLimit.truncated"]
+                if info["TimeLimit.truncated"]:
+                    truncations += 1
+                    assert info["episode"]["l"] == 500
+                    value = float(np.abs(info["terminal_observation"]).sum())
+                    before = float(rewards[idx])
+                    rewards[idx] += gamma * value  # SB3: bootstrap the value of the cut episode
+                    assert rewards[idx] == np.float32(before + np.float32(gamma * value))
+                else:
+                    terminations += 1
+                # SB3 turns it into a tensor; anything may write into it: it must not be
+                # the row of obs (the first observation of the next episode) or shared.
+                row_before = obs[idx].copy()
+                info["terminal_observation"][...] = -123.0
+                np.testing.assert_array_equal(obs[idx], row_before)
+                kept.append((info["terminal_observation"], info["terminal_observation"].copy()))
+            # Observation writes (a normalising wrapper working in place).
+            obs[...] = np.clip(obs, -2.0, 2.0) * 0.5
+            kept.append((obs, obs.copy()))
+            kept.append((rewards, rewards.copy()))
+        assert truncations >= 8 and terminations >= 8, (truncations, terminations)
+        for k, (arr, snap) in enumerate(kept):
+            np.testing.assert_array_equal(arr, snap, err_msg=f"kept array {k} changed afterwards (aliasing)")
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.skipif(not HAVE_SB3, reason="stable-baselines3 (and torch) are not installed")
+@pytest.mark.timeout(180)
+def test_sb3_ppo_trains_through_truncations_on_vecmonitor():  # pragma: no cover - needs torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    # max_episode_steps=40: many time-limit truncations (the bootstrap path) in few steps.
+    venv = VecMonitor(ShmVecEnv("CartPole-v1", 8, num_workers=2, seed=0, max_episode_steps=40))
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=64, batch_size=128, n_epochs=2, seed=0, device="cpu", verbose=0)
+        model.learn(total_timesteps=8 * 64 * 6)
+        lengths = [ep["l"] for ep in model.ep_info_buffer]
+        assert lengths and max(lengths) <= 40
+        assert 40 in lengths, "no episode reached the time limit: the truncation path was not taken"
+        assert np.isfinite(model.rollout_buffer.rewards).all()
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not HAVE_SB3, reason="stable-baselines3 is not installed")
+def test_sb3_env_is_wrapped_monitor(no_leaks):  # pragma: no cover - needs SB3
+    from stable_baselines3.common.monitor import Monitor
+
+    with ShmVecEnv("CartPole-v1", 2, num_workers=1) as venv:
+        assert venv.env_is_wrapped(Monitor) == [True, True]

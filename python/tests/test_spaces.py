@@ -1,7 +1,9 @@
 """Every fixed-size Gymnasium space as observation and action, dtypes kept end to end,
 compared with ``SyncVectorEnv`` step for step over real workers; composite (Dict/Tuple)
 actions checked before any worker sees them; variable-size spaces as observations beside
-fixed-size actions (test_gymnasium_vector_conformance.py has them as both)."""
+fixed-size actions (test_gymnasium_vector_conformance.py has them as both); Box bounds that
+travel compactly (image observations, frame stacks) or are refused naming the space; one-key
+Dict observations; wrong action shapes refused naming the expected shape."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 
 import shmenv
+from conftest import step_alike
 from shmenv_fixtures.spaces import LEAVES, SpacesEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -272,3 +276,110 @@ def test_a_256_mib_observation_pool_builds_in_seconds_within_its_region_plus_a_c
     allowed = got["region"] + 200e6
     assert got["peak"] < allowed, f"peak RSS {got['peak'] / 1e6:.0f} MB, region {got['region'] / 1e6:.0f} MB: {got}"
     assert got["built"] < 30, f"a 256 MiB-observation pool took {got['built']:.1f} s to build"
+
+
+@pytest.mark.timeout(60)
+def test_one_key_dict_observations_stay_dicts(no_leaks):
+    from shmenv_fixtures.images import OneKeyDictEnv
+
+    n = 3
+    ref = gym.vector.SyncVectorEnv([OneKeyDictEnv for _ in range(n)], autoreset_mode="SameStep")
+    with shmenv.make_vec("shmenv_fixtures.images:OneKeyDictEnv", n, num_workers=2, autoreset_mode="same_step") as envs:
+        assert isinstance(envs.single_observation_space, spaces.Dict)
+        assert list(envs.single_observation_space.spaces) == ["image"]
+        assert envs.single_observation_space == ref.single_observation_space
+        assert envs.observation_space == ref.observation_space
+        obs, _ = envs.reset(seed=9)
+        r_obs, _ = ref.reset(seed=9)
+        assert isinstance(obs, dict) and list(obs) == ["image"] and obs["image"].shape == (n, 6, 6, 3)
+        np.testing.assert_array_equal(obs["image"], r_obs["image"])
+        ends = 0
+        for t in range(40):
+            actions = np.arange(n) % 2
+            obs, rew, term, trunc, infos = envs.step(actions)
+            r_obs, r_rew, r_term, r_trunc, r_infos = ref.step(actions)
+            assert isinstance(obs, dict) and list(obs) == ["image"]
+            np.testing.assert_array_equal(obs["image"], r_obs["image"], err_msg=f"step {t}")
+            np.testing.assert_array_equal(term, r_term)
+            np.testing.assert_array_equal(trunc, r_trunc)
+            for i in np.flatnonzero(term | trunc):
+                final = infos["final_obs"][i]
+                assert isinstance(final, dict) and list(final) == ["image"]
+                np.testing.assert_array_equal(final["image"], r_infos["final_obs"][i]["image"])
+                ends += 1
+        assert ends >= 2
+    ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_wrong_action_shapes_are_refused_naming_the_expected_shape(no_leaks):
+    with shmenv.make_vec("Pendulum-v1", 1, num_workers=1, seed=0) as envs:
+        envs.reset()
+        for bad in (np.zeros(4, np.float32), np.zeros(1, np.float32)):
+            with pytest.raises(shmenv.ActionError, match=r"\(1, 1\)"):
+                envs.step(bad)
+        obs, *_ = envs.step(np.zeros((1, 1), np.float32))
+        assert obs.shape == (1, 3)
+    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0) as envs:
+        envs.reset()
+        with pytest.raises(shmenv.ActionError, match=r"\(4,\)"):
+            envs.step(np.zeros((2, 2), np.int64))
+        obs, *_ = envs.step(np.zeros(4, np.int64))
+        assert obs.shape == (4, 4)
+
+
+def assert_steps_like_sync(entry_point: str, env_cls, n: int, steps: int, seed: int, **kwargs) -> int:
+    """Steps a shmenv pool of ``entry_point`` and a ``SyncVectorEnv`` of ``env_cls`` with
+    the same seeds and actions; returns how many episodes ended."""
+    ref = gym.vector.SyncVectorEnv([lambda: env_cls(**kwargs) for _ in range(n)])
+    ends = 0
+    with shmenv.make_vec(entry_point, n, num_workers=2, config=kwargs) as envs:
+        assert envs.single_observation_space == ref.single_observation_space
+        assert envs.observation_space == ref.observation_space
+        obs, _ = envs.reset(seed=seed)
+        r_obs, _ = ref.reset(seed=seed)
+        np.testing.assert_array_equal(obs, r_obs)
+        rng = np.random.default_rng(seed)
+        for t in range(steps):
+            actions = rng.integers(0, envs.single_action_space.n, size=n)
+            *_, done = step_alike(envs, ref, actions, f"step {t}")
+            ends += int(np.sum(done))
+    ref.close()
+    return ends
+
+
+@pytest.mark.timeout(60)
+def test_atari_like_frame_stack_starts_and_steps_like_sync(no_leaks):
+    from shmenv_fixtures.images import FrameStackEnv
+
+    ends = assert_steps_like_sync("shmenv_fixtures.images:FrameStackEnv", FrameStackEnv, 3, 40, seed=5)
+    assert ends >= 2
+
+
+@pytest.mark.timeout(60)
+def test_96x96x3_image_env_starts_and_steps_like_sync(no_leaks):
+    from shmenv_fixtures.images import ImageEnv
+
+    ends = assert_steps_like_sync(
+        "shmenv_fixtures.images:ImageEnv", ImageEnv, 3, 30, seed=2, shape=[96, 96, 3], length=8
+    )
+    assert ends >= 2
+
+
+@pytest.mark.timeout(60)
+def test_small_box_with_varying_bounds_keeps_every_bound(no_leaks):
+    from shmenv_fixtures.images import VaryingBoundsImageEnv
+
+    ends = assert_steps_like_sync(
+        "shmenv_fixtures.images:VaryingBoundsImageEnv", VaryingBoundsImageEnv, 2, 20, seed=1, shape=[8, 8, 3]
+    )
+    assert ends >= 1
+
+
+@pytest.mark.timeout(60)
+def test_large_box_with_varying_bounds_is_refused_naming_the_space(no_leaks):
+    with pytest.raises(shmenv.BuildError) as e:
+        shmenv.make_vec("shmenv_fixtures.images:VaryingBoundsImageEnv", 2, num_workers=1)
+    message = str(e.value)
+    assert "observation \"obs\"" in message and "[96,96,3]" in message, message
+    assert "uniform bounds" in message and "65536" in message, message
