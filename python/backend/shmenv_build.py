@@ -5,8 +5,9 @@ Building shmenv from source compiles its Rust engine, which needs Rust 1.85 or n
 download a whole Rust toolchain (hundreds of MB, into ``~/.cache``) and build with it,
 saying nothing about Rust while pip shows "still running...". This module stops such a
 build at its first step with a message saying what is missing and that a binary wheel
-needs no Rust, then hands every hook to maturin unchanged. ``SHMENV_ALLOW_RUST_DOWNLOAD=1``
-lets maturin download the toolchain as it would by itself.
+needs no Rust, then hands every hook to maturin. ``SHMENV_ALLOW_RUST_DOWNLOAD=1`` lets
+maturin download the toolchain as it would by itself. A wheel built here also carries the
+``shmenv`` program and leaves no copy in the clone's ``target/wheels`` (``shmenv_bundle``).
 """
 
 from __future__ import annotations
@@ -98,9 +99,21 @@ def prepare_metadata_for_build_editable(
 def build_wheel(
     wheel_directory: str, config_settings: Mapping[str, Any] | None = None, metadata_directory: str | None = None
 ) -> str:
-    """maturin's hook, after the Rust check."""
+    """maturin's hook, after the Rust check, building in a temporary folder (not the clone's
+    ``target/wheels``); then the ``shmenv`` program is compiled and put into the wheel."""
+    import tempfile
+    from pathlib import Path
+
+    import shmenv_bundle
+
     check_rust()
-    return maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
+    with tempfile.TemporaryDirectory(prefix="shmenv-wheel-") as out:
+        settings = shmenv_bundle.with_out_dir(config_settings, out)
+        name = maturin.build_wheel(wheel_directory, settings, metadata_directory)
+    program = shmenv_bundle.build_program(shmenv_bundle.workspace_root())
+    if program is not None:
+        shmenv_bundle.add_program(Path(wheel_directory) / name, program)
+    return name
 
 
 def build_editable(
@@ -121,6 +134,7 @@ def build_sdist(sdist_directory: str, config_settings: Mapping[str, Any] | None 
     """maturin's hook, after the Rust check."""
     check_rust()
     return maturin.build_sdist(sdist_directory, config_settings)
+
 
 if __name__ == "__main__":  # `python shmenv_build.py`: the check alone
     check_rust()

@@ -3,8 +3,9 @@
 
 A wheel made by ``python/build_wheel.sh`` carries the program as ``shmenv/_bin/shmenv``;
 both entry points replace this Python process with it (``exec``), so its exit code,
-signals and terminal are the program's own. An install built from source (``pip install
-./python``, ``maturin develop``) builds the Python extension only: then the first
+signals and terminal are the program's own; so does a wheel built from source by ``pip
+install ./python``. An editable install (``pip install -e ./python``, ``maturin develop``)
+builds the Python extension only: then the first
 ``shmenv`` program on ``PATH`` that is not a script (``cargo install --path cli`` puts one
 in ``~/.cargo/bin``) runs instead, and without one a message says how to get it.
 """
@@ -47,8 +48,8 @@ def missing_message() -> str:
     checkout = Path(__file__).resolve().parents[2]
     built = checkout / "target" / "release" / "shmenv"
     lines = [
-        "shmenv: this install of the shmenv package has no `shmenv` program: it was built from source, "
-        "which builds the Python extension only.",
+        "shmenv: this install of the shmenv package has no `shmenv` program: it is an editable install "
+        "(pip install -e ./python, maturin develop), which builds the Python extension only.",
         "Get the program in one of these ways:",
         "  - install a binary wheel, which carries it: `bash python/build_wheel.sh` in a clone makes one "
         "(target/wheels/shmenv-*.whl), then `pip install target/wheels/shmenv-*.whl`;",
