@@ -2,7 +2,7 @@
 plain functions.
 
 The local pool (:class:`shmenv.vector.ShmVectorEnv`), the Ray pool
-(:class:`shmenv.ray.RayVectorEnv`), EnvPool's front (:class:`shmenv.envpool.env.EnvPoolEnv`)
+(:class:`shmenv.ray.RayVectorEnv`), EnvPool's front (:class:`shmenv.libs.envpool.env.EnvPoolEnv`)
 and the each-agent-a-row env call them with their own state: a call on a closed env, a
 ``step`` before the first ``reset``, a ``reset_mask`` of the wrong shape or dtype, or a
 sync-only call on an async pool raise the same exception with the same message whichever

@@ -45,7 +45,7 @@ class DmEnvNotInstalledError(BuildError, ImportError):
 
 
 def _import_dm():
-    """``shmenv.envpool.dm`` (which imports ``dm_env``), or a typed error saying what to install."""
+    """``shmenv.libs.envpool.dm`` (which imports ``dm_env``), or a typed error saying what to install."""
     try:
         import dm_env  # noqa: F401
     except ImportError as error:
