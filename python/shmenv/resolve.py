@@ -260,6 +260,21 @@ def _from_installed(env: str, config: dict | None) -> Resolved | None:
     return Resolved(env, merged, False, env, plugin_library=found.library, plugin_package=found.distribution)
 
 
+def _import_ale_py_for(env_id: str) -> None:
+    """Imports ``ale_py`` for the ids it registers (``ALE/...``, ``ale_py:...`` and the
+    ``...NoFrameskip-v4`` ones) when they are not registered yet, as TorchRL's ``GymEnv``
+    does: Gymnasium 1.x no longer loads it by itself. Without ale-py installed the id stays
+    unknown and the usual error names it."""
+    if env_id.startswith(("ALE/", "ale_py:")) or "NoFrameskip" in env_id:
+        import gymnasium as gym
+
+        if env_id not in gym.registry:
+            try:
+                import ale_py  # noqa: F401  (registers the ALE ids with Gymnasium)
+            except ImportError:
+                pass
+
+
 def resolve(env: Any, config: dict | None) -> Resolved:
     """See the module docstring."""
     python_id = _shmenv.python_env_id()
@@ -287,6 +302,7 @@ def resolve(env: Any, config: dict | None) -> Resolved:
     elif isinstance(env, EnvSpec):
         out = _from_spec(env, config)
     elif isinstance(env, str):
+        _import_ale_py_for(env)
         if env in gym.registry:
             out = _from_spec(gym.spec(env), config)
         elif ":" in env:
