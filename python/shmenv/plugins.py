@@ -48,7 +48,7 @@ KNOWN: dict[str, str] = {
 
 #: What each of those packages makes faster than the Python path, as measured
 #: (docs/benchmarks.md), for the fallback warning.
-SPEEDUP: dict[str, str] = {"shmenv-ale": "about 1.3x faster here", "shmenv-mujoco": "faster here"}
+SPEEDUP: dict[str, str] = {"shmenv-ale": "about 1.5x faster here"}
 
 
 class NativePluginMissingWarning(UserWarning):
