@@ -507,8 +507,9 @@ def make_vec(env: Any, num_envs: int, **options: Any) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
 
-    - ``env``: a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), a
-      Gymnasium id (also one registered only in this process), a
+    - ``env``: a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), an
+      id of an installed plugin package (:mod:`shmenv.plugins`: its library, without
+      ``plugin=``; ``envs.backend`` says which path runs), a Gymnasium id (also one registered only in this process), a
       ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"``
       (or the class itself), or an env instance that has a ``spec``. Python envs are built
       in the workers from JSON: ``config`` holds their constructor's keyword arguments.
