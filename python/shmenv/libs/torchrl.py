@@ -35,9 +35,11 @@ are then copied once into tensors here.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -138,6 +140,7 @@ class ShmEnv(EnvBase):
             self._check_pool(pool)
             self._owns_pool = False
         self._pool = pool
+        self._pid = os.getpid()
         try:
             super().__init__(
                 device=device,
@@ -152,6 +155,7 @@ class ShmEnv(EnvBase):
             )
             self._copy_obs = not getattr(pool, "copy", True)
             self._make_specs()
+            self._forget_episodes(None)
         except BaseException:
             if self._owns_pool:
                 pool.close()
@@ -214,8 +218,9 @@ class ShmEnv(EnvBase):
             )
             action_spec = _space_to_spec(pool.action_space, device=self.device, categorical_action_encoding=cat)
         if not isinstance(observation_spec, Composite):
-            observation_spec = Composite(observation=observation_spec, shape=batch)
-            self._obs_key = "observation"
+            # GymEnv's key: "pixels" for an RGB image (a uint8 Box 0..255 of shape [H, W, 3]).
+            self._obs_key = "pixels" if _is_pixels(single_obs) else "observation"
+            observation_spec = Composite({self._obs_key: observation_spec}, shape=batch)
         else:
             self._obs_key = None
             if observation_spec.shape[: len(batch)] != batch:
@@ -272,12 +277,15 @@ class ShmEnv(EnvBase):
     # --------------------------------------------------------------- EnvBase
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._pid != os.getpid():
+            self._after_fork(reset=True)
+        stepping = None
         partial = tensordict.get("_step", None)
-        if partial is not None and not bool(partial.all()):
-            raise shmenv.errors.UsageError(
-                "ShmEnv steps every env at once (one pool command): a '_step' mask with False entries is "
-                "refused; step all envs, and reset the ones you do not want with a '_reset' mask"
-            )
+        if partial is not None:
+            stepping = partial.reshape(self.batch_size).cpu().numpy()
+            if stepping.all():
+                stepping = None
+        self._reset_stale(stepping)
         action = tensordict.get(self.action_key)
         kind = self._action_kind
         if kind == "onehot":
@@ -292,13 +300,70 @@ class ShmEnv(EnvBase):
         reward = torch.from_numpy(rewards)
         if reward.dtype != torch.float32:
             reward = reward.to(torch.float32)
-        term = torch.from_numpy(terminated).view(n, 1)
-        trunc = torch.from_numpy(truncated).view(n, 1)
+        done = terminated | truncated
+        self._ended = done
         source["reward"] = reward.view(n, 1)
-        source["terminated"] = term
-        source["truncated"] = trunc
-        source["done"] = term | trunc
-        return self._result(source)
+        source["terminated"] = torch.from_numpy(terminated).view(n, 1)
+        source["truncated"] = torch.from_numpy(truncated).view(n, 1)
+        source["done"] = torch.from_numpy(done).view(n, 1)
+        if stepping is None:
+            self._done_seen = done
+            return self._result(source)
+        self._done_seen = np.where(stepping, done, self._done_seen)
+        return self._keep_unstepped(self._result(source), tensordict, stepping)
+
+    def _reset_stale(self, stepping: np.ndarray | None) -> None:
+        """Before a step: resets the envs TorchRL last saw done and now steps (a rollout or
+        a collector left them done; ``SerialEnv`` carries on there too), and the envs a
+        ``"_step"`` mask leaves out whose episode ended in the pool (the pool steps every
+        env, and an ended env cannot be stepped without a reset)."""
+        if stepping is None:
+            if not self._done_seen.any():
+                return
+            stale = self._done_seen
+        else:
+            held = ~stepping & ~self._done_seen
+            if held.any():
+                raise shmenv.errors.UsageError(
+                    f"a '_step' mask leaves out envs {np.flatnonzero(held).tolist()} that are not done: ShmEnv's "
+                    "pool steps every env at once, so it can hold back only envs whose episode ended (as "
+                    "rollout(break_when_any_done=False) leaves them out). Step those envs too, or reset the "
+                    "ones you want to restart with a '_reset' mask"
+                )
+            stale = (self._done_seen & stepping) | (self._ended & ~stepping)
+            if not stale.any():
+                return
+        self._pool.reset(options={"reset_mask": np.array(stale, dtype=bool)})
+        self._ended = self._ended & ~stale
+        if stepping is None:
+            self._done_seen = np.zeros_like(stale)
+        else:
+            self._done_seen = self._done_seen & ~(stale & stepping)
+
+    def _keep_unstepped(self, out: TensorDictBase, tensordict: TensorDictBase, stepping: np.ndarray) -> TensorDictBase:
+        """The rows a ``"_step"`` mask left out keep their last values, as ``SerialEnv``
+        gives them: the input's entries (observation, done flags), zero for the others."""
+        held = torch.from_numpy(~stepping)
+        for key in list(out.keys(True, True)):
+            value = out.get(key)
+            mask = held.view(-1, *([1] * (value.dim() - 1)))
+            prev = tensordict.get(key, None)
+            if prev is None:
+                out.set(key, value.masked_fill(mask, 0))
+            else:
+                out.set(key, torch.where(mask, prev.to(value.device, value.dtype), value))
+        return out
+
+    def _forget_episodes(self, mask: np.ndarray | None) -> None:
+        """Notes a reset of every env (``mask`` None) or of the masked ones: they are no
+        longer done, for TorchRL or the pool."""
+        if mask is None:
+            n = self.batch_size[0]
+            self._ended = np.zeros(n, dtype=bool)
+            self._done_seen = np.zeros(n, dtype=bool)
+        else:
+            self._ended = self._ended & ~mask
+            self._done_seen = self._done_seen & ~mask
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         seed = kwargs.pop("seed", None)
@@ -308,6 +373,8 @@ class ShmEnv(EnvBase):
         mask = None
         if self.is_closed:
             self._reopen()
+        elif self._pid != os.getpid():
+            self._after_fork(reset=False)
         elif tensordict is not None:
             reset = tensordict.get("_reset", None)
             if reset is not None:
@@ -318,8 +385,10 @@ class ShmEnv(EnvBase):
                     # Nothing to reset: TorchRL keeps every row of its own tensordict.
                     return self._result(self.observation_spec.zero().to_dict())
         if mask is not None:
-            options = dict(options or {}, reset_mask=np.ascontiguousarray(mask, dtype=bool))
+            mask = np.ascontiguousarray(mask, dtype=bool)
+            options = dict(options or {}, reset_mask=mask)
         obs, _ = self._pool.reset(seed=seed, options=options)
+        self._forget_episodes(mask)
         return self._result(self._read_obs(obs))
 
     def _reopen(self) -> None:
@@ -333,7 +402,27 @@ class ShmEnv(EnvBase):
             )
         env, num_envs, options = self._build
         self._pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **options)
+        self._pid = os.getpid()
         self.is_closed = False
+
+    def _after_fork(self, reset: bool) -> None:
+        """In a forked process (TorchRL's multi-process collectors under the ``fork`` start
+        method hand their env instances over that way): the pool's workers belong to the
+        parent, so a ShmEnv that built its pool builds its own here, from its construction
+        arguments, as unpickling does. The parent's pool is left alone (inert here)."""
+        if not self.__dict__.get("_owns_pool"):
+            raise shmenv.errors.UsageError(
+                f"this ShmEnv wraps a pool of process {self._pid} and this is process {os.getpid()}, a fork of "
+                "it: the pool's workers serve only their own process. Pass a ShmEnv built from an env "
+                "(ShmEnv(env, num_envs, ...)), which builds its own pool in a forked or spawned process, or a "
+                "function that builds one"
+            )
+        env, num_envs, options = self._build
+        self._pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **options)
+        self._pid = os.getpid()
+        self._forget_episodes(None)
+        if reset:
+            self._pool.reset()
 
     def _set_seed(self, seed: int | None) -> None:
         # As GymWrapper over a Gymnasium vector env: a reset with the seed, env i seeded
@@ -376,8 +465,10 @@ class ShmEnv(EnvBase):
             )
         if not self.__dict__.get("is_closed", True):
             self.close()
-        env, num_envs, options = self._build
-        return (_rebuild, (env, num_envs, options, dict(self._wrapper_options, device=self.device)))
+        # cloudpickle, as make_vec sends factories: a lambda or a PettingZoo parallel_env
+        # (a local function) travels by value.
+        build = cloudpickle.dumps((*self._build, dict(self._wrapper_options, device=self.device)))
+        return (_rebuild, (build,))
 
     def __enter__(self) -> "ShmEnv":
         return self
@@ -394,9 +485,24 @@ class ShmEnv(EnvBase):
         )
 
 
-def _rebuild(env: Any, num_envs: int, options: dict, wrapper_options: dict) -> ShmEnv:
-    """A pickled ShmEnv, built anew (its own pool) where it is unpickled."""
+def _rebuild(build: bytes) -> ShmEnv:
+    """A pickled ShmEnv, built anew (its own workers) where it is unpickled."""
+    env, num_envs, options, wrapper_options = cloudpickle.loads(build)
     return ShmEnv(env, num_envs, **wrapper_options, **options)
+
+
+def _is_pixels(space: Any) -> bool:
+    """GymEnv's test for an image observation (torchrl.envs.libs.gym._is_from_pixels): a
+    Box bounded 0..255 of shape ``[H, W, 3]``."""
+    from gymnasium import spaces
+
+    return (
+        isinstance(space, spaces.Box)
+        and len(space.shape) == 3
+        and space.shape[-1] == 3
+        and bool((space.low == 0).all())
+        and bool((space.high == 255).all())
+    )
 
 
 def _leaves(space):

@@ -30,9 +30,11 @@ gets the TorchRL action plus ``start`` (``PettingZooWrapper`` passes it unchange
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -89,14 +91,9 @@ class MultiAgentShmEnv(EnvBase):
             )
         if make_vec_options.get("batch_size") not in (None, num_envs):
             raise ValueError("MultiAgentShmEnv steps every env together: leave batch_size unset")
-        self._envs: MultiAgentVectorEnv = make_vec(
-            env,
-            num_envs,
-            group_map=_grouping(group_map),
-            done_on_any=done_on_any,
-            autoreset_mode="disabled",
-            **make_vec_options,
-        )
+        self._build = (env, num_envs, dict(make_vec_options, group_map=group_map, done_on_any=done_on_any))
+        self._wrapper_options = dict(use_mask=use_mask, categorical_actions=categorical_actions)
+        self._envs: MultiAgentVectorEnv = self._make_envs()
         try:
             super().__init__(device=device, batch_size=torch.Size([num_envs]), allow_done_after_reset=True)
             self.group_map = {g: list(m) for g, m in self._envs.groups.items()}
@@ -108,6 +105,28 @@ class MultiAgentShmEnv(EnvBase):
             self._envs.close()
             raise
         self.is_closed = False
+
+    def _make_envs(self) -> MultiAgentVectorEnv:
+        """The vector env, built from the construction arguments (at construction, and
+        again after a close, in a forked process or where the env is unpickled)."""
+        env, num_envs, options = self._build
+        options = dict(options)
+        group_map = _grouping(options.pop("group_map"))
+        self._pid = os.getpid()
+        return make_vec(env, num_envs, group_map=group_map, autoreset_mode="disabled", **options)
+
+    def _rebuild_envs(self, reset: bool) -> None:
+        """Builds the vector env again: after ``close()`` (a ``Collector`` closes its env
+        once ``total_frames`` are collected; ``PettingZooWrapper`` and ``SerialEnv`` go on
+        when used again), or in a forked process (TorchRL's multi-process collectors under
+        ``fork`` hand env instances over that way), where the parent's workers cannot
+        serve: the parent's vector env is left alone there."""
+        self._envs = self._make_envs()
+        self.is_closed = False
+        for left in self._left.values():
+            left[:] = 0
+        if reset:
+            self._envs.reset()
 
     # ---------------------------------------------------------------- specs
 
@@ -189,6 +208,8 @@ class MultiAgentShmEnv(EnvBase):
     # ---------------------------------------------------------------- EnvBase
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._pid != os.getpid():
+            self._rebuild_envs(reset=True)
         partial = tensordict.get("_step", None)
         if partial is not None and not bool(partial.all()):
             raise UsageError(
@@ -233,7 +254,9 @@ class MultiAgentShmEnv(EnvBase):
             raise TypeError(f"MultiAgentShmEnv.reset got unexpected keywords {sorted(kwargs)}")
         mask = None
         reset = tensordict.get("_reset", None) if tensordict is not None else None
-        if reset is not None:
+        if self.is_closed or self._pid != os.getpid():
+            self._rebuild_envs(reset=False)
+        elif reset is not None:
             mask = reset.reshape(self.batch_size).cpu().numpy()
             if mask.all():
                 mask = None
@@ -283,6 +306,17 @@ class MultiAgentShmEnv(EnvBase):
             except Exception:
                 pass
 
+    def __reduce__(self) -> tuple:
+        # Pickled by its construction arguments (TorchRL's multi-process collectors pickle
+        # env instances under spawn), so each process builds its own vector env; as a pickled
+        # ParallelEnv or ShmEnv does, this one closes its own (rebuilt if used again).
+        if not self.__dict__.get("is_closed", True):
+            self.close()
+        # cloudpickle, as make_vec sends factories: a lambda or a PettingZoo parallel_env
+        # (a local function) travels by value.
+        build = cloudpickle.dumps((*self._build, dict(self._wrapper_options, device=self.device)))
+        return (_rebuild, (build,))
+
     def __enter__(self) -> "MultiAgentShmEnv":
         return self
 
@@ -295,3 +329,9 @@ class MultiAgentShmEnv(EnvBase):
             f"MultiAgentShmEnv(env={getattr(envs, 'env_id', None)!r}, num_envs={self.batch_size[0]}, "
             f"group_map={getattr(self, 'group_map', None)})"
         )
+
+
+def _rebuild(build: bytes) -> MultiAgentShmEnv:
+    """A pickled MultiAgentShmEnv, built anew (its own workers) where it is unpickled."""
+    env, num_envs, options, wrapper_options = cloudpickle.loads(build)
+    return MultiAgentShmEnv(env, num_envs, **wrapper_options, **options)
