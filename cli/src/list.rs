@@ -18,6 +18,20 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Prints a line to stdout; a closed stdout (`shmenv list | head`) ends the listing quietly
+/// (exit status 0) instead of failing on the broken pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 /// How long the Python that lists the installed packages may take.
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -49,13 +63,13 @@ pub fn run(registry: &Registry, args: ListArgs) -> Result<(), Error> {
 
 fn list_plugin(path: &Path) -> Result<(), Error> {
     let plugin = Plugin::load(path)?;
-    println!("plugin {} (shmenv ABI version {})", path.display(), shmenv::worker::plugin::ABI_VERSION);
+    out!("plugin {} (shmenv ABI version {})", path.display(), shmenv::worker::plugin::ABI_VERSION);
     // Every env is listed; one that cannot be created shows why, and the command fails.
     let mut failed = 0;
     for info in plugin.envs() {
         let (line, ok) = describe(&plugin, &info.id, &json!({}), info.max_episode_steps);
         failed += usize::from(!ok);
-        println!("{:<14} {line}\n{:<14} {}", info.id, "", info.description);
+        out!("{:<14} {line}\n{:<14} {}", info.id, "", info.description);
     }
     match failed {
         0 => Ok(()),
@@ -77,12 +91,12 @@ fn describe(plugin: &Arc<Plugin>, id: &str, config: &Value, limit: Option<u32>) 
 }
 
 fn list_builtins(registry: &Registry) -> Result<(), Error> {
-    println!("built-in envs (native, in Rust):");
+    out!("built-in envs (native, in Rust):");
     for id in registry.ids() {
         let entry = registry.get(&id).expect("listed id");
         let env = registry.make(&id, &json!({}))?;
         let limit = entry.max_episode_steps.map_or(String::new(), |k| format!(", limit {k} steps"));
-        println!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
+        out!("{id:<14} {}{limit}\n{:<14} {}", env.spec(), "", entry.description);
     }
     Ok(())
 }
@@ -93,13 +107,13 @@ fn list_packages(python: &Path) -> Result<(), Error> {
     let listing = match ask_python(python) {
         Ok(listing) => listing,
         Err(why) => {
-            println!("\nplugin packages: none listed: {why}");
+            out!("\nplugin packages: none listed: {why}");
             return Ok(());
         }
     };
     let at = listing["python"].as_str().unwrap_or("?");
     let rows = listing["plugins"].as_array().cloned().unwrap_or_default();
-    println!("\nplugin packages installed for {at} (entry-point group shmenv.plugins): {}", rows.len());
+    out!("\nplugin packages installed for {at} (entry-point group shmenv.plugins): {}", rows.len());
     let mut failed = 0;
     for row in &rows {
         let id = row["env_id"].as_str().unwrap_or("?");
@@ -134,15 +148,15 @@ fn list_packages(python: &Path) -> Result<(), Error> {
                 (format!("cannot be listed: {}", error.unwrap_or("no library given")), format!("from {from}"))
             }
         };
-        println!("{id:<14} {line}\n{:<14} {where_}", "");
+        out!("{id:<14} {line}\n{:<14} {where_}", "");
     }
     if let Some(missing) = listing["not_installed"].as_object() {
         for (package, ids) in missing {
             let ids: Vec<&str> = ids.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            println!("{}: not installed (pip install {package} for them)", ids.join(", "));
+            out!("{}: not installed (pip install {package} for them)", ids.join(", "));
         }
         if missing.contains_key("shmenv-ale") {
-            println!("  without shmenv-ale, shmenv.envpool's Atari tasks run through Gymnasium's ALE in Python workers");
+            out!("  without shmenv-ale, shmenv.envpool's Atari tasks run through Gymnasium's ALE in Python workers");
         }
     }
     match failed {
