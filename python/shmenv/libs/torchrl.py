@@ -289,6 +289,8 @@ class ShmEnv(EnvBase):
         action = tensordict.get(self.action_key)
         kind = self._action_kind
         if kind == "onehot":
+            if action.dtype == torch.bool:
+                action = action.view(torch.uint8)  # argmax takes no bool; GymEnv's spec does
             action = action.argmax(-1).cpu().numpy()
         elif kind == "plain":
             action = action.detach().cpu().numpy()
