@@ -15,13 +15,36 @@ The ``shmenv`` command (``python -m shmenv``) lists, benchmarks, tunes and watch
 
 from __future__ import annotations
 
-from shmenv import errors as _errors_module
+from typing import TYPE_CHECKING
+
 from shmenv._shmenv import builtin_env_ids
-from shmenv.errors import __all__ as _errors
 
 # The exception classes are part of the API; ClosedError loads on first use (its base class
 # is Gymnasium's, see shmenv.errors).
-globals().update({name: getattr(_errors_module, name) for name in _errors if name != "ClosedError"})
+from shmenv.errors import (
+    ActionError,
+    ActionTypeError,
+    ActorDiedError,
+    BuildError,
+    ConfigError,
+    Error,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    NotEnoughMemoryError,
+    StepError,
+    UnknownEnvError,
+    UsageError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+
+if TYPE_CHECKING:
+    # The names loaded on first use (see _LAZY), as type checkers see them: importing them
+    # here at run time would import gymnasium.
+    from shmenv.errors import ClosedError
+    from shmenv.options import PoolOptions
+    from shmenv.vector import ShmVectorEnv, from_fns, make_vec
 
 __version__ = "0.1.0"
 
@@ -48,4 +71,27 @@ def __dir__():
     return sorted(__all__ + ["__version__"])
 
 
-__all__ = ["make_vec", "from_fns", "ShmVectorEnv", "PoolOptions", "builtin_env_ids", *_errors]
+__all__ = [
+    "make_vec",
+    "from_fns",
+    "ShmVectorEnv",
+    "PoolOptions",
+    "builtin_env_ids",
+    # shmenv.errors.__all__, in its order (tests/test_package_names.py checks that they agree):
+    "Error",
+    "BuildError",
+    "UnknownEnvError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "NotEnoughMemoryError",
+    "StepError",
+    "ActionError",
+    "ActionTypeError",
+    "WorkerDiedError",
+    "ActorDiedError",
+    "WorkerError",
+    "WorkerTimeoutError",
+    "ClosedError",
+    "UsageError",
+]

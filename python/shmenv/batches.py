@@ -44,8 +44,10 @@ def start_infos(pool: Any, shards: Sequence[tuple[int, int]], calls: CallChannel
     if calls is None:
         return None
     area = InfoArea(pool, shards)
+    fd = area.fd
+    assert fd is not None, "a new info area holds its file descriptor until it is closed"
     try:
-        calls.share_fd(ops.MAP_INFOS, area.fd, area.data())
+        calls.share_fd(ops.MAP_INFOS, fd, area.data())
     except BaseException:
         area.close()
         raise
@@ -89,7 +91,7 @@ class Batches:
         if res.any_done and res.final_obs is not None:
             done = np.logical_or(res.terminated, res.truncated)
             final = np.full(len(done), None, dtype=object)
-            for i in np.flatnonzero(done):
+            for i in np.flatnonzero(done).tolist():
                 final[i] = assembly.final_observation(res.final_obs, i, None if side is None else side[i][1])
             infos["final_obs"] = final
             infos["_final_obs"] = done
@@ -104,7 +106,7 @@ class Batches:
     def _side_obs(self, res: Any) -> list[tuple[list, list]]:
         """Each row's side-leaf values (its observation's, and the one before: a final
         observation's under same-step autoreset), fetched from the workers."""
-        return self.calls.request(self.shards, res.env_id.tolist(), ops.SIDE_OBS, "")
+        return self._side_channel().request(self.shards, res.env_id.tolist(), ops.SIDE_OBS, "")
 
     def actions(self, actions: Any, env_ids: Any, num_envs: int) -> np.ndarray:
         """The engine's action array for ``env_ids`` (all ``num_envs`` envs if None); the
@@ -114,8 +116,14 @@ class Batches:
         packing = self.assembly.packing
         if packing is not None and packing.side:
             ids = list(range(num_envs)) if env_ids is None else [int(i) for i in env_ids]
-            self.calls.request(self.shards, ids, ops.SIDE_ACTIONS, "", values=packing.side_values(actions, count))
+            values = packing.side_values(actions, count)
+            self._side_channel().request(self.shards, ids, ops.SIDE_ACTIONS, "", values=values)
         return packed
+
+    def _side_channel(self) -> CallChannel:
+        """The call channel, for side leaves: only hosted Python envs have them, and theirs."""
+        assert self.calls is not None, "side leaves are hosted Python envs', which have a call channel"
+        return self.calls
 
     def _info_columns(self, arrays: tuple, rows: np.ndarray | None) -> dict[str, Any]:
         """The arrays a native env reports as infos (spec ``info``: Atari's lives), with
@@ -136,10 +144,12 @@ class Batches:
         """Adds the infos hosted envs returned for this batch's rows: one call of the
         extension, which adds the numbers (``shmenv.infos``), and for the rows whose envs
         kept other values, a fetch over the call channel."""
+        area = self.infos
+        assert area is not None, "infos are merged for hosted Python envs only, which have an info area"
         taken = self.pool.take_infos(infos)
         if taken is not None:
             try:
-                self.infos.add_kept(infos, taken, res, self.calls, self.shards, self.same_step)
+                area.add_kept(infos, taken, res, self.calls, self.shards, self.same_step)
             except WorkerDiedError as e:
                 # The worker died while it sent this batch's infos: the batch raises, and
                 # without a restart policy the pool is closed, as after a death in a step.

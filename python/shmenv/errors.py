@@ -3,7 +3,7 @@ what to do. Details are attributes (``env_id``, ``worker``, ``pid``, ``exit`` ..
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class Error(Exception):
@@ -71,7 +71,7 @@ class WorkerDiedError(StepError):
     closed."""
 
     worker: int
-    pid: int
+    pid: "int | None"  # None when the process is not known (a worker that died before it said hello)
     env_ids: "list[int] | None"
     exit: str
     output: str  # the last lines the worker wrote to stdout/stderr
@@ -85,11 +85,24 @@ class ActorDiedError(WorkerDiedError):
     hosted) say which; ``exit`` is Ray's account of the death. ``worker`` is ``actor``. The
     env is closed: its other actors are released."""
 
-    actor: int
-    actor_id: str
-    node_id: str
+    # None only in an instance made without them (Python makes one so when it unpickles it,
+    # before it restores the attributes).
+    actor: "int | None"
+    worker: "int | None"
+    actor_id: "str | None"
+    node_id: "str | None"
 
-    def __init__(self, message: str, *, actor=None, actor_id=None, node_id=None, pid=None, env_ids=None, exit=""):
+    def __init__(
+        self,
+        message: str,
+        *,
+        actor: int | None = None,
+        actor_id: str | None = None,
+        node_id: str | None = None,
+        pid: int | None = None,
+        env_ids: list[int] | None = None,
+        exit: str = "",
+    ):
         super().__init__(message)
         self.actor = self.worker = actor
         self.actor_id, self.node_id, self.pid = actor_id, node_id, pid
@@ -113,6 +126,15 @@ class WorkerTimeoutError(StepError, TimeoutError):
 
     workers: list
     env_ids: list
+
+
+if TYPE_CHECKING:
+    # What type checkers see; at run time the class is made by _closed_error() on first use.
+    from gymnasium.error import ClosedEnvironmentError
+
+    class ClosedError(StepError, ClosedEnvironmentError):
+        """The pool was closed (by ``close()`` or by an earlier failure). Also a
+        ``gymnasium.error.ClosedEnvironmentError``, as ``AsyncVectorEnv`` raises."""
 
 
 def _closed_error() -> type:

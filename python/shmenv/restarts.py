@@ -87,6 +87,7 @@ class Restarts:
             restarted = bool(res.restarted_envs)
             if restarted or self.calls.pending:
                 self.calls.refresh(wait=restarted)
+                assert self.infos is not None, "hosted Python envs (a call channel) have an info area"
                 self.infos.forget_tables()
 
     def note(self, res: Any, result: tuple) -> tuple:

@@ -52,7 +52,8 @@ def reset_commands(seeds: list[int | None], mask: list[bool] | None, first: bool
     selected = [i for i in range(n) if mask is None or mask[i]]
     groups: dict[int | None, list[int]] = {}
     for i in selected:
-        groups.setdefault(None if seeds[i] is None else (seeds[i] - i) % SEED_RANGE, []).append(i)
+        seed = seeds[i]
+        groups.setdefault(None if seed is None else (seed - i) % SEED_RANGE, []).append(i)
     order = sorted(groups, key=lambda base: (base is not None, groups[base][0]))
     commands: list[ResetCommand] = []
     for k, base in enumerate(order):

@@ -211,7 +211,7 @@ def test_a_killed_actor_raises_a_typed_error_naming_it(cluster):
     envs.reset()
     for _ in range(5):
         envs.step(np.zeros(6, dtype=np.int64))
-    ray.kill(envs._actors[1])
+    ray.kill(envs._actors.handles[1])
     with pytest.raises(shmenv.ActorDiedError) as info:
         for _ in range(50):  # the kill lands within a step or two
             envs.step(np.zeros(6, dtype=np.int64))
@@ -234,19 +234,19 @@ def test_an_actor_killed_as_it_reports_its_workers_death_raises_actor_died(clust
     envs = shmenv_ray.make_vec("CartPole-v1", 6, num_actors=2, num_workers=2, seed=2)
     victim = envs.actors[1]
     envs.reset()
-    get = envs._get
+    get = envs._actors.get
 
     def killed_while_answering(ref):
         try:
             return get(ref)
         except shmenv.WorkerDiedError:
-            ray.kill(envs._actors[1])  # the order seen on a loaded machine
+            ray.kill(envs._actors.handles[1])  # the order seen on a loaded machine
             # ray.kill returns before the actor is gone; the case is an actor already dead
             # when the env asks it what happened (a live actor's answer is its own).
-            wait_actor_gone(envs._actors[1])
+            wait_actor_gone(envs._actors.handles[1])
             raise
 
-    monkeypatch.setattr(envs, "_get", killed_while_answering)
+    monkeypatch.setattr(envs._actors, "get", killed_while_answering)
     for pid in victim["worker_pids"]:
         os.kill(pid, signal.SIGKILL)
     with pytest.raises(shmenv.ActorDiedError) as info:
@@ -273,7 +273,7 @@ def test_a_killed_actor_is_recreated_under_a_budget_sync(cluster):
         local.reset()
         rng = np.random.default_rng(1)
         old = envs.actors[1]
-        ray.kill(envs._actors[1], no_restart=False)
+        ray.kill(envs._actors.handles[1], no_restart=False)
         restarted = None
         for t in range(60):
             actions = rng.integers(0, 2, n)
@@ -309,7 +309,7 @@ def test_a_killed_actor_is_recreated_under_a_budget_async(cluster):
         deadline = time.monotonic() + 60
         for t in range(100_000):
             if t == 10:
-                ray.kill(envs._actors[0], no_restart=False)
+                ray.kill(envs._actors.handles[0], no_restart=False)
             envs.send(np.zeros(len(ids), dtype=np.int64), ids)
             obs, rew, term, trunc, infos = envs.recv()
             ids = infos["env_id"]
@@ -417,7 +417,7 @@ def test_a_call_that_finds_an_actor_dead_recreates_it_under_a_budget(cluster, ba
     try:
         obs, infos = envs.reset()
         old = envs.actors[1]
-        ray.kill(envs._actors[1], no_restart=False)
+        ray.kill(envs._actors.handles[1], no_restart=False)
         deadline = time.monotonic() + 30
         while alive(old["pid"]) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -184,7 +184,7 @@ def _mode_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m shmenv.bench",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
         epilog="contestants: " + ", ".join(KEYS) + "; --workload systems: " + ", ".join(SYSTEMS),
     )
     _common_options(p)

@@ -278,6 +278,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _rounded(rate: float | None) -> int | None:
+    """A median rate as a whole number, or None when there is none (or it is 0)."""
+    return round(rate) if rate else None
+
+
 def results(rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
     """The JSON object: medians per row and condition, ratios, the run's settings."""
     best = {c: max((m for r in rows if r.shmenv and (m := r.median(c)) is not None), default=None) for c in CONDITIONS}
@@ -292,7 +297,7 @@ def results(rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
                 "name": r.label,
                 "shmenv": r.shmenv,
                 "default": r.default,
-                **{f"{c}_steps_per_sec": (round(med[c]) if med[c] else None) for c in CONDITIONS},
+                **{f"{c}_steps_per_sec": _rounded(med[c]) for c in CONDITIONS},
                 **{f"{c}_rounds": [round(x) for x in r.rates[c]] for c in CONDITIONS},
                 "contended_over_idle": _ratio(med["contended"], med["idle"]),
                 "vs_best_shmenv": {c: _ratio(med[c], best[c]) for c in CONDITIONS} if r.shmenv else None,

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shmenv.errors import InvalidArgumentError
+
 #: Contestant keys for ``--only``, in the order each pass runs them (each shmenv pair is
 #: adjacent, so a copy / no-copy ratio compares neighbours in time).
 KEYS = (
@@ -198,7 +200,13 @@ def gymnasium_vec(env_id: str, n: int, mode: str, config: dict | None) -> Contes
         from shmenv.worker import load_entry_point
 
         factory = load_entry_point(env_id)
-        fns = [lambda: factory(**(config or {})) for _ in range(n)]
+        if not callable(factory):
+            raise InvalidArgumentError(
+                f"entry point {env_id!r} names a {type(factory).__name__}, not a callable: name the env's class "
+                "or a function that returns the env"
+            )
+        make: Callable[..., Any] = factory
+        fns = [lambda: make(**(config or {})) for _ in range(n)]
         if mode == "async":
             envs = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
         else:

@@ -94,7 +94,7 @@ def measure(envs, seconds: float) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> None:
     from shmenv import make_vec
 
-    parser = argparse.ArgumentParser(prog="python -m shmenv.bench.infos", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m shmenv.bench.infos", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="cartpole")
     parser.add_argument("--envs", type=int, default=None, help="32 for cartpole, 16 for pong")
     parser.add_argument("--workers", type=int, default=2)

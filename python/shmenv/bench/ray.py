@@ -63,7 +63,7 @@ def compare(
     import shmenv
     import shmenv.ray
 
-    kwargs = dict(num_workers=2, seed=0, config=config, batch_size=batch_size)
+    kwargs: dict[str, Any] = dict(num_workers=2, seed=0, config=config, batch_size=batch_size)
     ray_envs = shmenv.ray.make_vec(
         env_id, num_envs, num_actors=2, placement="strict_spread", num_cpus_per_actor=1, **kwargs
     )
@@ -187,14 +187,14 @@ def breakdown(steps: int = 300) -> dict:
             t0 = time.time()
             batch = envs._actions(actions[i % 8], envs.num_envs)
             submitted, refs = [], []
-            for channel, (lo, hi) in zip(envs._channels, envs._shards):
+            for channel, (lo, hi) in zip(envs._actors.channels, envs._shards):
                 refs.append(channel.request("step", batch[lo:hi]))
                 submitted.append(time.time())
             parts = [r.get() for r in refs]
             t2 = time.time()
             envs._join(parts)
             driver.append((t0, submitted, t2, time.time()))
-        spans = [ray.get(actor.timings.remote())[20:] for actor in envs._actors]
+        spans = [ray.get(actor.timings.remote())[20:] for actor in envs._actors.handles]
     finally:
         envs.close()
     driver = driver[20:]

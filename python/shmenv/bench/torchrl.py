@@ -178,7 +178,9 @@ def report(title: str, rates: dict[str, list[float]]) -> None:
 def _bench(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m shmenv.bench.torchrl", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m shmenv.bench.torchrl", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--frames", type=int, default=None, help="frames per round and env (4096 CartPole, 2048 Pong)")

@@ -264,8 +264,9 @@ class Runner:
 
         return Contestant(name, step, close)
 
-    def _async(self, name: str, envs: Any, space: Any, recv: Callable, send: Callable) -> Contestant:
-        acts, burn, b = cycle(random_actions(space, self.batch)), self.burn, self.batch
+    def _async(self, name: str, batch: int, envs: Any, space: Any, recv: Callable, send: Callable) -> Contestant:
+        """An async contestant of batches of ``batch`` rows (``self.batch``, known not None)."""
+        acts, burn, b = cycle(random_actions(space, batch)), self.burn, batch
 
         def step() -> int:
             info = recv()[-1]
@@ -326,7 +327,7 @@ class Runner:
             return self._sync(f"shmenv sync ({a.workers} workers, {kind})", envs, space, envs.close)
         envs.async_reset()
         name = f"shmenv async (batch {self.batch}, {a.workers} workers, {kind})"
-        return self._async(name, envs, space, envs.recv, envs.send)
+        return self._async(name, self.batch, envs, space, envs.recv, envs.send)
 
     def envpool(self) -> Contestant:
         import envpool
@@ -350,7 +351,7 @@ class Runner:
             return self._sync(f"{label} sync ({a.workers} threads)", envs, envs.action_space, envs.close)
         envs.async_reset()
         name = f"{label} async (batch {b}, {a.workers} threads)"
-        return self._async(name, envs, envs.action_space, envs.recv, envs.send)
+        return self._async(name, b, envs, envs.action_space, envs.recv, envs.send)
 
     def ale(self) -> Contestant:
         if self.w.ale_game is None:
@@ -371,7 +372,7 @@ class Runner:
             envs.send(actions)  # it acts on the envs of the batch just received
 
         name = f"{label} async (batch {self.batch}, {threads} threads)"
-        return self._async(name, envs, space, envs.recv, send)
+        return self._async(name, self.batch, envs, space, envs.recv, send)
 
     def gymnasium(self, mode: str) -> Contestant:
         import gymnasium as gym

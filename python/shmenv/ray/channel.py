@@ -238,6 +238,7 @@ class Channel:
         while reply.index not in self.answers and self.lost is None:
             self.read_one()
         if reply.index not in self.answers:
+            assert self.lost is not None, "the loop above ends with the answer or with the channel lost"
             raise self.lost
         ok, value = self.answers.pop(reply.index)
         if not ok:

@@ -1,30 +1,88 @@
-"""Faults of :class:`shmenv.ray.RayVectorEnv`'s actors: gathering results (a shmenv error
-raised as it is, a dead actor told apart), finding out why a step connection ended, and
-recreating a dead actor within its restart budget, so that its envs come back restarted
-through the step path; or, with no budget left, :class:`~shmenv.errors.ActorDiedError`."""
+"""The actors of one :class:`shmenv.ray.RayVectorEnv` and their faults: :class:`Actors`
+holds the Ray handles, the step connections and what each actor reported of itself, and
+gathers results (a shmenv error raised as it is, a dead actor told apart), finds out why
+a step connection ended, and recreates a dead actor within its restart budget, so that
+its envs come back restarted through the step path; or, with no budget left, closes the
+env and raises :class:`~shmenv.errors.ActorDiedError`."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from shmenv.errors import ActorDiedError, BuildError, WorkerDiedError, WorkerError, WorkerTimeoutError
-from shmenv.ray.channel import ChannelLost, Reply
+from shmenv.ray.channel import Channel, ChannelLost, Reply
 from shmenv.ray.host import ActorRestarted
 from shmenv.seeding import SEED_RANGE
+
+__all__ = ["Actors", "OnDeath", "REVIVED", "RESTART_SEED_STRIDE", "import_ray"]
 
 RESTART_SEED_STRIDE = 2**32
 """The ``k``-th restart of an actor reseeds its env ``i`` with ``seed + i + k * 2**32``."""
 
 _FATAL = (WorkerDiedError, WorkerError, WorkerTimeoutError, BuildError)
 
+REVIVED = object()
+"""What a call into the envs stands in for a dead actor's result with once Ray recreated
+it (the call is then made again)."""
 
-class ActorFaults:
-    """Results and faults of :class:`shmenv.ray.RayVectorEnv` (a mixin)."""
+OnDeath = Callable[[int, Exception], Any]
+"""What :meth:`Actors.gather` hands a dead actor ``k`` to: its return value stands for
+the actor's result."""
 
-    def _gather(self, refs: list, actors, on_death=None) -> list:
+
+def import_ray():  # the module's type is inferred: Ray's (or its stubs') names are checked
+    """The ``ray`` module, or an ImportError saying how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("shmenv.ray needs Ray: pip install 'shmenv[ray]' (or pip install ray)") from e
+    return ray
+
+
+class Actors:
+    """The ``len(shards)`` actors of one env: actor ``k`` hosts envs ``shards[k]``, seeded
+    from ``seed``; Ray recreates a dead one up to ``max_restarts`` times, each within
+    ``restart_timeout`` seconds. ``close`` closes the env (an actor that is gone for good
+    closes it before its error is raised). ``handles``, ``channels`` and ``described``
+    (each actor's :meth:`~shmenv.ray.host.PoolHost.describe`) fill as the env starts."""
+
+    def __init__(
+        self,
+        shards: Sequence[tuple[int, int]],
+        seed: int,
+        max_restarts: int,
+        restart_timeout: float,
+        close: Callable[[], None],
+    ):
+        self.ray = import_ray()
+        self.shards = list(shards)
+        self.seed = seed
+        self.max_restarts = max_restarts
+        self.restart_timeout = restart_timeout
+        self._close_env = close
+        self.handles: list[Any] = []
+        self.channels: list[Channel] = []
+        self.described: list[dict] = []
+        self.restarts = [0] * len(self.shards)
+        self.placement_group: Any = None
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def connect(self, k: int) -> Channel:
+        """The step connection to actor ``k``, at the address it announced."""
+        host, port, _ = address = self.described[k]["step_address"]
+        try:
+            return Channel(address)
+        except OSError as e:
+            raise BuildError(
+                f"could not connect to Ray actor {k} (node {self.described[k]['node_id']}) at {host}:{port} for the "
+                f"step path: {e}. The driver must reach each node's address on the ports the kernel hands out "
+                "(as Ray's own calls do): check the firewall between the driver and that node"
+            ) from None
+
+    def gather(self, refs: Sequence[Any], actors: Iterable[int], on_death: OnDeath | None = None) -> list:
         """The results of one request per actor in ``actors`` (Ray ``ObjectRef`` s or step
         path :class:`~shmenv.ray.channel.Reply` s). A shmenv error is raised as it is
         (closing the env when it is fatal). A dead actor is handed to ``on_death(k,
@@ -33,9 +91,9 @@ class ActorFaults:
         out = []
         for ref, k in zip(refs, actors):
             try:
-                out.append(self._get(ref))
+                out.append(self.get(ref))
                 continue
-            except (ActorRestarted, self._ray.exceptions.RayActorError) as e:
+            except (ActorRestarted, self.ray.exceptions.RayActorError) as e:
                 death: Exception = e
             except ChannelLost as e:
                 death = self._death(k, e)
@@ -44,25 +102,25 @@ class ActorFaults:
                 # does: then the actor's death is the cause.
                 actor_death = self._actor_death(k)
                 if actor_death is None:
-                    self.close()
+                    self._close_env()
                     raise
                 death = actor_death
             except _FATAL:
-                self.close()
+                self._close_env()
                 raise
             if on_death is None:
-                self._die(k, _reason(death), "")
+                self.die(k, _reason(death), "")
             out.append(on_death(k, death))
         return out
 
-    def _get(self, ref: Any) -> Any:
+    def get(self, ref: Any) -> Any:
         """The value of a Ray call or a step-path reply; an exception the actor raised is
         raised here as itself."""
         if isinstance(ref, Reply):
             return ref.get()
         try:
-            return self._ray.get(ref)
-        except self._ray.exceptions.RayTaskError as e:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as e:
             cause = e.cause
         raise cause
 
@@ -70,14 +128,14 @@ class ActorFaults:
         """Why actor ``k``'s step connection ended: Ray's account of the actor's death, or
         the lost connection when Ray has already recreated the actor."""
         try:
-            described = self._ray.get(self._actors[k].describe.remote(), timeout=self._restart_timeout)
-        except (self._ray.exceptions.RayActorError, self._ray.exceptions.RayTaskError) as e:
+            described = self.ray.get(self.handles[k].describe.remote(), timeout=self.restart_timeout)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as e:
             return e
-        except self._ray.exceptions.GetTimeoutError:
+        except self.ray.exceptions.GetTimeoutError:
             return lost
-        if described["pid"] != self._described[k]["pid"]:
-            return ChannelLost(f"the actor process {self._described[k]['pid']} ended ({lost}); Ray recreated it")
-        self._die(
+        if described["pid"] != self.described[k]["pid"]:
+            return ChannelLost(f"the actor process {self.described[k]['pid']} ended ({lost}); Ray recreated it")
+        self.die(
             k,
             f"its step connection ended ({lost}) while the actor process lives",
             "check the network between the driver and the node",
@@ -87,44 +145,45 @@ class ActorFaults:
         """Ray's account of actor ``k``'s death if it died (or was recreated) within
         ``grace`` seconds, else None (it lives: what it reported is its own)."""
         try:
-            described = self._ray.get(self._actors[k].describe.remote(), timeout=grace)
-        except (self._ray.exceptions.RayActorError, self._ray.exceptions.RayTaskError) as e:
+            described = self.ray.get(self.handles[k].describe.remote(), timeout=grace)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as e:
             return e
-        except self._ray.exceptions.GetTimeoutError:
+        except self.ray.exceptions.GetTimeoutError:
             return None
-        if described["pid"] != self._described[k]["pid"]:
-            return ChannelLost(f"the actor process {self._described[k]['pid']} ended; Ray recreated it")
+        if described["pid"] != self.described[k]["pid"]:
+            return ChannelLost(f"the actor process {self.described[k]['pid']} ended; Ray recreated it")
         return None
 
-    def _revive(self, k: int, death: Exception) -> None:
-        """Waits for Ray to recreate dead actor ``k``, within its restart budget."""
-        if self._restarts[k] >= self._max_restarts:
-            spent = "its restart budget is spent" if self._max_restarts else "pass max_restarts=n"
-            self._die(
+    def revive(self, k: int, death: Exception) -> None:
+        """Waits for Ray to recreate dead actor ``k``, within its restart budget, and
+        connects to it again."""
+        if self.restarts[k] >= self.max_restarts:
+            spent = "its restart budget is spent" if self.max_restarts else "pass max_restarts=n"
+            self.die(
                 k,
                 _reason(death),
                 f"{spent} to have Ray recreate it (its envs then come back truncated, "
                 "listed in infos['restarted_envs'])",
             )
-        self._restarts[k] += 1
-        deadline = time.monotonic() + self._restart_timeout
+        self.restarts[k] += 1
+        deadline = time.monotonic() + self.restart_timeout
         while True:
             try:
-                self._described[k] = self._ray.get(self._actors[k].describe.remote(), timeout=1.0)
-                self._channels[k].close()
-                self._channels[k] = self._connect(k)
+                self.described[k] = self.ray.get(self.handles[k].describe.remote(), timeout=1.0)
+                self.channels[k].close()
+                self.channels[k] = self.connect(k)
                 return
-            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
-                    self._die(k, f"Ray did not recreate it within restart_timeout={self._restart_timeout} s", "")
+                    self.die(k, f"Ray did not recreate it within restart_timeout={self.restart_timeout} s", "")
                 time.sleep(0.05)
 
-    def _die(self, k: int, reason: str, advice: str) -> None:
+    def die(self, k: int, reason: str, advice: str) -> NoReturn:
         """Closes the env and raises :class:`ActorDiedError` for actor ``k``."""
-        lo, hi = self._shards[k]
-        d = self._described[k] if k < len(getattr(self, "_described", [])) else {"node_id": "?", "pid": None}
-        actor_id = self._actors[k]._actor_id.hex() if k < len(self._actors) else "?"
-        self.close()
+        lo, hi = self.shards[k]
+        d = self.described[k] if k < len(self.described) else {"node_id": "?", "pid": None}
+        actor_id = self.handles[k]._actor_id.hex() if k < len(self.handles) else "?"
+        self._close_env()
         raise ActorDiedError(
             f"Ray actor {k} (node {d['node_id']}, pid {d['pid']}) hosting envs {lo}..{hi - 1} died: {reason}"
             + (f"; {advice}" if advice else "")
@@ -137,44 +196,32 @@ class ActorFaults:
             exit=reason,
         )
 
-    def _revive_sync(self, k: int, death: Exception) -> tuple:
-        if self._revived_by_call[k] and isinstance(death, ActorRestarted):
-            self._revived_by_call[k] = False  # recreated already, when a call found it dead
-        else:
-            self._revive(k, death)
-        return self._restarted_part(k)
+    def restart_seed(self, k: int) -> int:
+        """The seed of actor ``k``'s envs after its latest restart."""
+        return (self.seed + self.shards[k][0] + self.restarts[k] * RESTART_SEED_STRIDE) % SEED_RANGE
 
-    def _revive_for_call(self, k: int, death: Exception) -> object:
-        """A call into the envs found actor ``k`` dead: within its restart budget it is
-        recreated now, and its envs come back restarted through the step path (async: the
-        rows after their seeded reset, as after a death in a step; sync: at the next
-        ``step``, whose batch reports them). The call is then made again (``REVIVED``)."""
-        if self.is_async and self._has_reset:
-            self._revive_async(k, death)
-        else:
-            self._revive(k, death)
-            self._revived_by_call[k] = self._has_reset
-        return REVIVED
+    def release(self) -> None:
+        """Closes every actor's pool, then the actors and the placement group."""
+        if not self.ray.is_initialized():
+            return
+        handles, self.handles = self.handles, []
+        for channel in self.channels:
+            channel.close()
+        self.channels = []
+        try:
+            self.ray.wait([h.close.remote() for h in handles], num_returns=len(handles), timeout=30.0)
+        except Exception:
+            pass  # an actor that is gone has no pool left to close
+        for h in handles:
+            try:
+                self.ray.kill(h, no_restart=True)
+            except Exception:
+                pass  # already gone
+        if self.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
 
-    def _restart_seed(self, k: int) -> int:
-        return (self.seed + self._shards[k][0] + self._restarts[k] * RESTART_SEED_STRIDE) % SEED_RANGE
-
-    def _restarted_part(self, k: int) -> tuple:
-        """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
-        lo, hi = self._shards[k]
-        reset = self._gather(
-            [self._channels[k].request("reset", {"seed": self._restart_seed(k)})], [k], self._revive_sync
-        )[0]
-        if len(reset) == 5:  # it died again while resetting, and was revived again
-            return reset
-        obs, infos = reset
-        n = hi - lo
-        infos["restarted_envs"] = list(range(lo, hi))
-        return obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.ones(n, np.bool_), infos
-
-
-REVIVED = object()
-"""What :meth:`RayVectorEnv._revive_for_call` stands in for a dead actor's result with."""
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
 
 
 def _reason(death: Exception) -> str:

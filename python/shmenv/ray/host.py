@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from shmenv._shmenv import shard
-from shmenv.errors import Error
+from shmenv.errors import Error, WorkerDiedError, WorkerError, WorkerTimeoutError
 from shmenv.ray.channel import StepServer
+
+if TYPE_CHECKING:
+    from shmenv.vector import ShmVectorEnv
 
 
 class ActorRestarted(Exception):
@@ -41,7 +44,7 @@ class PoolHost:
         # A new pool refuses to step until the driver resets it: after a restart (Ray runs
         # __init__ again) that tells the driver its envs start over.
         self.restarted = True
-        self.envs = None
+        self.envs: ShmVectorEnv | None = None  # None when the pool could not be made: init_error says why
         self.init_error: BaseException | None = None
         self.send_error: BaseException | None = None
         self.lock = threading.Lock()
@@ -58,9 +61,8 @@ class PoolHost:
 
     def describe(self) -> dict:
         """What the driver needs to know about this actor and its pool."""
-        if self.init_error is not None:
-            raise self.init_error
-        e = self.envs
+        e = self._pool()
+        assert self.server is not None, "a host whose pool was made serves its step path"
         return {
             "node_id": self.node_id,
             "pid": os.getpid(),
@@ -96,12 +98,14 @@ class PoolHost:
     def reset(self, seed: Any = None, options: dict | None = None) -> Any:
         self.restarted = False
         self.send_error = None
-        return self._run(lambda: self.envs.reset(seed=seed, options=options))
+        envs = self._pool()
+        return self._run(lambda: envs.reset(seed=seed, options=options))
 
     def step(self, actions: np.ndarray) -> Any:
         """``actions``: the action array of this actor's envs."""
         self._check_fresh()
-        return self._run(lambda: self.envs.step(actions))
+        envs = self._pool()
+        return self._run(lambda: envs.step(actions))
 
     def send(self, actions_and_ids: tuple) -> None:
         """Fire and forget (``actions_and_ids``: the actions and their global env ids): a
@@ -111,7 +115,7 @@ class PoolHost:
         try:
             self._check_fresh()
             actions, env_ids = actions_and_ids
-            self.envs.send(actions, env_ids - self.first_env)
+            self._pool().send(actions, env_ids - self.first_env)
         except Exception as e:
             self.send_error = self._global(e)
 
@@ -120,7 +124,7 @@ class PoolHost:
             error, self.send_error = self.send_error, None
             raise error
         self._check_fresh()
-        return self._run(self.envs.recv)
+        return self._run(self._pool().recv)
 
     # --- the side channel --------------------------------------------------------------
 
@@ -148,11 +152,17 @@ class PoolHost:
 
     # --- internals ---------------------------------------------------------------------
 
+    def _pool(self) -> ShmVectorEnv:
+        """The actor's pool; when it could not be made, the error that says why."""
+        if self.envs is None:
+            raise self.init_error or RuntimeError("this actor has no pool: its start-up did not finish")
+        return self.envs
+
     def _check_fresh(self) -> None:
         if self.restarted:
             raise ActorRestarted("this actor was restarted by Ray: reset it first")
 
-    def _run(self, call) -> Any:
+    def _run(self, call: Callable[[], Any]) -> Any:
         """The batch of ``call()`` with global env ids."""
         try:
             batch = call()
@@ -168,10 +178,16 @@ class PoolHost:
         """A shmenv error with its env ids made global, and the actor named."""
         if not isinstance(error, Error):
             return error
-        if getattr(error, "env_ids", None) is not None:
-            error.env_ids = [i + self.first_env for i in error.env_ids]
-        if getattr(error, "env_id", None) is not None and isinstance(error.env_id, int):
-            error.env_id += self.first_env
+        # The errors that carry env ids (the extension sets them; getattr: a Python-raised
+        # one may lack them). UnknownEnvError's env_id is a name, not an index.
+        if isinstance(error, (WorkerDiedError, WorkerTimeoutError)):
+            env_ids = getattr(error, "env_ids", None)
+            if env_ids is not None:
+                error.env_ids = [i + self.first_env for i in env_ids]
+        if isinstance(error, WorkerError):
+            env_id = getattr(error, "env_id", None)
+            if isinstance(env_id, int):
+                error.env_id = env_id + self.first_env
         note = f"(in the Ray actor on node {self.node_id}, pid {os.getpid()}, hosting envs from {self.first_env}: "
         note += f"the env ids in this message are local, add {self.first_env})"
         if error.args and isinstance(error.args[0], str) and self.first_env:

@@ -22,9 +22,8 @@ from shmenv.errors import (
 from shmenv.options import PoolOptions, with_options
 from shmenv.prechecks import check_async, check_open, check_reset, reset_request
 from shmenv.ray.async_mode import AsyncBatches
-from shmenv.ray.channel import Channel
-from shmenv.ray.faults import REVIVED, ActorFaults
-from shmenv.ray.host import PoolHost, concat_batches, split_evenly
+from shmenv.ray.faults import REVIVED, Actors
+from shmenv.ray.host import ActorRestarted, PoolHost, concat_batches, split_evenly
 from shmenv.resolve import EnvFns, env_fns_target
 from shmenv.seeding import SEED_RANGE, per_env_seeds, seed_value
 from shmenv.spaces.assembly import as_action_array
@@ -38,15 +37,7 @@ PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PAC
 """``placement`` names and the Ray placement group strategies they stand for."""
 
 
-def _import_ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError("shmenv.ray needs Ray: pip install 'shmenv[ray]' (or pip install ray)") from e
-    return ray
-
-
-class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
+class RayVectorEnv(VectorEnv):
     """A Gymnasium ``VectorEnv`` whose envs live in ``num_actors`` Ray actors, each owning
     one shmenv pool on its node. Made by :func:`make_vec`, whose docstring describes every
     argument. Env ``i`` is env ``i`` of one local pool of the same size: same seed, same
@@ -54,7 +45,12 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     results in env order; async mode (``batch_size < num_envs``) is EnvPool's
     ``send``/``recv``, a batch joining the actor batches that are ready first. The step
     path runs over one connection per actor (:mod:`shmenv.ray.channel`); Ray carries the
-    rest."""
+    rest.
+
+    Its collaborators: ``_actors`` (:class:`~shmenv.ray.faults.Actors`: the actors, their
+    step connections and their faults) and, in async mode, ``_async``
+    (:class:`~shmenv.ray.async_mode.AsyncBatches`: where each env is, and how batches are
+    joined)."""
 
     host_class = PoolHost
     """The actor class (a subclass may time or extend :class:`PoolHost`)."""
@@ -73,9 +69,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         **options: Any,
     ):
         self.closed = True  # until the actors exist, so __del__ has nothing to close
-        self._actors: list = []
-        self._channels: list[Channel] = []
-        self._placement_group = None
         PoolOptions.of("shmenv.ray.make_vec", options)  # an unknown name is refused here, before any actor
         self.num_envs = _count("num_envs", num_envs)
         num_actors = _count("num_actors", num_actors)
@@ -84,7 +77,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
                 f"num_actors={num_actors} is more than num_envs={num_envs}: each actor needs an env"
             )
         self._shards = split_evenly(self.num_envs, num_actors)
-        self._owner = np.repeat(np.arange(num_actors), [b - a for a, b in self._shards])
         seed = options.pop("seed", None)
         self.seed = (
             int.from_bytes(os.urandom(8), "little") if seed is None else seed_value(_integer("seed", seed), "seed")
@@ -93,53 +85,71 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         self.batch_size = self.num_envs if batch is None else _count("batch_size", batch)
         self.is_async = self.batch_size < self.num_envs
         self._actor_batch = self._actor_batch_size(num_actors) if self.is_async else None
-        self._max_restarts = _optional_int("max_restarts", options.get("max_restarts"), 0) or 0
+        max_restarts = _optional_int("max_restarts", options.get("max_restarts"), 0) or 0
         self.autoreset_mode = _autoreset_mode(options.pop("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.copy = bool(options.pop("copy", True))
-        self._restart_timeout = float(restart_timeout)
         workers = self._workers_per_actor(options.pop("num_workers", None), num_actors)
         options.setdefault("pin_workers", False)
         options.setdefault(
             "wait", "block"
         )  # a batch's hop is a network round trip: spinning through it only steals cores
         options.update(autoreset_mode=self.autoreset_mode, copy=False, batch_size=self._actor_batch)
-        self._ray = ray = _import_ray()
-        if not ray.is_initialized():
-            ray.init()
-        cpus = [num_cpus_per_actor or w or 1 for w in workers]
+        self._actors = Actors(self._shards, self.seed, max_restarts, float(restart_timeout), self.close)
+        if not self._actors.ray.is_initialized():
+            self._actors.ray.init()
         try:
-            strategies = self._placement(placement, cpus, placement_timeout)
-            host = ray.remote(self.host_class)
-            for k, (lo, hi) in enumerate(self._shards):
-                settings = dict(num_cpus=cpus[k], max_restarts=self._max_restarts, max_task_retries=0)
-                if strategies[k] is not None:
-                    settings["scheduling_strategy"] = strategies[k]
-                settings.update(actor_options or {})
-                pool_options = dict(options, seed=(self.seed + lo) % SEED_RANGE, num_workers=workers[k])
-                shard = EnvFns(env.fns[lo:hi]) if isinstance(env, EnvFns) else env  # from_fns: its envs' factories
-                self._actors.append(host.options(**settings).remote(shard, hi - lo, lo, pool_options))
-            refs = [h.describe.remote() for h in self._actors]
-            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=placement_timeout)
-            if waiting:
-                raise BuildError(
-                    f"{len(waiting)} of {num_actors} actors did not start within placement_timeout={placement_timeout} s "
-                    f"(each asks for {cpus[0]} CPUs; the cluster has {ray.cluster_resources().get('CPU', 0)} CPUs, "
-                    f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
-                )
-            self._described = self._gather(refs, range(num_actors))
-            self._channels = [self._connect(k) for k in range(num_actors)]
+            self._start_actors(env, options, workers, placement, num_cpus_per_actor, actor_options, placement_timeout)
         except BaseException:
             self._release()
             raise
         self.closed = False
-        self._take_spaces(self._described)
-        self._restarts = [0] * num_actors
+        self._take_spaces(self._actors.described)
         self._revived_by_call = [False] * num_actors  # its envs' restart is still to be reported (sync)
         self._has_reset = False
         self._last: list[tuple | None] = [None] * num_actors
-        self._clear_async_state()
+        self._async = (
+            AsyncBatches(self._actors, self.num_envs, self.batch_size, self._actor_batch, self.copy)
+            if self._actor_batch is not None
+            else None
+        )
 
     # --- construction ------------------------------------------------------------------
+
+    def _start_actors(
+        self,
+        env: Any,
+        options: dict[str, Any],
+        workers: list[int | None],
+        placement: Any,
+        num_cpus_per_actor: float | None,
+        actor_options: dict | None,
+        placement_timeout: float,
+    ) -> None:
+        """Starts one actor per shard, each with a pool of its envs, and connects to each
+        one's step path; an actor that does not start within ``placement_timeout`` seconds
+        raises :class:`BuildError`."""
+        actors, ray = self._actors, self._actors.ray
+        cpus = [num_cpus_per_actor or w or 1 for w in workers]
+        strategies = self._placement(placement, cpus, placement_timeout)
+        host = ray.remote(self.host_class)
+        for k, (lo, hi) in enumerate(self._shards):
+            settings = dict(num_cpus=cpus[k], max_restarts=actors.max_restarts, max_task_retries=0)
+            if strategies[k] is not None:
+                settings["scheduling_strategy"] = strategies[k]
+            settings.update(actor_options or {})
+            pool_options = dict(options, seed=(self.seed + lo) % SEED_RANGE, num_workers=workers[k])
+            shard = EnvFns(env.fns[lo:hi]) if isinstance(env, EnvFns) else env  # from_fns: its envs' factories
+            actors.handles.append(host.options(**settings).remote(shard, hi - lo, lo, pool_options))
+        refs = [h.describe.remote() for h in actors.handles]
+        _, waiting = ray.wait(refs, num_returns=len(refs), timeout=placement_timeout)
+        if waiting:
+            raise BuildError(
+                f"{len(waiting)} of {len(actors)} actors did not start within placement_timeout={placement_timeout} s "
+                f"(each asks for {cpus[0]} CPUs; the cluster has {ray.cluster_resources().get('CPU', 0)} CPUs, "
+                f"{ray.available_resources().get('CPU', 0)} free): lower num_actors or num_cpus_per_actor, or add nodes"
+            )
+        actors.described = actors.gather(refs, range(len(actors)))
+        actors.channels = [actors.connect(k) for k in range(len(actors))]
 
     def _actor_batch_size(self, num_actors: int) -> int:
         """The rows of each actor's batches: the largest divisor of ``batch_size`` up to
@@ -157,7 +167,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
             )
         return fitting[-1]
 
-    def _workers_per_actor(self, num_workers: Any, num_actors: int) -> list:
+    def _workers_per_actor(self, num_workers: Any, num_actors: int) -> list[int | None]:
         """Each actor's worker count: ``num_workers`` (the total) split like the envs, or
         None (each actor's pool decides: one per core of its node, or ``envs_per_worker``)."""
         if num_workers is None:
@@ -170,7 +180,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
             )
         return [b - a for a, b in split_evenly(num_workers, num_actors)]
 
-    def _placement(self, placement: Any, cpus: list, timeout: float) -> list:
+    def _placement(self, placement: Any, cpus: list[float], timeout: float) -> list[Any]:
         """One Ray scheduling strategy per actor: a placement group bundle per actor
         (``"spread"``, ``"strict_spread"``, ``"pack"``, ``"strict_pack"``), a node per actor
         (a list of node ids: node affinity), or None (Ray's default scheduling)."""
@@ -185,13 +195,15 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
                     f"unknown placement {placement!r}: use one of {list(PLACEMENTS)}, a list of one Ray node id per "
                     "actor, or None"
                 )
-            self._placement_group = group = placement_group([{"CPU": c} for c in cpus], strategy=PLACEMENTS[placement])
+            ray = self._actors.ray
+            group = placement_group([{"CPU": c} for c in cpus], strategy=PLACEMENTS[placement])
+            self._actors.placement_group = group
             try:
-                self._ray.get(group.ready(), timeout=timeout)
-            except self._ray.exceptions.GetTimeoutError:
+                ray.get(group.ready(), timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
                 raise BuildError(
                     f"Ray could not place {len(cpus)} actors of {cpus} CPUs with strategy {PLACEMENTS[placement]} in "
-                    f"{timeout} s (the cluster has {self._ray.cluster_resources().get('CPU', 0)} CPUs): lower "
+                    f"{timeout} s (the cluster has {ray.cluster_resources().get('CPU', 0)} CPUs): lower "
                     "num_actors or num_cpus_per_actor, add nodes, or use placement='pack' or None"
                 ) from None
             return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k) for k in range(len(cpus))]
@@ -201,18 +213,6 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
                 f"placement lists {len(nodes)} node ids for {len(cpus)} actors: give one per actor"
             )
         return [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in nodes]
-
-    def _connect(self, k: int) -> Channel:
-        """The step connection to actor ``k``, at the address it announced."""
-        host, port, _ = address = self._described[k]["step_address"]
-        try:
-            return Channel(address)
-        except OSError as e:
-            raise BuildError(
-                f"could not connect to Ray actor {k} (node {self._described[k]['node_id']}) at {host}:{port} for the "
-                f"step path: {e}. The driver must reach each node's address on the ports the kernel hands out "
-                "(as Ray's own calls do): check the firewall between the driver and that node"
-            ) from None
 
     def _take_spaces(self, described: list[dict]) -> None:
         first = described[0]
@@ -247,21 +247,23 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         check_open(self.closed, "env", _CLOSED_WHY)
         seeds = per_env_seeds(seed, self.num_envs) if seed is not None else None
         mask, _ = reset_request(options, self.num_envs, self.is_async)
-        if self.is_async:
-            self._start_reset(seeds)
+        if self._async is not None:
+            self._async.start_reset(seeds)
+            self._has_reset = True
             obs, _, _, _, infos = self.recv()
             return obs, infos
+        channels = self._actors.channels
         refs: dict[int, Any] = {}
         for k, (lo, hi) in enumerate(self._shards):
             part_seed = None if seeds is None else seeds[lo:hi]
             if mask is None or any(mask[lo:hi]):
                 part_options = None if mask is None else {"reset_mask": np.array(mask[lo:hi])}
-                refs[k] = self._channels[k].request("reset", {"seed": part_seed, "options": part_options})
+                refs[k] = channels[k].request("reset", {"seed": part_seed, "options": part_options})
             elif not self._has_reset:  # a pool's first reset resets every env
-                refs[k] = self._channels[k].request("reset", {"seed": part_seed})
+                refs[k] = channels[k].request("reset", {"seed": part_seed})
         for k in refs:
             self._revived_by_call[k] = False  # its envs start over here anyway
-        done = dict(zip(refs, self._gather(list(refs.values()), list(refs), self._revive_sync)))
+        done = dict(zip(refs, self._actors.gather(list(refs.values()), list(refs), self._revive_sync)))
         parts = [(done[k][0], done[k][-1]) if k in done else self._unchanged(k) for k in range(len(self._actors))]
         self._last = [(obs, {"env_id": i["env_id"], "elapsed_step": i["elapsed_step"]}) for obs, i in parts]
         self._has_reset = True
@@ -274,8 +276,8 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
             return self.recv()
         check_reset(self.closed, self._has_reset, what="env", why=_CLOSED_WHY)
         batch = self._actions(actions, self.num_envs)
-        refs = [c.request("step", batch[lo:hi]) for c, (lo, hi) in zip(self._channels, self._shards)]
-        parts = self._gather(refs, range(len(refs)), self._revive_sync)
+        refs = [c.request("step", batch[lo:hi]) for c, (lo, hi) in zip(self._actors.channels, self._shards)]
+        parts = self._actors.gather(refs, range(len(refs)), self._revive_sync)
         self._last = [(p[0], {"env_id": p[4]["env_id"], "elapsed_step": p[4]["elapsed_step"]}) for p in parts]
         return self._join(parts)
 
@@ -294,43 +296,27 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     def async_reset(self) -> None:
         """Starts a reset of every env (async mode); ``recv()`` returns the results."""
         check_open(self.closed, "env", _CLOSED_WHY)
-        self._start_reset(None)
+        self._async_batches("async_reset").start_reset(None)
+        self._has_reset = True
 
     def send(self, actions, env_ids=None) -> None:
         """Hands one action per env in ``env_ids`` (all envs if None) to those envs' actors."""
         check_reset(self.closed, self._has_reset, what="env", why=_CLOSED_WHY)
-        check_async(self.is_async, "send")
+        batches = self._async_batches("send")
         ids = np.arange(self.num_envs, dtype=np.int64) if env_ids is None else _env_ids(env_ids, self.num_envs)
-        batch = self._actions(actions, len(ids))
-        self._await_restart_rows(ids)
-        busy = self._at_actor[ids] | self._buffered[ids]
-        if busy.any() or len(np.unique(ids)) != len(ids):
-            env = int(ids[np.flatnonzero(busy)[0]]) if busy.any() else int(ids[0])
-            raise UsageError(
-                f"env {env} already has an action in flight (or is named twice): recv() its result before sending it another"
-            )
-        stashed = np.array([int(i) in self._stash for i in ids], dtype=bool)
-        for i in ids[stashed].tolist():  # restarted while the trainer held it: its reset row is ready
-            self._buffer.append(self._stash.pop(i))
-            self._buffered[i] = True
-        owners = self._owner[ids]
-        for k in np.unique(owners[~stashed]).tolist():
-            sel = (owners == k) & ~stashed
-            self._channels[k].request("send", (batch[sel], ids[sel]))
-            self._at_actor[ids[sel]] = True
-            self._at_count[k] += int(sel.sum())
-        self._issue_recvs()
+        batches.send(self._actions(actions, len(ids)), ids)
 
     def recv(self):
         """The next ``batch_size`` results, from the actor batches ready first, EnvPool
         style, with ``infos["env_id"]`` saying which env each row is."""
         check_open(self.closed, "env", _CLOSED_WHY)
-        check_async(self.is_async, "recv")
-        while self._buffered_rows() < self.batch_size:
-            if not self._pending:
-                self._cannot_fill()
-            self._file_ready(-(-(self.batch_size - self._buffered_rows()) // self._actor_batch))
-        return self._take(self.batch_size)
+        return self._async_batches("recv").recv()
+
+    def _async_batches(self, call: str) -> AsyncBatches:
+        """The async bookkeeping, for ``call`` (which is for async mode only)."""
+        check_async(self.is_async, call)
+        assert self._async is not None, "an async env (batch_size < num_envs) has its AsyncBatches"
+        return self._async
 
     # --- calls into the envs --------------------------------------------------------------
 
@@ -358,7 +344,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
     def stats(self) -> list[dict]:
         """Each actor's pool :meth:`shmenv.ShmVectorEnv.stats`, with its node."""
         stats = self._invoke_all("stats", lambda lo, hi: ())
-        return [dict(s, actor=k, node_id=self._described[k]["node_id"]) for k, s in enumerate(stats)]
+        return [dict(s, actor=k, node_id=self._actors.described[k]["node_id"]) for k, s in enumerate(stats)]
 
     @property
     def actors(self) -> list[dict]:
@@ -371,22 +357,23 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
                 "envs": self._shards[k],
                 "worker_pids": d["worker_pids"],
             }
-            for k, d in enumerate(self._described)
+            for k, d in enumerate(self._actors.described)
         ]
 
     @property
     def restarts(self) -> list[int]:
         """Restarts so far, per actor (with ``max_restarts``)."""
-        return list(self._restarts)
+        return list(self._actors.restarts)
 
     def __repr__(self) -> str:
         mode = f"async batch_size={self.batch_size}" if self.is_async else "sync"
-        return f"RayVectorEnv({getattr(self, 'env_id', '?')!r}, num_envs={self.num_envs}, actors={len(self._actors)}, {mode})"
+        return f"RayVectorEnv({getattr(self, 'env_id', '?')!r}, num_envs={self.num_envs}, actors={len(self._shards)}, {mode})"
 
     def _unchanged(self, k: int) -> tuple:
-        if self._last[k] is None:
+        last = self._last[k]
+        if last is None:
             raise UsageError("reset(options={'reset_mask': ...}) needs a first full reset(): call reset() first")
-        obs, infos = self._last[k]
+        obs, infos = last
         return obs, dict(infos)
 
     def _join(self, parts: list) -> tuple:
@@ -396,27 +383,7 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
 
     def _release(self) -> None:
         """Closes every actor's pool, then the actors and the placement group."""
-        ray = getattr(self, "_ray", None)
-        if ray is None or not ray.is_initialized():
-            return
-        actors, self._actors = self._actors, []
-        for channel in self._channels:
-            channel.close()
-        self._channels = []
-        try:
-            ray.wait([h.close.remote() for h in actors], num_returns=len(actors), timeout=30.0)
-        except Exception:
-            pass  # an actor that is gone has no pool left to close
-        for h in actors:
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:
-                pass  # already gone
-        if self._placement_group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self._placement_group)
-            self._placement_group = None
+        self._actors.release()
 
     def _actions(self, actions, count: int) -> np.ndarray:
         """The actions as one contiguous array of the space's dtype, converted and checked
@@ -435,14 +402,48 @@ class RayVectorEnv(ActorFaults, AsyncBatches, VectorEnv):
         its envs), results in actor order; an actor found dead is recreated within its
         budget and asked again."""
         check_open(self.closed, "env", _CLOSED_WHY)
-        ask = lambda k: self._actors[k].invoke.remote(method, *args_of(*self._shards[k]), **kwargs)  # noqa: E731
-        parts = self._gather(
-            [ask(k) for k in range(len(self._actors))], range(len(self._actors)), self._revive_for_call
-        )
+        actors = self._actors
+        ask = lambda k: actors.handles[k].invoke.remote(method, *args_of(*self._shards[k]), **kwargs)  # noqa: E731
+        parts = actors.gather([ask(k) for k in range(len(actors))], range(len(actors)), self._revive_for_call)
         for k, part in enumerate(parts):
             if part is REVIVED:
-                parts[k] = self._gather([ask(k)], [k])[0]
+                parts[k] = actors.gather([ask(k)], [k])[0]
         return parts
+
+    # --- dead actors that Ray recreated ---------------------------------------------------
+
+    def _revive_sync(self, k: int, death: Exception) -> tuple:
+        """Sync mode: actor ``k`` died in a reset or step; its part of the batch is its envs
+        after their restart."""
+        if self._revived_by_call[k] and isinstance(death, ActorRestarted):
+            self._revived_by_call[k] = False  # recreated already, when a call found it dead
+        else:
+            self._actors.revive(k, death)
+        return self._restarted_part(k)
+
+    def _revive_for_call(self, k: int, death: Exception) -> object:
+        """A call into the envs found actor ``k`` dead: within its restart budget it is
+        recreated now, and its envs come back restarted through the step path (async: the
+        rows after their seeded reset, as after a death in a step; sync: at the next
+        ``step``, whose batch reports them). The call is then made again (``REVIVED``)."""
+        if self._async is not None and self._has_reset:
+            self._async.revive(k, death)
+        else:
+            self._actors.revive(k, death)
+            self._revived_by_call[k] = self._has_reset
+        return REVIVED
+
+    def _restarted_part(self, k: int) -> tuple:
+        """Sync mode: actor ``k``'s envs after its restart: a seeded reset, truncated."""
+        lo, hi = self._shards[k]
+        request = self._actors.channels[k].request("reset", {"seed": self._actors.restart_seed(k)})
+        reset = self._actors.gather([request], [k], self._revive_sync)[0]
+        if len(reset) == 5:  # it died again while resetting, and was revived again
+            return reset
+        obs, infos = reset
+        n = hi - lo
+        infos["restarted_envs"] = list(range(lo, hi))
+        return obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.ones(n, np.bool_), infos
 
 
 @with_options
