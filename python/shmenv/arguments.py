@@ -133,3 +133,86 @@ def _reset_mask(mask, num_envs: int) -> list[bool]:
             f"reset_mask={m}: a reset must reset at least one env"
         )
     return m.tolist()
+
+
+# --- gymnasium.make_vec's keywords --------------------------------------------------------
+
+#: ``vectorization_mode`` values ``gymnasium.make_vec`` takes; here every one runs the envs
+#: in shmenv's worker processes (docs/python.md, "From gymnasium.make_vec").
+VECTORIZATION_MODES = ("sync", "async", "vector_entry_point")
+#: ``vector_kwargs`` of Gymnasium's vector envs that are also shmenv options.
+_VECTOR_OPTIONS = ("copy", "observation_mode", "autoreset_mode")
+#: ``multiprocessing`` start methods (``AsyncVectorEnv``'s ``context``, SubprocVecEnv's
+#: ``start_method``): accepted; shmenv's workers are always fresh programs, as under spawn.
+START_METHODS = (None, "fork", "spawn", "forkserver")
+
+
+class GymExtras:
+    """What ``gymnasium.make_vec``'s signature adds to shmenv's options: ``wrappers``
+    (applied to each env in its worker, in order) and the env's keyword arguments."""
+
+    def __init__(self, wrappers: list | None = None, env_kwargs: dict | None = None):
+        self.wrappers = wrappers
+        self.env_kwargs = env_kwargs or {}
+
+    def __bool__(self) -> bool:
+        return bool(self.wrappers) or bool(self.env_kwargs)
+
+
+def start_method(caller: str, value: Any) -> None:
+    """Checks a start method (``start_method=``, ``context=``) as ``multiprocessing`` does."""
+    if value not in START_METHODS:
+        raise InvalidArgumentError(
+            f"{caller}: cannot find context for {value!r}: the start method is one of None, 'fork', 'spawn' or "
+            "'forkserver' (shmenv's workers are always fresh programs, as under 'spawn', whichever you pass)"
+        )
+
+
+def gym_keywords(caller: str, options: dict, names: tuple[str, ...]) -> tuple[dict, GymExtras]:
+    """Splits ``gymnasium.make_vec``'s keywords out of ``options``: ``vectorization_mode``
+    (checked, then unused: every mode runs in shmenv's workers), ``vector_kwargs`` (those
+    shmenv has become options), ``wrappers``, and every keyword that is not one of
+    ``names`` (shmenv's options), which goes to the env's constructor. Returns the options
+    left and the extras."""
+    options = dict(options)
+    mode = options.pop("vectorization_mode", None)
+    mode = getattr(mode, "value", mode)
+    if mode is not None and mode not in VECTORIZATION_MODES:
+        raise InvalidArgumentError(
+            f"{caller}: vectorization_mode={mode!r} is not one of Gymnasium's ({', '.join(VECTORIZATION_MODES)} "
+            "or None); every mode runs the envs in shmenv's worker processes"
+        )
+    vector_kwargs = options.pop("vector_kwargs", None) or {}
+    if not isinstance(vector_kwargs, dict):
+        raise InvalidArgumentTypeError(f"{caller}: vector_kwargs must be a dict or None, got {vector_kwargs!r}")
+    for key, value in vector_kwargs.items():
+        if key in ("shared_memory", "daemon"):
+            continue  # the observations are always in shared memory; workers always end with the trainer
+        if key == "context":
+            start_method(caller, value)
+            continue
+        if key == "worker":
+            raise InvalidArgumentError(
+                f"{caller}: vector_kwargs['worker'] (AsyncVectorEnv's custom worker function) cannot run here: "
+                "shmenv's workers are its own program; drop it (wrappers=[...] runs code around each env)"
+            )
+        if key in options and options[key] != value:
+            raise InvalidArgumentError(
+                f"{caller}: {key}={options[key]!r} and vector_kwargs[{key!r}]={value!r} disagree: pass one"
+            )
+        options[key] = value
+    wrappers = options.pop("wrappers", None)
+    if wrappers is not None:
+        if isinstance(wrappers, (str, bytes)) or not hasattr(wrappers, "__iter__"):
+            raise InvalidArgumentTypeError(
+                f"{caller}: wrappers must be a list of callables taking an env and returning it wrapped, got {wrappers!r}"
+            )
+        wrappers = list(wrappers)
+        for i, w in enumerate(wrappers):
+            if not callable(w):
+                raise InvalidArgumentTypeError(
+                    f"{caller}: wrappers[{i}] is {w!r}, not a callable: pass wrapper classes or functions "
+                    "(env -> wrapped env), e.g. wrappers=[gymnasium.wrappers.ClipAction]"
+                )
+    env_kwargs = {k: options.pop(k) for k in list(options) if k not in names}
+    return options, GymExtras(wrappers or None, env_kwargs)

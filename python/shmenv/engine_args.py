@@ -11,10 +11,27 @@ from typing import Any
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.arguments import _autoreset_mode, _count, _integer, _num_workers, _optional_int, _optional_seconds
+from shmenv.arguments import (
+    GymExtras,
+    _autoreset_mode,
+    _count,
+    _integer,
+    _num_workers,
+    _optional_int,
+    _optional_seconds,
+)
 from shmenv.errors import InvalidArgumentError
-from shmenv.options import PoolOptions, ring_settings
-from shmenv.resolve import Resolved, pass_render_mode, resolve, resolve_plugin, worker_command
+from shmenv.options import NAMES, PoolOptions, ring_settings
+from shmenv.resolve import (
+    Resolved,
+    hosted_for_extras,
+    pass_extras,
+    pass_render_mode,
+    resolve,
+    resolve_plugin,
+    warn_hosted,
+    worker_command,
+)
 from shmenv.seeding import seed_value
 from shmenv.spaces import modes
 
@@ -33,17 +50,29 @@ class PoolPlan:
     pool_args: dict[str, Any]
 
 
-def plan_pool(env: Any, num_envs: Any, o: PoolOptions, caller_guard: _shmenv.CallerGuard) -> PoolPlan:
-    """Resolves ``env`` and checks every option of ``o``; ``caller_guard`` is the vector
-    env's one-caller guard, which the pool checks too."""
+def plan_pool(
+    env: Any, num_envs: Any, o: PoolOptions, caller_guard: _shmenv.CallerGuard, extras: GymExtras | None = None
+) -> PoolPlan:
+    """Resolves ``env`` and checks every option of ``o`` and ``gymnasium.make_vec``'s
+    ``extras`` (wrappers, env keywords); ``caller_guard`` is the vector env's one-caller
+    guard, which the pool checks too."""
     mode = _autoreset_mode(o.autoreset_mode)
     obs_mode = modes.check_mode(o.observation_mode)
+    extras = extras or GymExtras()
     if o.plugin is not None:
         resolved, plugin = resolve_plugin(env, o.config, o.plugin)
     else:
-        resolved = resolve(env, o.config)
+        resolved = resolve(hosted_for_extras(env, extras, "make_vec"), o.config)
         plugin = resolved.plugin_library
     pass_render_mode(resolved, o.render_mode)
+    if extras:
+        if not resolved.python:
+            raise InvalidArgumentError(
+                f"{resolved.label} is a native library's env: it takes no wrappers or env keyword arguments "
+                f"({', '.join(extras.env_kwargs) or 'wrappers'}); pass its settings in config={{...}}"
+            )
+        pass_extras(resolved, extras, "make_vec", NAMES)
+        warn_hosted(env, resolved, "make_vec")
     if resolved.python and obs_mode != "same":
         resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
     num_envs = _count("num_envs", num_envs)

@@ -44,7 +44,7 @@ class PoolOptions:
     wait: str = ENGINE_DEFAULTS["wait"]
     ring_depth: int | None = None
     pin_workers: bool = ENGINE_DEFAULTS["pin_workers"]
-    episode_stats_key: str = "episode_stats"
+    episode_stats_key: str = ""
     step_timeout: float | None = None
     max_restarts: int | None = None
     fair_scheduling: bool = ENGINE_DEFAULTS["fair_scheduling"]

@@ -188,6 +188,10 @@ def _from_factories(fns: list, config: dict | None) -> Resolved:
     config = {"kind": "factory", "factories": payloads}
     if len(payloads) > 1:
         config["env_factory"] = which
+    # The ids the script registered, for factories that gym.make them (replayed in the workers).
+    known = registrations()
+    if len(json.dumps(config)) + len(known) <= _MAX_FACTORY_JSON:
+        config["registrations"] = known
     size = len(json.dumps(config))
     if size > _MAX_FACTORY_JSON:
         raise InvalidArgumentError(
@@ -401,3 +405,166 @@ def worker_command(resolved, worker_program) -> tuple[str, list[str], list[tuple
             "worker_program is for native worker binaries"
         )
     return os.fspath(worker_program), [], []
+
+
+# --- gymnasium.make_vec's wrappers and env keywords ---------------------------------------
+
+_HOSTED_WARNED: set[str] = set()
+
+
+def hosted_for_extras(env: Any, extras: Any, caller: str) -> Any:
+    """``env`` to resolve given ``gymnasium.make_vec``'s ``wrappers`` or env keywords: a
+    native (or plugin) id that Gymnasium also has becomes Gymnasium's spec, hosted in
+    Python workers (said once per id, with a warning); a native id Gymnasium lacks is
+    refused."""
+    if not extras or not isinstance(env, str) or ":" in env:
+        return env
+    if env not in _shmenv.builtin_env_ids():
+        from shmenv import plugins
+
+        if plugins.find(env) is None:
+            return env
+    import gymnasium as gym
+
+    if env not in gym.registry:
+        what = "wrappers" if extras.wrappers else f"env keyword arguments ({', '.join(extras.env_kwargs)})"
+        raise InvalidArgumentError(
+            f"{caller}: {env} is a native shmenv env, which takes no {what}: pass its settings in config={{...}} "
+            "(or a Gymnasium id to host Gymnasium's env with them)"
+        )
+    return gym.spec(env)
+
+
+def warn_hosted(env: Any, resolved: Resolved, caller: str) -> None:
+    """Says once per id that a native id was hosted from Gymnasium for its wrappers or env
+    keywords (:func:`hosted_for_extras`), once they were accepted."""
+    if not isinstance(env, str) or env != resolved.label or env in _HOSTED_WARNED or resolved.gym_spec is None:
+        return
+    if env not in _shmenv.builtin_env_ids():
+        from shmenv import plugins
+
+        if plugins.find(env) is None:
+            return
+    import warnings
+
+    _HOSTED_WARNED.add(env)
+    warnings.warn(
+        f"{env} is a native shmenv env; with wrappers or env keyword arguments {caller} runs Gymnasium's {env} "
+        "in Python workers instead (pass neither for the native env)",
+        stacklevel=5,
+    )
+
+
+def _constructor_params(resolved: Resolved) -> tuple[str, list[str]] | None:
+    """The env constructor's name and keyword parameters (None when it takes any keyword,
+    or cannot be inspected here)."""
+    import inspect
+
+    kind = resolved.config.get("kind")
+    try:
+        if kind == "spec":
+            entry = resolved.gym_spec.entry_point
+            if isinstance(entry, str):
+                from gymnasium.envs.registration import load_env_creator
+
+                entry = load_env_creator(entry)
+        elif kind == "entry_point":
+            from shmenv.worker import load_entry_point
+
+            entry = load_entry_point(resolved.config["entry_point"])
+        else:
+            return None
+        params = inspect.signature(entry).parameters.values()
+    except Exception:  # noqa: BLE001 - no check possible here: the worker reports what fails
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return getattr(entry, "__qualname__", resolved.label), [p.name for p in params if p.name != "self"]
+
+
+def pass_extras(resolved: Resolved, extras: Any, caller: str, option_names: Sequence[str]) -> None:
+    """Puts the env keywords into the kwargs the workers build each env with and the
+    wrappers (pickled) into the config, or refuses them before any worker starts; a keyword
+    neither the env's constructor nor shmenv takes is a ``TypeError`` naming both."""
+    kwargs = dict(extras.env_kwargs)
+    kwargs.pop("disable_env_checker", None)  # the workers never run Gymnasium's env checker
+    kind = resolved.config.get("kind")
+    if kwargs and kind not in ("spec", "entry_point"):
+        key = next(iter(kwargs))
+        guess = _shmenv.closest_match(key, list(option_names))
+        hint = f"; did you mean {guess!r}?" if guess else f"; valid options: {', '.join(option_names)}"
+        raise InvalidArgumentTypeError(f"{caller}() got an unexpected keyword argument {key!r}{hint}")
+    if kwargs:
+        found = _constructor_params(resolved)
+        unknown = [] if found is None else [k for k in kwargs if k not in found[1]]
+        if unknown:
+            guess = _shmenv.closest_match(unknown[0], list(option_names) + found[1])
+            raise InvalidArgumentTypeError(
+                f"{caller}() got an unexpected keyword argument {unknown[0]!r}: it is neither one of shmenv's "
+                f"options nor an argument of {found[0]} ({', '.join(found[1]) or 'none'})"
+                + (f"; did you mean {guess!r}?" if guess else "")
+            )
+        _check_json(kwargs, "the env keyword arguments")
+        own = resolved.config.setdefault("kwargs", {})
+        clash = [k for k in kwargs if k in own and own[k] != kwargs[k]]
+        if clash:
+            raise InvalidArgumentError(f"{caller}: {clash[0]}={kwargs[clash[0]]!r} and config disagree: pass one")
+        own.update(kwargs)
+    if extras.wrappers:
+        resolved.config["wrappers"] = _pickled(extras.wrappers, "wrappers", caller)
+
+
+def _pickled(obj: Any, what: str, caller: str) -> str:
+    """``obj`` pickled with cloudpickle, base64, for the workers' config."""
+    import base64
+
+    import cloudpickle
+
+    try:
+        return base64.b64encode(cloudpickle.dumps(obj)).decode("ascii")
+    except Exception as e:  # noqa: BLE001 - anything pickling raises is the user's to see
+        raise InvalidArgumentError(
+            f"{caller}: the {what} cannot be pickled to reach the workers: {type(e).__name__}: {e}; pass classes "
+            "or functions that pickle with cloudpickle (create unpicklable objects inside them)"
+        ) from e
+
+
+# --- the trainer's Gymnasium registrations, replayed in the workers -----------------------
+
+
+def registrations() -> str:
+    """The ids this process has registered with Gymnasium (``gym.register``, ``import
+    ale_py`` ...), for workers that run factories: zlib-compressed JSON, base64.
+    Specs whose entry point is a string or an importable callable travel as JSON; others
+    (a class of ``__main__``, a local one) pickled with cloudpickle; those that cannot be
+    pickled are listed with the reason, which the worker's error names."""
+    import base64
+    import zlib
+
+    import gymnasium as gym
+
+    as_json, pickled, failed = [], [], {}
+    for env_id, spec in list(gym.registry.items()):
+        entry = spec.entry_point
+        # Gymnasium's own ids travel too (a few KiB): the script may have re-registered one.
+        module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+        try:
+            if isinstance(entry, str) and not module.startswith("__main__"):
+                as_json.append(spec.to_json())
+                continue
+            name = _importable(entry) if callable(entry) else None
+            if name is not None and spec.vector_entry_point is None and not spec.additional_wrappers:
+                as_json.append(replace(spec, entry_point=name).to_json())
+                continue
+        except ValueError:
+            pass  # kwargs that are not JSON: pickled below
+        try:
+            if isinstance(entry, str):
+                from gymnasium.envs.registration import load_env_creator
+
+                spec = replace(spec, entry_point=load_env_creator(entry))
+            pickled.append(_pickled(spec, f"registration of {env_id}", "make_vec"))
+        except Exception as e:  # noqa: BLE001 - reported by the worker if the factory needs the id
+            failed[env_id] = str(e).split(": ", 1)[-1][:300]
+    data = json.dumps({"json": as_json, "pickled": pickled, "failed": failed})
+    return base64.b64encode(zlib.compress(data.encode(), 6)).decode("ascii")

@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
-from shmenv.arguments import _env_ids
+from shmenv.arguments import _env_ids, gym_keywords
 from shmenv.batches import Batches, start_infos, weak_close
 from shmenv.channel import protocol as ops
 from shmenv.channel.trainer import CallChannel
@@ -29,7 +29,7 @@ from shmenv.engine_args import PoolPlan, plan_pool
 from shmenv.env_calls import NATIVE_ATTRS, checked_spaces, env0_attrs, native_attr, reset_option_targets
 from shmenv.errors import BuildError, InvalidArgumentError, UsageError, WorkerDiedError
 from shmenv.infos import InfoArea
-from shmenv.options import PoolOptions, with_options
+from shmenv.options import NAMES, PoolOptions, with_options
 from shmenv.pending import PendingCalls
 from shmenv.prechecks import check_open, reset_request
 from shmenv.resolve import python_worker_command
@@ -57,7 +57,8 @@ class ShmVectorEnv(VectorEnv):
     """
 
     @with_options
-    def __init__(self, env: Any, num_envs: int, **options: Any):
+    def __init__(self, env: Any, num_envs: int = 1, **options: Any):
+        options, extras = gym_keywords("make_vec", options, NAMES)
         o = PoolOptions.of("make_vec", options)
         self.closed = True  # until the pool exists, so __del__ has nothing to close
         # One caller at a time: held by every call but the native one-call path, whose
@@ -69,7 +70,7 @@ class ShmVectorEnv(VectorEnv):
         self._restart = o.max_restarts is not None
         self._has_reset = False
         # Every argument mistake is raised here, before workers start.
-        plan = plan_pool(env, num_envs, o, self._caller)
+        plan = plan_pool(env, num_envs, o, self._caller, extras)
         self._start_pool(plan)
         self._describe(plan, o.render_mode)
         self.copy = bool(o.copy)
@@ -503,7 +504,7 @@ class ShmVectorEnv(VectorEnv):
 
 
 @with_options
-def make_vec(env: Any, num_envs: int, **options: Any) -> ShmVectorEnv:
+def make_vec(env: Any, num_envs: int = 1, **options: Any) -> ShmVectorEnv:
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
 
@@ -544,8 +545,10 @@ def make_vec(env: Any, num_envs: int, **options: Any) -> ShmVectorEnv:
       ``copy=False``, which keeps the two latest batches intact).
     - ``pin_workers``: pin each worker to its own core when there are enough cores (while
       ``wait="auto"`` sleeps under contention, the workers are unpinned).
-    - ``episode_stats_key``: the infos key of per-episode return and length ("r", "l") at
-      episode ends ("" for none).
+    - ``episode_stats_key``: an infos key for shmenv's per-episode return and length
+      (``{"r", "l"}`` at episode ends); "" (the default) for none, so that infos are the
+      envs' own, as ``SyncVectorEnv``'s (Gymnasium's ``RecordEpisodeStatistics`` reports
+      episodes as ``infos["episode"]``).
     - ``step_timeout``: seconds; hang detection, raises ``WorkerTimeoutError`` naming the
       envs that did not answer.
     - ``max_restarts``: a dead or hung worker is restarted up to that many times; its envs

@@ -20,12 +20,16 @@ it (what ``VecMonitor`` and SB3's episode logging read).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from shmenv.arguments import start_method as check_start_method
+from shmenv.errors import InvalidArgumentError
+from shmenv.resolve import env_fns_target
 from shmenv.vector import ShmVectorEnv
 
 try:  # pragma: no cover - depends on the environment
@@ -128,12 +132,16 @@ class ShmVecEnv(_Base):
     ``env_is_wrapped(Monitor)`` is True: ``infos[i]["episode"]`` is reported at every
     episode end, as SB3's ``Monitor`` does, so ``evaluate_policy`` reads true returns."""
 
-    def __init__(self, env: Any, num_envs: int, **kwargs: Any):
+    def __init__(self, env: Any, num_envs: int | None = None, start_method: str | None = None, **kwargs: Any):
+        target, num_envs = _target(env, num_envs, start_method, kwargs)
         kwargs.pop("autoreset_mode", None)
-        self.venv = ShmVectorEnv(env, num_envs, autoreset_mode="same_step", **kwargs)
+        # The episode statistics SB3's infos report (an infos key of the pool's own).
+        kwargs["episode_stats_key"] = kwargs.get("episode_stats_key") or "episode_stats"
+        with renamed_errors("ShmVecEnv"):
+            self.venv = ShmVectorEnv(target, num_envs, autoreset_mode="same_step", **kwargs)
         if self.venv.is_async:
             self.venv.close()
-            raise ValueError("ShmVecEnv steps every env at once: do not pass batch_size")
+            raise InvalidArgumentError("ShmVecEnv steps every env at once: do not pass batch_size")
         self._actions = None
         self._t0 = np.full(num_envs, time.perf_counter())
         super().__init__(num_envs, self.venv.single_observation_space, self.venv.single_action_space)
@@ -147,10 +155,10 @@ class ShmVecEnv(_Base):
 
     def reset(self):
         seed = self._seeds[0] if self._seeds and self._seeds[0] is not None else None
-        obs, _ = self.venv.reset(seed=seed)
+        obs, infos = self.venv.reset(seed=seed)
         self._reset_seeds()
         self._reset_options()
-        self.reset_infos = [{} for _ in range(self.num_envs)]
+        self.reset_infos = info_dicts(infos, self.num_envs, np.zeros(0, bool), [], self.venv.episode_stats_key)
         self._t0[:] = time.perf_counter()
         return obs
 
@@ -163,7 +171,7 @@ class ShmVecEnv(_Base):
         obs, rewards, terminated, truncated, infos = self.venv.step(self._actions)
         self._actions = None
         dones = np.logical_or(terminated, truncated)
-        env_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        env_infos = info_dicts(infos, self.num_envs, dones, self.reset_infos, self.venv.episode_stats_key)
         if dones.any():
             now = time.perf_counter()
             stats = infos[self.venv.episode_stats_key]
@@ -249,6 +257,77 @@ class ShmVecEnv(_Base):
     @property
     def worker_pids(self) -> list[int]:
         return self.venv.worker_pids
+
+
+def _target(env: Any, num_envs: int | None, start_method: str | None, kwargs: dict) -> tuple[Any, int]:
+    """What the pool runs and how many: ``SubprocVecEnv``'s list of env thunks (one env
+    each), or :func:`shmenv.make_vec`'s env and ``num_envs`` (default 1)."""
+    check_start_method("ShmVecEnv", start_method)
+    if isinstance(env, (list, tuple)):
+        with renamed_errors("ShmVecEnv"):
+            target, n = env_fns_target(env, kwargs)
+        if num_envs is not None and num_envs != n:
+            raise InvalidArgumentError(
+                f"ShmVecEnv got {n} env thunks and num_envs={num_envs}: a list runs one env per thunk, drop num_envs"
+            )
+        return target, n
+    return env, 1 if num_envs is None else num_envs
+
+
+#: Infos keys of shmenv's own, which SB3's info dicts do not carry as they are.
+_OWN_KEYS = ("final_obs", "final_info", "env_id", "elapsed_step")
+
+
+def info_dicts(infos: dict, num_envs: int, dones: np.ndarray, reset_infos: list, stats_key: str) -> list[dict]:
+    """The envs' own infos (Gymnasium's vector dict) as SB3's list of dicts, as
+    ``SubprocVecEnv`` gives them: an env whose episode ended gets its last step's info
+    (``infos["final_info"]``), and its reset's info goes to ``reset_infos``."""
+    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    own = (*_OWN_KEYS, stats_key)
+    if len(infos) > len([k for k in infos if k in own or k[1:] in own]):
+        _spread(infos, out, own)
+    if dones.any():
+        final: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        if isinstance(infos.get("final_info"), dict):
+            _spread(infos["final_info"], final, own)
+        for i in np.flatnonzero(dones):
+            reset_infos[i], out[i] = out[i], final[i]
+    return out
+
+
+def _spread(infos: dict, out: list[dict], skip: tuple = ()) -> None:
+    """Gymnasium's vector infos (arrays with ``_key`` masks) into one dict per env."""
+    for key, value in infos.items():
+        if key in skip or key.startswith("_"):
+            continue
+        mask = infos.get("_" + key)
+        rows = range(len(out)) if mask is None else np.flatnonzero(mask)
+        if isinstance(value, dict):
+            nested: list[dict[str, Any]] = [{} for _ in out]
+            _spread(value, nested)
+            for i in rows:
+                out[i][key] = nested[i]
+            continue
+        for i in rows:
+            item = value[i]
+            out[i][key] = item.item() if isinstance(item, np.generic) else item
+
+
+@contextlib.contextmanager
+def renamed_errors(name: str) -> Iterator[None]:
+    """Errors raised while ``name`` builds its pool speak of ``name``, not of the
+    ``make_vec`` it calls (``"make_vec() got an unexpected keyword argument ..."``)."""
+    try:
+        yield
+    except Exception as e:
+        if e.args and isinstance(e.args[0], str):
+            text = e.args[0]
+            for old in ("shmenv.multiagent.make_vec", "shmenv.make_vec", "make_vec"):
+                text = (
+                    text.replace(old + "()", name + "()").replace(old + ":", name + ":").replace(old + " ", name + " ")
+                )
+            e.args = (text, *e.args[1:])
+        raise
 
 
 def _is_monitor(wrapper_class) -> bool:

@@ -26,8 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shmenv.libs.sb3 import _Base
-from shmenv.multiagent.flat import make_agent_vec
+from shmenv.arguments import start_method as check_start_method
+from shmenv.errors import InvalidArgumentError
+from shmenv.libs.sb3 import _Base, renamed_errors
+from shmenv.multiagent.flat import AgentRowsVectorEnv, make_agent_vec
+from shmenv.multiagent.vector import from_fns
 
 __all__ = ["AgentRowsVecEnv"]
 
@@ -37,9 +40,21 @@ class AgentRowsVecEnv(_Base):
     :func:`shmenv.multiagent.make_agent_vec`: ``env``, ``num_envs`` and the keywords are
     :func:`shmenv.multiagent.make_vec`'s (``autoreset_mode`` is SB3's same step)."""
 
-    def __init__(self, env: Any, num_envs: int, **kwargs: Any):
+    def __init__(self, env: Any, num_envs: int | None = None, start_method: str | None = None, **kwargs: Any):
+        check_start_method("AgentRowsVecEnv", start_method)
         kwargs.pop("autoreset_mode", None)
-        self.rows = make_agent_vec(env, num_envs, autoreset_mode="same_step", **kwargs)
+        with renamed_errors("AgentRowsVecEnv"):
+            if isinstance(env, (list, tuple)):
+                # SubprocVecEnv's shape: one thunk per env (each returning a PettingZoo env).
+                if num_envs is not None and num_envs != len(env):
+                    raise InvalidArgumentError(
+                        f"AgentRowsVecEnv got {len(env)} env thunks and num_envs={num_envs}: a list runs one env per "
+                        "thunk, drop num_envs"
+                    )
+                self.rows = AgentRowsVectorEnv(from_fns(env, autoreset_mode="same_step", **kwargs))
+            else:
+                n = 1 if num_envs is None else num_envs
+                self.rows = make_agent_vec(env, n, autoreset_mode="same_step", **kwargs)
         self._actions: Any = None
         rows = self.rows.num_envs
         self._returns = np.zeros(rows, np.float64)

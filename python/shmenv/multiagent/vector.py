@@ -316,6 +316,8 @@ def _start(build: Callable, target: Any, num_envs: int, pool_options: dict) -> M
     autoreset = pool_options.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     pool_options = dict(pool_options, autoreset_mode=autoreset)
     pool_options.setdefault("pool_infos", True)  # env_id and elapsed_step in every result
+    # The team's episode return and length: nothing else reports multi-agent episodes.
+    pool_options.setdefault("episode_stats_key", "episode_stats")
     try:
         pool = build(target, num_envs, **pool_options)
     except BuildError as e:

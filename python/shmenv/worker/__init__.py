@@ -73,7 +73,20 @@ def make_env(config_json: str):
         env = _from_factory(config)
     else:
         raise ValueError(f"unknown Python env kind {kind!r} in the pool config")
+    if config.get("wrappers"):
+        env = _wrapped(env, config["wrappers"])
     _ENVS.append(env)
+    return env
+
+
+def _wrapped(env, payload: str):
+    """``env`` with ``make_vec(..., wrappers=[...])``'s wrappers applied, in order (as
+    ``gymnasium.make_vec`` applies them to each sub-env)."""
+    import base64
+    import pickle
+
+    for wrapper in pickle.loads(base64.b64decode(payload)):
+        env = wrapper(env)
     return env
 
 
@@ -109,7 +122,10 @@ def _from_factory(config: dict):
     index = _env_index(config) if "num_envs" in config else None
     k = 0 if which is None else which[index]
     fn = pickle.loads(base64.b64decode(payloads[k]))
-    env = fn()
+    from shmenv.worker import registry
+
+    failed = registry.replay(config.get("registrations"))
+    env = registry.unknown_ids_explained(fn, failed, "registrations" in config)
     if not (hasattr(env, "reset") and hasattr(env, "step")):
         raise TypeError(f"the env factory {fn!r} returned {env!r}, not an env (it has no reset/step)")
     return env
