@@ -109,7 +109,9 @@ def test_views_stay_readable_after_close():
 
 
 def test_same_step_mode_puts_final_observations_in_infos(no_leaks):
-    with shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0, autoreset_mode="same_step") as envs:
+    with shmenv.make_vec(
+        "CartPole-v1", 4, num_workers=2, seed=0, autoreset_mode="same_step", episode_stats_key="episode_stats"
+    ) as envs:
         assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
         obs, _ = envs.reset()
         ended = 0
@@ -135,7 +137,7 @@ def test_same_step_mode_puts_final_observations_in_infos(no_leaks):
 
 
 def test_next_step_mode_resets_on_the_following_step(no_leaks):
-    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0) as envs:
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, seed=0, episode_stats_key="episode_stats") as envs:
         envs.reset()
         for _ in range(100):
             obs, rewards, term, trunc, infos = envs.step(np.ones(2, dtype=np.int64))
@@ -214,7 +216,7 @@ def test_gymnasium_vector_wrappers_run_on_shmenv():
     from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
 
     envs = RecordEpisodeStatistics(
-        NormalizeObservation(shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0))
+        NormalizeObservation(shmenv.make_vec("CartPole-v1", 4, num_workers=2, seed=0, episode_stats_key="episode_stats"))
     )
     obs, _ = envs.reset(seed=0)
     episodes = 0
