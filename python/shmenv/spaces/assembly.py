@@ -74,6 +74,7 @@ class Assembly:
         if self.side_obs:
             from gymnasium.vector.utils import concatenate, create_empty_array
 
+            assert side is not None, "a batch of an observation with side leaves comes with their values (side=)"
             batched = []
             for k, i in enumerate(self.side_obs):
                 leaf = self._obs_leaves[i][1]
@@ -108,6 +109,7 @@ class Assembly:
             for a, space in zip(arrays, self._array_spaces())
         )
         if self.side_obs:
+            assert side is not None, "a final observation with side leaves comes with their values (side=)"
             return self._merge_side(copied, side)
         if self.nested_obs:
             return composite.unflatten(self.single_observation_space, iter(copied))
@@ -119,7 +121,9 @@ class Assembly:
             fixed = [leaf for i, (_, leaf) in enumerate(self._obs_leaves) if i not in set(self.side_obs)]
             return fixed or [spaces.Box(0, 0, (), np.uint8)]
         if self.dict_obs:
-            return list(self.single_observation_space.spaces.values())
+            space = self.single_observation_space
+            assert isinstance(space, spaces.Dict), "dict_obs is set for a Dict observation space only"
+            return list(space.spaces.values())
         return [self.single_observation_space]
 
     def actions(self, actions: Any, count: int) -> np.ndarray:

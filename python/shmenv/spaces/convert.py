@@ -14,9 +14,9 @@ from gymnasium.vector.utils import batch_space
 
 from shmenv import _shmenv
 
-DTYPES = {name: descr.type for name, descr in _shmenv.dtypes()}
+DTYPES: dict[str, np.dtype[Any]] = dict(_shmenv.dtypes())
 """The engine's dtype names (its ``DType``, from the extension: one table) and their numpy
-types: every dtype a Gymnasium ``Box`` takes."""
+dtypes: every dtype a Gymnasium ``Box`` takes."""
 
 DTYPE_NAMES = {np.dtype(t).name: name for name, t in DTYPES.items()}
 
@@ -106,11 +106,11 @@ class UniformBox(spaces.Box):
     def is_bounded(self, manner: str = "both") -> bool:
         """As ``Box.is_bounded`` (``"both"``, ``"below"`` or ``"above"``), from the two
         scalar bounds instead of a pass over every element."""
+        if manner not in ("both", "below", "above"):
+            raise ValueError(f"manner is not in {{'below', 'above', 'both'}}, actual value: {manner}")
         if 0 in self._shape:
             return super().is_bounded(manner)
         below, above = bool(self.bounded_below.flat[0]), bool(self.bounded_above.flat[0])
-        if manner not in ("both", "below", "above"):
-            raise ValueError(f"manner is not in {{'below', 'above', 'both'}}, actual value: {manner}")
         return {"both": below and above, "below": below, "above": above}[manner]
 
     def __reduce__(self) -> tuple:
@@ -144,8 +144,8 @@ def space_from_json(s: dict) -> spaces.Space:
     if kind == "Box":
         return _box_from_json(s)
     if kind == "Discrete":
-        # The engine's JSON always has "start"; without it, Gymnasium's own default.
-        return spaces.Discrete(int(s["n"]), **({"start": int(s["start"])} if "start" in s else {}))
+        # The engine's JSON always has "start"; without it, Gymnasium's own default (0).
+        return spaces.Discrete(int(s["n"]), start=int(s.get("start", 0)))
     if kind == "MultiDiscrete":
         dtype = DTYPES[_given_or_engine(s, "dtype")]
         shape = tuple(_given_or_engine(s, "shape"))

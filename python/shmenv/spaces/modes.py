@@ -79,14 +79,18 @@ def raise_mismatch(mode: str | tuple, answers: list[tuple[str | None, str | None
             detail = f"Env 0 has {answers[0][0]}, which does not equal a copy of itself."
         else:
             detail = f"Env {i} has {answers[i][0]}, {which} has {printed or obs}."
-        hint, cause = _unequal_hint(obs, answers[i][0], bad[0] == 0 and not given, "observation")
+        theirs = answers[i][0]
+        assert theirs is not None, "_pair names an env of bad, whose observation space differs"
+        hint, cause = _unequal_hint(obs, theirs, bad[0] == 0 and not given, "observation")
         if cause:  # not two spaces meant to differ: observation_mode='different' is no answer
             message = message.split(" If this is intentional")[0]
         raise RuntimeError(message.format(detail=detail + hint))
     bad = [i for i, (_, a) in enumerate(answers) if a is not None]
     if bad:
         i, _ = _pair(bad, answers, 1, False)
-        hint, _ = _unequal_hint(act, answers[i][1], bad[0] == 0, "action")
+        theirs = answers[i][1]
+        assert theirs is not None, "_pair names an env of bad, whose action space differs"
+        hint, _ = _unequal_hint(act, theirs, bad[0] == 0, "action")
         raise RuntimeError(ACTION_MESSAGE.format(space=act, detail=f"Env {i} has {answers[i][1]}." + hint))
 
 
