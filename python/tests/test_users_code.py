@@ -259,3 +259,102 @@ def test_ale_thunks_after_register_envs_as_sb3_atari_scripts_write_them(no_leaks
         assert obs.shape == (2, 84, 84, 1)
     finally:
         venv.close()
+
+
+# --- CleanRL's ppo_atari_envpool.py ---------------------------------------------------------
+
+
+class RecordEpisodeStatistics(gym.Wrapper):
+    """CleanRL's wrapper in ppo_atari_envpool.py, with the Gymnasium 1.x edits
+    docs/envpool.md lists (5-value step, reset's (obs, info))."""
+
+    def __init__(self, env, deque_size=100):
+        super().__init__(env)
+        self.num_envs = getattr(env, "num_envs", 1)
+        self.episode_returns = None
+        self.episode_lengths = None
+
+    def reset(self, **kwargs):
+        observations = super().reset(**kwargs)
+        self.episode_returns = np.zeros(self.num_envs, dtype=np.float32)
+        self.episode_lengths = np.zeros(self.num_envs, dtype=np.int32)
+        self.lives = np.zeros(self.num_envs, dtype=np.int32)
+        self.returned_episode_returns = np.zeros(self.num_envs, dtype=np.float32)
+        self.returned_episode_lengths = np.zeros(self.num_envs, dtype=np.int32)
+        return observations
+
+    def step(self, action):
+        observations, rewards, term, trunc, infos = super().step(action)
+        self.episode_returns += infos["reward"]
+        self.episode_lengths += 1
+        self.returned_episode_returns[:] = self.episode_returns
+        self.returned_episode_lengths[:] = self.episode_lengths
+        self.episode_returns *= 1 - infos["terminated"]
+        self.episode_lengths *= 1 - infos["terminated"]
+        infos["r"] = self.returned_episode_returns
+        infos["l"] = self.returned_episode_lengths
+        return observations, rewards, term, trunc, infos
+
+
+@pytest.mark.timeout(180)
+def test_cleanrl_ppo_atari_envpool_loop_with_shmenv_envpool(no_leaks):
+    pytest.importorskip("ale_py")
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.distributions.categorical import Categorical
+
+    import shmenv.envpool as envpool  # the one line that differs from the EnvPool script
+
+    num_envs, num_steps = 4, 8
+    envs = envpool.make("Pong-v5", env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=1)
+    envs = RecordEpisodeStatistics(envs)
+    envs.num_envs = num_envs
+    envs.single_action_space = envs.action_space
+    envs.single_observation_space = envs.observation_space
+    assert isinstance(envs.action_space, gym.spaces.Discrete), "only discrete action space is supported"
+
+    def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+        torch.nn.init.orthogonal_(layer.weight, std)
+        torch.nn.init.constant_(layer.bias, bias_const)
+        return layer
+
+    class Agent(nn.Module):
+        def __init__(self, envs):
+            super().__init__()
+            self.network = nn.Sequential(
+                layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, 512)),
+                nn.ReLU(),
+            )
+            self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+            self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+        def get_action_and_value(self, x, action=None):
+            hidden = self.network(x / 255.0)
+            probs = Categorical(logits=self.actor(hidden))
+            if action is None:
+                action = probs.sample()
+            return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+    try:
+        agent = Agent(envs)
+        obs = torch.zeros((num_steps, num_envs) + envs.single_observation_space.shape)
+        next_obs = torch.Tensor(envs.reset()[0])
+        next_done = torch.zeros(num_envs)
+        for step in range(num_steps):
+            obs[step] = next_obs
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            next_obs, reward, term, trunc, info = envs.step(action.cpu().numpy())
+            next_done = np.logical_or(term, trunc)
+            next_obs, next_done = torch.Tensor(next_obs), torch.Tensor(next_done)
+            assert info["r"].shape == (num_envs,) and info["l"].tolist() == [step + 1] * num_envs
+        assert obs.shape == (num_steps, num_envs, 4, 84, 84) and next_done.shape == (num_envs,)
+    finally:
+        envs.close()
