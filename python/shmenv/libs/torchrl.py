@@ -10,8 +10,9 @@ The envs step in shmenv's worker processes (exec'd programs, not ``multiprocessi
 spawning anything and without an ``if __name__ == "__main__":`` guard. TorchRL's
 multi-process collectors (``MultiSyncCollector``, ``MultiAsyncCollector``) take functions
 that build a ``ShmEnv`` or ``ShmEnv`` instances: an instance pickles by its construction
-arguments (closing its own pool, as ``ParallelEnv`` does when pickled), so each collector
-process builds its own pool.
+arguments (closing its own pool, as ``ParallelEnv`` does when pickled), and in a forked
+process rebuilds its pool from them at its first reset or step, so each collector process
+builds its own pool under spawn and under fork.
 
 Specs are those ``GymWrapper(gymnasium.vector.SyncVectorEnv([...]))`` gives for the same
 env: ``"observation"`` (or the keys of a Dict observation), ``"reward"`` of shape
@@ -24,7 +25,13 @@ The pool runs with ``autoreset_mode="disabled"``: TorchRL resets ended envs itse
 ``reset(options={"reset_mask": mask})``. ``set_seed(s)`` resets the pool with seed ``s``
 (env ``i`` seeded ``s + i``), as GymWrapper does over a Gymnasium vector env;
 ``reset(seed=[s0, s1, ...])`` seeds each env, e.g. with the chain of seeds
-``SerialEnv.set_seed`` gives its envs.
+``SerialEnv.set_seed`` gives its envs. An env TorchRL last saw done and steps again without
+a ``"_reset"`` (an evaluation rollout between collector batches leaves envs done) is reset
+first. A ``"_step"`` mask may hold back done envs (``rollout(..., break_when_all_done=True)``):
+their rows keep their last values, as ``SerialEnv`` gives them.
+
+An RGB-image observation (a uint8 ``Box`` 0..255 of shape ``[H, W, 3]``, e.g. Atari frames)
+is keyed ``"pixels"``, as ``GymEnv`` keys it.
 
 Tensors are made with ``torch.from_numpy`` over the arrays the pool returns: with the
 pool's default ``copy=True`` they are fresh arrays owned by the caller, so no second copy is

@@ -26,6 +26,12 @@ The pool runs with ``autoreset_mode="disabled"``; TorchRL resets ended envs thro
 ``set_seed``). TorchRL's specs count discrete actions from 0: for a ``Discrete`` or
 ``MultiDiscrete`` action space with a ``start`` (dmlab2d's ``turn`` is -1..1) the env
 gets the TorchRL action plus ``start`` (``PettingZooWrapper`` passes it unchanged).
+
+After ``close()`` (a ``Collector`` closes its env after ``total_frames``) the next reset
+builds new workers from the construction arguments; the env pickles by those arguments
+(cloudpickled; pickling closes its own workers), and in a forked process it builds its own
+workers at its first reset or step: instances work in TorchRL's multi-process collectors
+under spawn and fork.
 """
 
 from __future__ import annotations
