@@ -66,6 +66,24 @@ def test_pickles_by_its_arguments():
         copy.close(), env.close()
 
 
+@pytest.mark.timeout(120)
+def test_evaluation_rollout_between_collector_batches():
+    """An evaluation rollout on the training env between collector batches stops at the
+    first env done and leaves it done; the collector's next step resets it first and goes on."""
+    env = MultiAgentShmEnv(
+        "mpe2.simple_spread_v3", 3, num_workers=1, seed=0, config={"N": 3, "max_cycles": 7}, done_on_any=True
+    )
+    collector = Collector(env, None, frames_per_batch=3 * 5, total_frames=3 * 5 * 4)
+    frames = 0
+    for batch in collector:
+        frames += batch.numel()
+        evaluation = env.rollout(100)
+        assert evaluation["next", "done"][:, -1].any()
+    collector.shutdown()
+    assert frames == 3 * 5 * 4
+    env.close()
+
+
 SCRIPT = """
 import functools
 import multiprocessing as mp

@@ -310,15 +310,15 @@ class ShmEnv(EnvBase):
         if reward.dtype != torch.float32:
             reward = reward.to(torch.float32)
         done = terminated | truncated
-        self._ended = done
+        self._ended = done.copy()  # the tensor below goes to TorchRL, which may write into it
         source["reward"] = reward.view(n, 1)
         source["terminated"] = torch.from_numpy(terminated).view(n, 1)
         source["truncated"] = torch.from_numpy(truncated).view(n, 1)
         source["done"] = torch.from_numpy(done).view(n, 1)
         if stepping is None:
-            self._done_seen = done
+            self._done_seen = self._ended
             return self._result(source)
-        self._done_seen = np.where(stepping, done, self._done_seen)
+        self._done_seen = np.where(stepping, self._ended, self._done_seen)
         return self._keep_unstepped(self._result(source), tensordict, stepping)
 
     def _reset_stale(self, stepping: np.ndarray | None) -> None:

@@ -106,6 +106,7 @@ class MultiAgentShmEnv(EnvBase):
             self.use_mask = bool(use_mask)
             self.categorical_actions = bool(categorical_actions)
             self._left = {g: np.zeros((num_envs, len(m)), np.int8) for g, m in self.group_map.items()}
+            self._done_seen = np.zeros(num_envs, dtype=bool)  # the envs TorchRL last saw done
             self._make_specs()
         except BaseException:
             self._envs.close()
@@ -131,6 +132,7 @@ class MultiAgentShmEnv(EnvBase):
         self.is_closed = False
         for left in self._left.values():
             left[:] = 0
+        self._done_seen = np.zeros(self.batch_size[0], dtype=bool)
         if reset:
             self._envs.reset()
 
@@ -222,6 +224,13 @@ class MultiAgentShmEnv(EnvBase):
                 "MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
                 "refused; reset the envs you do not want with a '_reset' mask"
             )
+        if self._done_seen.any():
+            # Envs TorchRL last saw done, stepped without a '_reset' (an evaluation rollout
+            # between collector batches leaves envs done): reset first, as ShmEnv does.
+            stale = self._done_seen
+            self._envs.reset(options={"reset_mask": stale.copy()})
+            for left in self._left.values():
+                left[stale] = 0
         actions = {}
         for group in self.group_map:
             value = tensordict.get((group, "action"))
@@ -244,7 +253,9 @@ class MultiAgentShmEnv(EnvBase):
         n = self.batch_size[0]
         env_term = torch.from_numpy(np.asarray(infos["env_terminated"])).view(n, 1)
         env_trunc = torch.from_numpy(np.asarray(infos["env_truncated"])).view(n, 1)
-        source.update(terminated=env_term, truncated=env_trunc, done=env_term | env_trunc)
+        env_done = env_term | env_trunc
+        self._done_seen = env_done.view(n).numpy().copy()  # TorchRL may write into the tensor
+        source.update(terminated=env_term, truncated=env_trunc, done=env_done)
         return self._tensordict(source)
 
     def _tensordict(self, source: dict) -> TensorDictBase:
@@ -274,6 +285,7 @@ class MultiAgentShmEnv(EnvBase):
         obs, infos = self._envs.reset(seed=seed, options=options)
         for left in self._left.values():
             left[slice(None) if mask is None else mask] = 0
+        self._done_seen = np.zeros(self.batch_size[0], dtype=bool) if mask is None else self._done_seen & ~mask
         source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
         n = self.batch_size[0]
         for group, members in self.group_map.items():
