@@ -17,6 +17,13 @@ while its env goes on: the returned row is already the zeros that follow) and
 "l", "t"}`` is the row's return and length since its last done (what SB3's ``VecMonitor``
 computes over the rows). ``get_attr``/``env_method``/``set_attr`` reach the env of each row
 (the adapter in its worker; the PettingZoo env is its ``par_env``).
+
+As SuperSuit's ``concat_vec_envs_v1``, it also takes a PettingZoo env *instance* (what
+PettingZoo's SB3 tutorials build, ``black_death_v3`` and other wrappers applied): it is
+pickled (with cloudpickle) once and each env is an unpickled copy, built in its worker; an
+instance that does not pickle is refused, naming the fix (pass a factory). ``metadata``
+is the PettingZoo env's (``metadata["name"]``, which the tutorials read), with SB3's
+``render_modes``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+import cloudpickle
 import numpy as np
 
 from shmenv.arguments import start_method as check_start_method
@@ -54,6 +62,8 @@ class AgentRowsVecEnv(_Base):
                 self.rows = AgentRowsVectorEnv(from_fns(env, autoreset_mode="same_step", **kwargs))
             else:
                 n = 1 if num_envs is None else num_envs
+                if hasattr(env, "possible_agents") and not callable(env):
+                    env = EnvCopy(env)
                 self.rows = make_agent_vec(env, n, autoreset_mode="same_step", **kwargs)
         self._actions: Any = None
         rows = self.rows.num_envs
@@ -62,6 +72,9 @@ class AgentRowsVecEnv(_Base):
         self._t0 = np.full(rows, time.perf_counter())
         super().__init__(rows, self.rows.single_observation_space, self.rows.single_action_space)
         self.render_mode = self.rows.render_mode
+        # The PettingZoo env's metadata (SuperSuit's VecEnv gives it: tutorials read "name").
+        env_metadata = {k: v for k, v in self.rows.metadata.items() if k != "autoreset_mode"}
+        self.metadata = {**env_metadata, "render_modes": self.metadata.get("render_modes", [])}
 
     def reset(self) -> Any:
         """Resets every env (seeded by :meth:`seed`: env ``i`` gets ``seed + i``)."""
@@ -95,7 +108,7 @@ class AgentRowsVecEnv(_Base):
                 info = row_infos[r]
                 last = final[r] if final is not None else None
                 # An agent that left while its env goes on: its row continues with zeros.
-                info["terminal_observation"] = last if last is not None else _take_row(obs, r)
+                info["terminal_observation"] = last if last is not None else _take_row(obs, int(r))
                 info["TimeLimit.truncated"] = bool(truncated[r] and not terminated[r])
                 info["episode"] = {
                     "r": float(self._returns[r]),
@@ -155,6 +168,28 @@ class AgentRowsVecEnv(_Base):
     def worker_pids(self) -> list[int]:
         """Process ids of the worker processes."""
         return self.rows.envs.worker_pids
+
+
+class EnvCopy:
+    """Builds a copy of a PettingZoo env instance in a worker: the instance is pickled with
+    cloudpickle here and unpickled there, once per env (SuperSuit's ``concat_vec_envs_v1``
+    copies its env the same way)."""
+
+    def __init__(self, env: Any):
+        try:
+            self.blob = cloudpickle.dumps(env)
+        except Exception as e:  # pickling raises whatever the env's members raise
+            raise InvalidArgumentError(
+                f"AgentRowsVecEnv got a {type(env).__name__} instance that cannot be pickled "
+                f"({type(e).__name__}: {e}); each env is a copy of it built in a worker process: pass a factory "
+                "that builds the env there instead (lambda: black_death_v3(my_env.parallel_env(...))), or "
+                "the env module's name with config={...}"
+            ) from e
+        metadata = getattr(env, "metadata", None) or {}
+        self.__qualname__ = str(metadata.get("name") or type(env).__name__)
+
+    def __call__(self) -> Any:
+        return cloudpickle.loads(self.blob)
 
 
 def _writable(obs: Any) -> Any:

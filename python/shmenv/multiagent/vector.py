@@ -330,7 +330,11 @@ def _start(build: Callable, target: Any, num_envs: int, pool_options: dict) -> M
         raise
     try:
         layout = pool.env_call("get", "agent_layout", [0])[0]
+        # The env's own metadata (its "name", ...), as Gymnasium's vector envs give env 0's.
+        env_metadata = pool.env_call("get", "metadata", [0])[0]
     except BaseException:
         pool.close()
         raise
-    return MultiAgentVectorEnv(pool, layout, label)
+    envs = MultiAgentVectorEnv(pool, layout, label)
+    envs.metadata = {**env_metadata, **envs.metadata}
+    return envs
