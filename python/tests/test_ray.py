@@ -305,7 +305,7 @@ def test_a_killed_actor_is_recreated_under_a_budget_async(cluster):
         ids = infos["env_id"]
         counts = np.zeros(n, dtype=int)
         restarted: list[int] = []
-        after = None  # recv() calls since every restarted env came back
+        back = False  # every restarted env came back (counts then start again from 0)
         deadline = time.monotonic() + 60
         for t in range(100_000):
             if t == 10:
@@ -319,12 +319,13 @@ def test_a_killed_actor_is_recreated_under_a_budget_async(cluster):
                 row = ids.tolist().index(e)
                 assert trunc[row] and not term[row] and infos["elapsed_step"][row] == 0
                 restarted.append(e)
-            if after is None and len(restarted) == 4:
-                after, counts[:] = 0, 0
-            elif after is not None:
-                after += 1
-            # Ray notices the death within a second or two; actor 1's envs step meanwhile.
-            if (after or 0) >= 40 or time.monotonic() > deadline:
+            if not back and len(restarted) == 4:
+                back, counts[:] = True, 0
+            # Ray notices the death within a second or two; actor 1's envs step meanwhile. How
+            # the batches split between the actors follows their CPU share (async mode returns
+            # whichever rows come first): on a busy machine the recreated actor's envs may come
+            # back less often, so it runs until each has stepped 10 times, not a number of recvs.
+            if (back and counts.min() >= 10) or time.monotonic() > deadline:
                 break
         assert sorted(restarted) == [0, 1, 2, 3], "every env of the recreated actor comes back once, marked"
         assert envs.restarts == [1, 0]
