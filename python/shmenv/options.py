@@ -75,6 +75,24 @@ class PoolOptions:
         return cls(**options)
 
 
+def env_or_id(env: Any, env_id: Any) -> Any:
+    """The env :func:`shmenv.make_vec` runs: ``env``, or ``id`` (``gymnasium.make_vec``'s
+    keyword: ``make_vec(id="CartPole-v1", num_envs=4)``); exactly one of them."""
+    from shmenv.errors import InvalidArgumentTypeError
+
+    if env is not None and env_id is not None:
+        raise InvalidArgumentTypeError(
+            f"make_vec got both env={env!r} and id={env_id!r}, which name the same thing (id is "
+            "gymnasium.make_vec's keyword for it): pass one of them"
+        )
+    if env is None and env_id is None:
+        raise InvalidArgumentTypeError(
+            "make_vec needs the env to run, got neither env nor id: pass it first, or as id=... as "
+            "gymnasium.make_vec takes it (shmenv.make_vec(id='CartPole-v1', num_envs=4))"
+        )
+    return env if env is not None else env_id
+
+
 def ring_settings(ring_depth: int | None, zero_copy_async: bool) -> tuple[int, int]:
     """``(ring_depth, retain_batches)`` for the engine: its defaults, except for a zero-copy
     async pool (``copy=False`` and ``batch_size < num_envs``), the one place where Python

@@ -451,8 +451,19 @@ def warn_hosted(env: Any, resolved: Resolved, caller: str) -> None:
     warnings.warn(
         f"{env} is a native shmenv env; with wrappers or env keyword arguments {caller} runs Gymnasium's {env} "
         "in Python workers instead (pass neither for the native env)",
-        stacklevel=5,
+        stacklevel=_user_stacklevel(),
     )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` at which a warning raised by this module's caller names the
+    user's line: the first frame outside the shmenv package (whichever of ``make_vec``,
+    ``ShmVectorEnv``, ``from_fns`` or the library fronts the user called)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1  # level 1: the function calling warnings.warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _constructor_params(resolved: Resolved) -> tuple[str, list[str]] | None:

@@ -29,7 +29,7 @@ from shmenv.engine_args import PoolPlan, plan_pool
 from shmenv.env_calls import NATIVE_ATTRS, checked_spaces, env0_attrs, native_attr, reset_option_targets
 from shmenv.errors import BuildError, InvalidArgumentError, UsageError, WorkerDiedError
 from shmenv.infos import InfoArea
-from shmenv.options import NAMES, PoolOptions, with_options
+from shmenv.options import NAMES, PoolOptions, env_or_id, with_options
 from shmenv.pending import PendingCalls
 from shmenv.prechecks import check_open, reset_request
 from shmenv.resolve import python_worker_command
@@ -504,11 +504,11 @@ class ShmVectorEnv(VectorEnv):
 
 
 @with_options
-def make_vec(env: Any, num_envs: int = 1, **options: Any) -> ShmVectorEnv:
+def make_vec(env: Any = None, num_envs: int = 1, *, id: Any = None, **options: Any) -> ShmVectorEnv:  # noqa: A002
     """Starts ``num_envs`` envs in worker processes and returns them as a Gymnasium
     ``VectorEnv`` (:class:`ShmVectorEnv`).
 
-    - ``env``: a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), an
+    - ``env`` (or ``id=``, ``gymnasium.make_vec``'s name for it): a native (Rust) env id (``shmenv.builtin_env_ids()``, checked first), an
       id of an installed plugin package (:mod:`shmenv.plugins`: its library, without
       ``plugin=``; ``envs.backend`` says which path runs), a Gymnasium id (also one registered only in this process), a
       ``gymnasium.envs.registration.EnvSpec``, an entry point ``"package.module:Class"``
@@ -577,7 +577,7 @@ def make_vec(env: Any, num_envs: int = 1, **options: Any) -> ShmVectorEnv:
       result in sync mode too (async mode always has them, EnvPool style); by default a
       sync pool's infos hold what the envs returned, as ``SyncVectorEnv``'s.
     """
-    return ShmVectorEnv(env, num_envs, **options)
+    return ShmVectorEnv(env_or_id(env, id), num_envs, **options)
 
 
 def from_fns(env_fns: Sequence[Any], **kwargs: Any) -> ShmVectorEnv:
