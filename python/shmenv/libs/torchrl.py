@@ -162,6 +162,8 @@ class ShmEnv(EnvBase):
             )
             self._copy_obs = not getattr(pool, "copy", True)
             self._make_specs()
+            # Updated each step: a plain object, as EnvBase's __setattr__ is costly per step.
+            self._ep = _Episodes()
             self._forget_episodes(None)
         except BaseException:
             if self._owns_pool:
@@ -292,7 +294,8 @@ class ShmEnv(EnvBase):
             stepping = partial.reshape(self.batch_size).cpu().numpy()
             if stepping.all():
                 stepping = None
-        self._reset_stale(stepping)
+        if stepping is not None or np.count_nonzero(self._ep.done_seen):  # count_nonzero: 5x any()
+            self._reset_stale(stepping)
         action = tensordict.get(self.action_key)
         kind = self._action_kind
         if kind == "onehot":
@@ -310,15 +313,15 @@ class ShmEnv(EnvBase):
         if reward.dtype != torch.float32:
             reward = reward.to(torch.float32)
         done = terminated | truncated
-        self._ended = done.copy()  # the tensor below goes to TorchRL, which may write into it
+        self._ep.ended = done.copy()  # the tensor below goes to TorchRL, which may write into it
         source["reward"] = reward.view(n, 1)
         source["terminated"] = torch.from_numpy(terminated).view(n, 1)
         source["truncated"] = torch.from_numpy(truncated).view(n, 1)
         source["done"] = torch.from_numpy(done).view(n, 1)
         if stepping is None:
-            self._done_seen = self._ended
+            self._ep.done_seen = self._ep.ended
             return self._result(source)
-        self._done_seen = np.where(stepping, self._ended, self._done_seen)
+        self._ep.done_seen = np.where(stepping, self._ep.ended, self._ep.done_seen)
         return self._keep_unstepped(self._result(source), tensordict, stepping)
 
     def _reset_stale(self, stepping: np.ndarray | None) -> None:
@@ -327,11 +330,9 @@ class ShmEnv(EnvBase):
         ``"_step"`` mask leaves out whose episode ended in the pool (the pool steps every
         env, and an ended env cannot be stepped without a reset)."""
         if stepping is None:
-            if not self._done_seen.any():
-                return
-            stale = self._done_seen
+            stale = self._ep.done_seen
         else:
-            held = ~stepping & ~self._done_seen
+            held = ~stepping & ~self._ep.done_seen
             if held.any():
                 raise shmenv.errors.UsageError(
                     f"a '_step' mask leaves out envs {np.flatnonzero(held).tolist()} that are not done: ShmEnv's "
@@ -339,15 +340,15 @@ class ShmEnv(EnvBase):
                     "rollout(break_when_any_done=False) leaves them out). Step those envs too, or reset the "
                     "ones you want to restart with a '_reset' mask"
                 )
-            stale = (self._done_seen & stepping) | (self._ended & ~stepping)
+            stale = (self._ep.done_seen & stepping) | (self._ep.ended & ~stepping)
             if not stale.any():
                 return
         self._pool.reset(options={"reset_mask": np.array(stale, dtype=bool)})
-        self._ended = self._ended & ~stale
+        self._ep.ended = self._ep.ended & ~stale
         if stepping is None:
-            self._done_seen = np.zeros_like(stale)
+            self._ep.done_seen = np.zeros_like(stale)
         else:
-            self._done_seen = self._done_seen & ~(stale & stepping)
+            self._ep.done_seen = self._ep.done_seen & ~(stale & stepping)
 
     def _keep_unstepped(self, out: TensorDictBase, tensordict: TensorDictBase, stepping: np.ndarray) -> TensorDictBase:
         """The rows a ``"_step"`` mask left out keep their last values, as ``SerialEnv``
@@ -368,11 +369,11 @@ class ShmEnv(EnvBase):
         longer done, for TorchRL or the pool."""
         if mask is None:
             n = self.batch_size[0]
-            self._ended = np.zeros(n, dtype=bool)
-            self._done_seen = np.zeros(n, dtype=bool)
+            self._ep.ended = np.zeros(n, dtype=bool)
+            self._ep.done_seen = np.zeros(n, dtype=bool)
         else:
-            self._ended = self._ended & ~mask
-            self._done_seen = self._done_seen & ~mask
+            self._ep.ended = self._ep.ended & ~mask
+            self._ep.done_seen = self._ep.done_seen & ~mask
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         seed = kwargs.pop("seed", None)
@@ -498,6 +499,17 @@ def _rebuild(build: bytes) -> ShmEnv:
     """A pickled ShmEnv, built anew (its own workers) where it is unpickled."""
     env, num_envs, options, wrapper_options = cloudpickle.loads(build)
     return ShmEnv(env, num_envs, **wrapper_options, **options)
+
+
+class _Episodes:
+    """Which envs ended: ``ended`` in the pool (not reset since), ``done_seen`` by TorchRL
+    (the last row it got of the env said done, and it has not reset the env since)."""
+
+    __slots__ = ("ended", "done_seen")
+
+    def __init__(self) -> None:
+        self.ended = np.zeros(0, dtype=bool)
+        self.done_seen = self.ended
 
 
 def _is_pixels(space: Any) -> bool:

@@ -132,7 +132,7 @@ class MultiAgentShmEnv(EnvBase):
         self.is_closed = False
         for left in self._left.values():
             left[:] = 0
-        self._done_seen = np.zeros(self.batch_size[0], dtype=bool)
+        self._done_seen[:] = False
         if reset:
             self._envs.reset()
 
@@ -224,11 +224,11 @@ class MultiAgentShmEnv(EnvBase):
                 "MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
                 "refused; reset the envs you do not want with a '_reset' mask"
             )
-        if self._done_seen.any():
+        if np.count_nonzero(self._done_seen):
             # Envs TorchRL last saw done, stepped without a '_reset' (an evaluation rollout
             # between collector batches leaves envs done): reset first, as ShmEnv does.
-            stale = self._done_seen
-            self._envs.reset(options={"reset_mask": stale.copy()})
+            stale = self._done_seen.copy()
+            self._envs.reset(options={"reset_mask": stale})
             for left in self._left.values():
                 left[stale] = 0
         actions = {}
@@ -254,7 +254,9 @@ class MultiAgentShmEnv(EnvBase):
         env_term = torch.from_numpy(np.asarray(infos["env_terminated"])).view(n, 1)
         env_trunc = torch.from_numpy(np.asarray(infos["env_truncated"])).view(n, 1)
         env_done = env_term | env_trunc
-        self._done_seen = env_done.view(n).numpy().copy()  # TorchRL may write into the tensor
+        # Written in place (EnvBase's __setattr__ is costly per step), and copied: TorchRL may
+        # write into the tensor.
+        np.copyto(self._done_seen, env_done.view(n).numpy())
         source.update(terminated=env_term, truncated=env_trunc, done=env_done)
         return self._tensordict(source)
 
@@ -285,7 +287,7 @@ class MultiAgentShmEnv(EnvBase):
         obs, infos = self._envs.reset(seed=seed, options=options)
         for left in self._left.values():
             left[slice(None) if mask is None else mask] = 0
-        self._done_seen = np.zeros(self.batch_size[0], dtype=bool) if mask is None else self._done_seen & ~mask
+        self._done_seen[slice(None) if mask is None else mask] = False
         source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
         n = self.batch_size[0]
         for group, members in self.group_map.items():
