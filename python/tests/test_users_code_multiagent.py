@@ -1,7 +1,8 @@
 """Users' multi-agent code as PettingZoo teaches it: its Stable-Baselines3 tutorial for
 Knights-Archers-Zombies (``tutorials/SB3/kaz/sb3_kaz_vector.py``) with shmenv's
 agent-rows ``VecEnv`` in SuperSuit's two vectorization lines, shortened; and SuperSuit's
-vectorization stepped beside it with the same seeds and actions."""
+vectorization stepped beside it with the same seeds and actions. Run as a script, it times
+both vectorizations in interleaved rounds (docs/multiagent.md has the figures)."""
 
 from __future__ import annotations
 
@@ -185,3 +186,53 @@ def test_agent_rows_vec_env_refuses_an_instance_that_does_not_pickle(no_leaks):
 
     with pytest.raises(InvalidArgumentError, match=r"Holding instance that cannot be pickled.*pass a factory"):
         AgentRowsVecEnv(Holding(), 2, num_workers=1)
+
+
+def _bench(rounds: int, steps: int, ppo_steps: int, num_workers: int) -> None:
+    """Steps/s of both vectorizations of the tutorial's env, interleaved rounds: random
+    actions through the SB3 ``VecEnv`` (rows and envs per second), and the tutorial's PPO
+    ``learn`` (timesteps per second); prints each round and the medians."""
+    import statistics
+    import time
+
+    import supersuit as ss
+    from pettingzoo.butterfly import knights_archers_zombies_v11 as kaz
+    from stable_baselines3 import PPO
+
+    from shmenv.multiagent.sb3 import AgentRowsVecEnv
+
+    def supersuit(env):
+        env = ss.pettingzoo_env_to_vec_env_v1(env)
+        return ss.concat_vec_envs_v1(env, 8, num_cpus=1, base_class="stable_baselines3")
+
+    def agent_rows(env):
+        return AgentRowsVecEnv(env, 8, num_workers=num_workers)
+
+    results: dict[str, dict[str, list[float]]] = {}
+    for r in range(rounds):
+        for name, vectorize in (("SuperSuit", supersuit), ("AgentRowsVecEnv", agent_rows)):
+            venv = vectorize(_kaz_instance(ss, kaz))
+            rng = np.random.default_rng(r)
+            venv.reset()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                venv.step(rng.integers(0, 6, size=venv.num_envs))
+            env_steps = steps * 8 / (time.perf_counter() - t0)
+            model = PPO("MlpPolicy", venv, verbose=0, batch_size=256, n_steps=64)
+            t0 = time.perf_counter()
+            model.learn(total_timesteps=ppo_steps)
+            learn = ppo_steps / (time.perf_counter() - t0)
+            venv.close()
+            got = results.setdefault(name, {"env-steps/s": [], "PPO timesteps/s": []})
+            got["env-steps/s"].append(env_steps)
+            got["PPO timesteps/s"].append(learn)
+            print(f"round {r} {name}: {env_steps:,.0f} env-steps/s, {learn:,.0f} PPO timesteps/s", flush=True)
+    for name, got in results.items():
+        medians = ", ".join(f"{k} {statistics.median(v):,.0f}" for k, v in got.items())
+        print(f"median {name}: {medians}")
+
+
+if __name__ == "__main__":
+    # python python/tests/test_users_code_multiagent.py [rounds] [steps] [ppo_steps] [workers]
+    args = [int(a) for a in sys.argv[1:]]
+    _bench(*(args + [5, 400, 8192, 2][len(args) :]))
