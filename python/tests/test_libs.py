@@ -52,13 +52,7 @@ def test_the_envpool_drop_in_makes_and_pickles_through_the_user_path(no_leaks):
         env.close()
 
 
-def test_the_former_workloads_path_re_exports_the_bench_envs_and_the_asset_paths():
+def test_the_asset_paths():
     import shmenv.assets
-    import shmenv.bench.envs
-    import shmenv.workloads
 
-    assert shmenv.workloads.make_atari is shmenv.bench.envs.make_atari
-    assert shmenv.workloads.make_gymnasium is shmenv.bench.envs.make_gymnasium
-    assert shmenv.workloads.ale_roms is shmenv.assets.ale_roms
-    assert shmenv.workloads.gymnasium_model is shmenv.assets.gymnasium_model
     assert shmenv.assets.gymnasium_model("half_cheetah.xml").endswith("assets/half_cheetah.xml")
