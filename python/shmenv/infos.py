@@ -113,14 +113,14 @@ def _column_dtype(value: Any) -> np.dtype | None:
     return _TYPES[kind]
 
 
-def _write_columns(local: int, kind: int, info: dict[str, Any]) -> dict[str, Any]:
-    """Writes ``info``'s numeric scalars into this worker's columns; returns the rest."""
-    area, pos, rest = _AREA, _OFFSET + local, {}
+def _write_columns(area: _Area, local: int, kind: int, info: dict[str, Any]) -> dict[str, Any]:
+    """Writes ``info``'s numeric scalars into this worker's columns of ``area``; returns the rest."""
+    pos, rest = _OFFSET + local, {}
     for key, value in info.items():
         dtype = _column_dtype(value)
         column = None if dtype is None else _KEYS.get((key, dtype))
         if column is None and dtype is not None and isinstance(key, str):
-            column = _name_key(key, dtype)
+            column = _name_key(area, key, dtype)
         if column is None:
             rest[key] = value
             continue
@@ -134,14 +134,14 @@ def _write_columns(local: int, kind: int, info: dict[str, Any]) -> dict[str, Any
     return rest
 
 
-def _name_key(key: str, dtype: np.dtype):
-    """Gives ``key`` this worker's next free slot (None when full or the name too long)."""
-    slot, name = int(_AREA.counts[_WORKER]), key.encode()
+def _name_key(area: _Area, key: str, dtype: np.dtype) -> tuple[int, list[np.ndarray]] | None:
+    """Gives ``key`` this worker's next free slot of ``area`` (None when full or the name too long)."""
+    slot, name = int(area.counts[_WORKER]), key.encode()
     if slot >= SLOTS or len(name) > _NAME_BYTES or b"\0" in name:
         return None
-    _AREA.set_entry(_WORKER, slot, name, dtype)
-    _AREA.counts[_WORKER] = slot + 1
-    _KEYS[key, dtype] = (slot, [_AREA.values(slot, k, dtype) for k in range(2)])
+    area.set_entry(_WORKER, slot, name, dtype)
+    area.counts[_WORKER] = slot + 1
+    _KEYS[key, dtype] = (slot, [area.values(slot, k, dtype) for k in range(2)])
     return _KEYS[key, dtype]
 
 
@@ -150,7 +150,7 @@ def note_info(local: int, kind: str, info: Any) -> None:
     ``"reset"`` (added to the slot: under same-step autoreset it follows the step that
     ended the episode): numbers in columns, the rest kept; flags the env for the trainer."""
     if _AREA is not None:
-        info = _write_columns(local, _KINDS.index(kind), info)
+        info = _write_columns(_AREA, local, _KINDS.index(kind), info)
     if kind == "step":
         _SLOTS.pop(local, None)
     if info:

@@ -92,5 +92,5 @@ class _AtariSemantics(gym.Wrapper):
         if self._episodic and lives < self._lives:
             term = True
         self._lives = lives
-        clipped = float(np.sign(reward)) if self._clip else reward
+        clipped = float(np.sign(float(reward))) if self._clip else reward
         return obs, clipped, term, trunc, {"lives": lives, "reward": float(reward), "terminated": int(game_over)}

@@ -71,6 +71,7 @@ class EnvSpec:
 class EnvPoolEnv(VectorEnv, gym.Env):
     """EnvPool's ``GymnasiumEnvPool`` over a :class:`shmenv.ShmVectorEnv`."""
 
+    spec: EnvSpec  # EnvPool's spec (above), in place of Gymnasium's ``EnvSpec | None``
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, task_id: str, pool, config: dict, kind: str, seeds: Any):
@@ -146,18 +147,21 @@ class EnvPoolEnv(VectorEnv, gym.Env):
                 info[key] = values
         elapsed = np.asarray(raw["elapsed_step"], np.int32)
         if self._life_offset is not None:
-            elapsed = self._whole_game_steps(info, elapsed, terminated)
+            elapsed = self._whole_game_steps(self._life_offset, info, elapsed, terminated)
         info["elapsed_step"] = elapsed
         return info
 
-    def _whole_game_steps(self, info: dict, elapsed: np.ndarray, terminated: np.ndarray) -> np.ndarray:
+    def _whole_game_steps(
+        self, life_offset: np.ndarray, info: dict, elapsed: np.ndarray, terminated: np.ndarray
+    ) -> np.ndarray:
         """With episodic life the pool counts the steps of one life; EnvPool's
-        ``elapsed_step`` counts the game's: a reset after a lost life goes on counting."""
+        ``elapsed_step`` counts the game's: a reset after a lost life goes on counting
+        (``life_offset``, the env's ``_life_offset``, is what each env's life adds)."""
         ids = info["env_id"]
         fresh = elapsed == 0
         cont = fresh & self._life_lost[ids]
-        self._life_offset[ids[fresh]] = np.where(cont, self._last_elapsed[ids], 0)[fresh]
-        out = (elapsed + self._life_offset[ids]).astype(np.int32)
+        life_offset[ids[fresh]] = np.where(cont, self._last_elapsed[ids], 0)[fresh]
+        out = (elapsed + life_offset[ids]).astype(np.int32)
         self._last_elapsed[ids] = out
         self._life_lost[ids] = terminated & (info["terminated"] == 0)
         return out
@@ -197,6 +201,7 @@ class EnvPoolEnv(VectorEnv, gym.Env):
                 raise InvalidArgumentError(f"unsupported reset options: {sorted(unknown)} (only 'reset_mask')")
             if env_id is not None:
                 raise InvalidArgumentError("pass either env_id or options['reset_mask'], not both")
+            assert mask is not None, "options without a reset_mask are all unknown options, refused above"
             env_id = np.flatnonzero(mask)
         if env_id is not None:
             env_id = self._env_ids(env_id)
@@ -214,7 +219,9 @@ class EnvPoolEnv(VectorEnv, gym.Env):
             self.reset()
         if not len(env_id):
             # EnvPool's sync reset of no env returns a batch of no rows; so does this one.
-            return _rows(self._no_rows[0], []), _rows(self._no_rows[1], [])
+            no_rows = self._no_rows
+            assert no_rows is not None, "a sync reset of every env keeps its batch of no rows"
+            return _rows(no_rows[0], []), _rows(no_rows[1], [])
         mask = np.zeros(self.num_envs, np.bool_)
         mask[env_id] = True
         return self._reset_result(self._pool.reset(options={"reset_mask": mask}), rows=env_id)

@@ -164,6 +164,8 @@ def _hosted_kwargs(task_id: str) -> set[str]:
 
             module, _, name = entry.partition(":")
             entry = getattr(importlib.import_module(module), name)
+        if entry is None:  # no entry point: nothing to inspect
+            return set()
         params = inspect.signature(entry).parameters
     except Exception:  # an entry point that cannot be inspected takes nothing extra here
         return set()
