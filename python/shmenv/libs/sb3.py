@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -32,87 +32,106 @@ from shmenv.errors import InvalidArgumentError
 from shmenv.resolve import env_fns_target
 from shmenv.vector import ShmVectorEnv
 
-try:  # pragma: no cover - depends on the environment
-    from stable_baselines3.common.vec_env.base_vec_env import VecEnv as _Base
 
-    HAVE_SB3 = True
-except ImportError:
-    HAVE_SB3 = False
+class _VecEnvStandIn:
+    """The parts of SB3's ``VecEnv`` that ShmVecEnv relies on, for use without SB3."""
 
-    class _Base:  # type: ignore[no-redef]
-        """The parts of SB3's ``VecEnv`` that ShmVecEnv relies on, for use without SB3."""
+    def __init__(self, num_envs: int, observation_space, action_space):
+        self.num_envs = num_envs
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self._seeds: list[int | None] = [None for _ in range(num_envs)]
+        self._options: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self.render_mode = None
+        self.metadata = {"render_modes": []}
 
-        def __init__(self, num_envs: int, observation_space, action_space):
-            self.num_envs = num_envs
-            self.observation_space = observation_space
-            self.action_space = action_space
-            self.reset_infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-            self._seeds: list[int | None] = [None for _ in range(num_envs)]
-            self._options: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-            self.render_mode = None
-            self.metadata = {"render_modes": []}
+    def step(self, actions):
+        self.step_async(actions)
+        return self.step_wait()
 
-        def step(self, actions):
-            self.step_async(actions)
-            return self.step_wait()
+    # SB3's abstract methods that step and render call; each subclass implements them.
+    def step_async(self, actions: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.step_async: a VecEnv subclass implements it")
 
-        def _reset_seeds(self) -> None:
-            self._seeds = [None for _ in range(self.num_envs)]
+    def step_wait(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.step_wait: a VecEnv subclass implements it")
 
-        def _reset_options(self) -> None:
-            self._options = [{} for _ in range(self.num_envs)]
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
+        raise NotImplementedError(f"{type(self).__name__}.env_method: a VecEnv subclass implements it")
 
-        @property
-        def unwrapped(self):
-            return self
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        raise NotImplementedError(f"{type(self).__name__}.get_images: this VecEnv does not collect the envs' frames")
 
-        def render(self, mode: str | None = None) -> np.ndarray | None:
-            """SB3's ``VecEnv.render``: the envs' frames tiled into one image (returned for
-            ``"rgb_array"``, shown with OpenCV for ``"human"`` over ``"rgb_array"`` envs); a
-            warning and None when ``mode`` is not the envs' render mode."""
-            if mode == "human" and self.render_mode != mode:
-                if self.render_mode != "rgb_array":
-                    warnings.warn(
-                        f"You tried to render a VecEnv with mode='{mode}' but the render mode defined when "
-                        f"initializing the environment must be 'human' or 'rgb_array', not '{self.render_mode}'."
-                    )
-                    return None
-            elif mode and self.render_mode != mode:
+    def _reset_seeds(self) -> None:
+        self._seeds = [None for _ in range(self.num_envs)]
+
+    def _reset_options(self) -> None:
+        self._options = [{} for _ in range(self.num_envs)]
+
+    @property
+    def unwrapped(self):
+        return self
+
+    def render(self, mode: str | None = None) -> np.ndarray | None:
+        """SB3's ``VecEnv.render``: the envs' frames tiled into one image (returned for
+        ``"rgb_array"``, shown with OpenCV for ``"human"`` over ``"rgb_array"`` envs); a
+        warning and None when ``mode`` is not the envs' render mode."""
+        if mode == "human" and self.render_mode != mode:
+            if self.render_mode != "rgb_array":
                 warnings.warn(
-                    f"render mode {mode!r} differs from the environment's render mode ({self.render_mode}): render "
-                    "modes are chosen when the envs are built"
+                    f"You tried to render a VecEnv with mode='{mode}' but the render mode defined when "
+                    f"initializing the environment must be 'human' or 'rgb_array', not '{self.render_mode}'."
                 )
                 return None
-            mode = mode or self.render_mode
-            if mode is None:
-                warnings.warn("You tried to call render() but no `render_mode` was passed to the env constructor.")
-                return None
-            if self.render_mode == "human":
-                self.env_method("render")
-                return None
-            if mode in ("rgb_array", "human"):
-                image = tile_images(self.get_images())
-                if mode == "rgb_array":
-                    return image
-                import cv2  # as SB3 does: "human" over rgb_array envs shows the tiles with OpenCV
-
-                cv2.imshow("vecenv", image[:, :, ::-1])
-                cv2.waitKey(1)
-                return None
+        elif mode and self.render_mode != mode:
+            warnings.warn(
+                f"render mode {mode!r} differs from the environment's render mode ({self.render_mode}): render "
+                "modes are chosen when the envs are built"
+            )
+            return None
+        mode = mode or self.render_mode
+        if mode is None:
+            warnings.warn("You tried to call render() but no `render_mode` was passed to the env constructor.")
+            return None
+        if self.render_mode == "human":
             self.env_method("render")
             return None
+        if mode in ("rgb_array", "human"):
+            image = tile_images(self.get_images())
+            if mode == "rgb_array":
+                return image
+            import cv2  # as SB3 does: "human" over rgb_array envs shows the tiles with OpenCV
 
-    def tile_images(images_nhwc) -> np.ndarray:
-        """SB3's ``tile_images``: N images (height, width, channels) in a near-square grid,
-        the missing cells black."""
-        images = np.asarray(images_nhwc)
-        n, height, width, channels = images.shape
-        rows = int(np.ceil(np.sqrt(n)))
-        cols = int(np.ceil(n / rows))
-        padded = np.concatenate([images, np.zeros((rows * cols - n, height, width, channels), images.dtype)])
-        grid = padded.reshape(rows, cols, height, width, channels).transpose(0, 2, 1, 3, 4)
-        return grid.reshape(rows * height, cols * width, channels)
+            cv2.imshow("vecenv", image[:, :, ::-1])
+            cv2.waitKey(1)
+            return None
+        self.env_method("render")
+        return None
 
+
+def tile_images(images_nhwc) -> np.ndarray:
+    """SB3's ``tile_images``: N images (height, width, channels) in a near-square grid,
+    the missing cells black."""
+    images = np.asarray(images_nhwc)
+    n, height, width, channels = images.shape
+    rows = int(np.ceil(np.sqrt(n)))
+    cols = int(np.ceil(n / rows))
+    padded = np.concatenate([images, np.zeros((rows * cols - n, height, width, channels), images.dtype)])
+    grid = padded.reshape(rows, cols, height, width, channels).transpose(0, 2, 1, 3, 4)
+    return grid.reshape(rows * height, cols * width, channels)
+
+
+if TYPE_CHECKING:
+    # The type check runs without SB3 (an optional dependency): it checks the VecEnvs below
+    # against the stand-in, SB3's VecEnv as far as they use it.
+    _Base = _VecEnvStandIn
+else:
+    try:  # pragma: no cover - depends on the environment
+        from stable_baselines3.common.vec_env.base_vec_env import VecEnv as _Base
+    except ImportError:
+        _Base = _VecEnvStandIn
+HAVE_SB3: bool = _Base is not _VecEnvStandIn
 
 __all__ = ["ShmVecEnv", "HAVE_SB3"]
 
