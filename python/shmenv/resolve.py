@@ -506,13 +506,14 @@ def pass_extras(resolved: Resolved, extras: Any, caller: str, option_names: Sequ
         hint = f"; did you mean {guess!r}?" if guess else f"; valid options: {', '.join(option_names)}"
         raise InvalidArgumentTypeError(f"{caller}() got an unexpected keyword argument {key!r}{hint}")
     if kwargs:
-        found = _constructor_params(resolved)
+        found = _constructor_params(resolved)  # None: the constructor takes any keyword (or is not known here)
         unknown = [] if found is None else [k for k in kwargs if k not in found[1]]
-        if unknown:
-            guess = _shmenv.closest_match(unknown[0], list(option_names) + found[1])
+        if unknown and found is not None:
+            constructor, params = found
+            guess = _shmenv.closest_match(unknown[0], list(option_names) + params)
             raise InvalidArgumentTypeError(
                 f"{caller}() got an unexpected keyword argument {unknown[0]!r}: it is neither one of shmenv's "
-                f"options nor an argument of {found[0]} ({', '.join(found[1]) or 'none'})"
+                f"options nor an argument of {constructor} ({', '.join(params) or 'none'})"
                 + (f"; did you mean {guess!r}?" if guess else "")
             )
         _check_json(kwargs, "the env keyword arguments")

@@ -114,7 +114,7 @@ class ShmVectorEnv(VectorEnv):
         self.num_workers = plan.num_workers
         self.batch_size = plan.batch_size
         self.is_async = self.batch_size < self.num_envs
-        self._shards = [tuple(r) for r in self._pool.shards()]
+        self._shards = [(lo, hi) for lo, hi in self._pool.shards()]
 
     def _describe(self, plan: PoolPlan, render_mode: str | None) -> None:
         """The pool's spaces, spec, time limit, metadata and render mode, from the workers'

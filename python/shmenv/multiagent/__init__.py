@@ -24,7 +24,15 @@ docs/multiagent.md describes the API and the encoding.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shmenv.multiagent.layout import AgentDataError, DuplicateAgentsError, SpaceMismatchError
+
+if TYPE_CHECKING:
+    # The names loaded on first use (see _LAZY), as type checkers see them.
+    from shmenv.multiagent.adapter import ParallelAdapter
+    from shmenv.multiagent.flat import AgentRowsVectorEnv, make_agent_vec
+    from shmenv.multiagent.vector import MultiAgentVectorEnv, from_fns, make_vec
 
 __all__ = [
     "make_vec",

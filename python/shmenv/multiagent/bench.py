@@ -33,7 +33,7 @@ def _maker(name: str) -> Callable[[], Any]:
     return functools.partial(_load(entry), **kwargs)
 
 
-def _timed(step: Callable[[int], None], seconds: float, warmup: int = 5) -> tuple[int, float]:
+def _timed(step: Callable[[int], object], seconds: float, warmup: int = 5) -> tuple[int, float]:
     """Calls ``step(k)`` ``warmup`` times, then for ``seconds``; (steps, elapsed)."""
     for k in range(warmup):
         step(k)

@@ -23,15 +23,21 @@ worker process; hosted with a factory, each worker builds its own:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from gymnasium import spaces
 
-try:
-    from pettingzoo.utils.env import ParallelEnv as _Base
-except ImportError:  # pragma: no cover - PettingZoo-shaped without PettingZoo
-    _Base = object  # type: ignore[assignment,misc]
+from shmenv.errors import closed
+
+if TYPE_CHECKING:
+    # The type check runs without PettingZoo: it checks the env as the plain class it is then.
+    _Base = object
+else:
+    try:
+        from pettingzoo.utils.env import ParallelEnv as _Base
+    except ImportError:  # pragma: no cover - PettingZoo-shaped without PettingZoo
+        _Base = object
 
 __all__ = ["Lab2dParallelEnv"]
 
@@ -90,8 +96,14 @@ class Lab2dParallelEnv(_Base):
         self._rng = np.random.default_rng()
         self._episode = 0
 
+    def _level(self) -> Any:
+        """The game (a ``dmlab2d.Lab2d``); a :class:`shmenv.ClosedError` once ``close()`` let it go."""
+        if self._lab is None:
+            raise closed("env")
+        return self._lab
+
     def _obs_space(self, name: str) -> spaces.Space:
-        spec = self._lab.observation_spec(name)
+        spec = self._level().observation_spec(name)
         dtype = np.dtype(spec["dtype"])
         shape = tuple(int(d) for d in spec["shape"])
         if dtype == np.uint8:
@@ -110,12 +122,13 @@ class Lab2dParallelEnv(_Base):
         return self._action_space
 
     def _observe(self, player: int) -> dict[str, np.ndarray]:
-        return {o: np.array(self._lab.observation(f"{player + 1}.{o}")) for o in self._obs_names}
+        lab = self._level()
+        return {o: np.array(lab.observation(f"{player + 1}.{o}")) for o in self._obs_names}
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self._lab.start(episode=self._episode, seed=int(self._rng.integers(0, 2**31 - 1)))
+        self._level().start(episode=self._episode, seed=int(self._rng.integers(0, 2**31 - 1)))
         self._episode += 1
         self.agents = list(self.possible_agents)
         return {a: self._observe(i) for i, a in enumerate(self.possible_agents)}, {a: {} for a in self.agents}
@@ -128,11 +141,12 @@ class Lab2dParallelEnv(_Base):
             values = np.atleast_1d(np.asarray(actions[agent]))
             for a, value in zip(self._per_player_actions, values):
                 self._act[self._slot[(p, a)]] = value
-        self._lab.act_discrete(self._act)
-        status, _ = self._lab.advance()
+        lab = self._level()
+        lab.act_discrete(self._act)
+        status, _ = lab.advance()
         live = list(self.agents)
         observations = {a: self._observe(self.possible_agents.index(a)) for a in live}
-        rewards = {a: float(self._lab.observation(f"{self.possible_agents.index(a) + 1}.REWARD")) for a in live}
+        rewards = {a: float(lab.observation(f"{self.possible_agents.index(a) + 1}.REWARD")) for a in live}
         over = status != self._dmlab2d.RUNNING
         terms = {a: over and status == self._dmlab2d.TERMINATED for a in live}
         truncs = {a: over and status != self._dmlab2d.TERMINATED for a in live}
@@ -142,7 +156,7 @@ class Lab2dParallelEnv(_Base):
 
     def render(self) -> np.ndarray | None:
         """The whole world (``WORLD.RGB``) for ``render_mode="rgb_array"``."""
-        return np.array(self._lab.observation("WORLD.RGB")) if self.render_mode == "rgb_array" else None
+        return np.array(self._level().observation("WORLD.RGB")) if self.render_mode == "rgb_array" else None
 
     def close(self) -> None:
         self._lab = None

@@ -222,9 +222,12 @@ def stack_values(
     Raises :class:`AgentDataError` for a value whose shape is not the space's (``what``
     names the value in the message)."""
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        keys = list(space.spaces) if isinstance(space, spaces.Dict) else range(len(space.spaces))
+        subs: dict[Any, spaces.Space] = (
+            dict(space.spaces) if isinstance(space, spaces.Dict) else dict(enumerate(space.spaces))
+        )
+        keys = list(subs)
         parts = {key: {a: _part(values[a], key, a, what) for a in agents if a in values} for key in keys}
-        stacked = [stack_values(space[key], agents, parts[key], f"{what}[{key!r}]") for key in keys]
+        stacked = [stack_values(subs[key], agents, parts[key], f"{what}[{key!r}]") for key in keys]
         return dict(zip(keys, stacked)) if isinstance(space, spaces.Dict) else tuple(stacked)
     dtype, shape = _leaf_dtype(space), tuple(space.shape or ())
     out = np.zeros((len(agents), *shape), dtype=dtype)
@@ -269,16 +272,22 @@ FIELDS = ("observation", "reward", "terminated", "truncated", "active")
 def group_observation_space(agent_space: spaces.Space, n: int) -> spaces.Dict:
     """A group's part of the adapter's observation: the stacked observations and the
     per-agent reward (float32), terminated, truncated and active (bool) columns."""
-    flag = spaces.Box(0, 1, (n,), np.bool_)
     return spaces.Dict(
         {
             "observation": stack_space(agent_space, n),
             "reward": spaces.Box(-np.inf, np.inf, (n,), np.float32),
-            "terminated": flag,
-            "truncated": spaces.Box(0, 1, (n,), np.bool_),
-            "active": spaces.Box(0, 1, (n,), np.bool_),
+            "terminated": _flags(n),
+            "truncated": _flags(n),
+            "active": _flags(n),
         }
     )
+
+
+def _flags(n: int) -> spaces.Box:
+    """A column of ``n`` bools."""
+    # Gymnasium's Box takes a bool dtype (its own flag spaces use one), but its annotations
+    # list only integer and float scalar types: the stub is narrower than the class.
+    return spaces.Box(0, 1, (n,), np.bool_)  # pyright: ignore[reportArgumentType, reportCallIssue]
 
 
 def describe(groups: GroupMap, observation_space: Callable, action_space: Callable) -> dict:

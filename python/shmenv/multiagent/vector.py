@@ -15,7 +15,7 @@ import contextlib
 import functools
 import importlib.util
 import types
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -207,7 +207,7 @@ class MultiAgentVectorEnv:
     def __enter__(self) -> "MultiAgentVectorEnv":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 

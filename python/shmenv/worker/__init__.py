@@ -43,12 +43,12 @@ _OBS_MODE = "same"
 MISMATCHED: list[int] = []
 
 
-def load_entry_point(entry_point: str):
+def load_entry_point(entry_point: str) -> Any:
     """``"package.module:attr"`` (attr may be dotted) -> the object."""
     module_name, sep, attr = entry_point.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"entry point {entry_point!r} must look like 'package.module:attr'")
-    obj = importlib.import_module(module_name)
+    obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
