@@ -130,8 +130,10 @@ def test_pool_options_are_the_signature_of_every_front():
     from shmenv.options import NAMES, PoolOptions
 
     fields = [(f.name, f.default) for f in dataclasses.fields(PoolOptions)]
-    local = inspect.signature(shmenv.make_vec).parameters
-    assert [(p.name, p.default) for p in local.values()][2:] == fields
+    local = [(p.name, p.default) for p in inspect.signature(shmenv.make_vec).parameters.values()]
+    # env, num_envs, then gymnasium.make_vec's keyword name for env (id=), then the options.
+    assert local[:3] == [("env", None), ("num_envs", 1), ("id", None)]
+    assert local[3:] == fields
     ray = list(inspect.signature(shmenv.ray.make_vec).parameters)
     assert ray[-len(NAMES):] == list(NAMES) and ray[:3] == ["env", "num_envs", "num_actors"]
 
