@@ -64,7 +64,7 @@ def test_documented_signature_matches_the_code(name: str) -> None:
 
 def test_every_make_vec_parameter_is_described() -> None:
     text = doc_text()
-    start = text.index("`make_vec(env, num_envs")
+    start = text.index("`make_vec(env=None, num_envs")
     section = text[start : text.index("\n## ", start)]
     missing = [p for p in inspect.signature(shmenv.make_vec).parameters if f"`{p}`" not in section]
     assert not missing, f"make_vec parameters without a word in docs/python.md's table: {missing}"
