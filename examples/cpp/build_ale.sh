@@ -6,8 +6,12 @@
 # ($ALE_CACHE, default target/ale-VERSION) and linked statically: the plugin is one file,
 # rebuilt only when older than its sources.
 # Needs pip, cmake (on PATH or beside $PYTHON, e.g. `pip install cmake`), a C++17 compiler
-# and zlib's headers (Debian: zlib1g-dev). Exits with 75 when the sdist cannot be
-# downloaded or no cmake is found (what cannot be had here), 1 on any other failure.
+# and zlib's headers (Debian: zlib1g-dev). $CC and $CXX choose the compilers (one program
+# each; python/build_plugin_wheels.sh passes Zig's, targeting an old glibc, with its own
+# $ALE_CACHE); $ZLIB_DIR, when set, is a folder holding zlib.h, zconf.h and libz.so to use
+# instead of the compiler's (a cross compiler does not search the system's folders);
+# $LDFLAGS is added to the plugin's link.
+# Exits with 75 when the sdist cannot be downloaded or no cmake is found (what cannot be had here), 1 on any other failure.
 #   bash examples/cpp/build_ale.sh OUT.so
 set -euo pipefail
 out="${1:?usage: build_ale.sh OUT.so}"
@@ -16,6 +20,12 @@ py="${PYTHON:-python3}"
 version="$("$py" -c 'from importlib.metadata import version; print(version("ale-py"))')"
 cache="${ALE_CACHE:-$root/target/ale-$version}"
 lib="$cache/build/src/ale/libale.a"
+zlib_cmake=()
+zlib_flags=()
+if [ -n "${ZLIB_DIR:-}" ]; then
+    zlib_cmake=(-DZLIB_INCLUDE_DIR="$ZLIB_DIR" -DZLIB_LIBRARY="$ZLIB_DIR/libz.so")
+    zlib_flags=(-isystem "$ZLIB_DIR" -L "$ZLIB_DIR")
+fi
 
 if [ ! -f "$lib" ]; then
     cmake="$(command -v cmake || true)"
@@ -33,7 +43,7 @@ if [ ! -f "$lib" ]; then
     # optimisation that the release build switches on (which would make the archive LTO-only).
     "$cmake" -S "$cache/src" -B "$cache/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O3 -DNDEBUG" -DBUILD_CPP_LIB=ON -DBUILD_PYTHON_LIB=OFF \
-        -DSDL_SUPPORT=OFF -DBUILD_VECTOR_LIB=OFF >"$cache/cmake.log"
+        -DSDL_SUPPORT=OFF -DBUILD_VECTOR_LIB=OFF "${zlib_cmake[@]}" >"$cache/cmake.log"
     "$cmake" --build "$cache/build" --target ale-lib -j "${JOBS:-2}" >>"$cache/cmake.log"
 fi
 
@@ -45,6 +55,6 @@ for f in "${sources[@]}"; do [ "$out" -nt "$f" ] || fresh=0; done
 [ "$fresh" = 1 ] && exit 0
 mkdir -p "$(dirname "$out")"
 "${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -shared -fPIC \
-    -I "$root/worker/include" -isystem "$cache/src/src" -isystem "$cache/build/src/ale" \
-    -o "$out.tmp" "$root/examples/cpp/ale_atari.cpp" "$lib" -lz -lpthread
+    -I "$root/worker/include" -isystem "$cache/src/src" -isystem "$cache/build/src/ale" "${zlib_flags[@]}" \
+    -o "$out.tmp" "$root/examples/cpp/ale_atari.cpp" "$lib" -lz -lpthread ${LDFLAGS:-}
 mv "$out.tmp" "$out"
