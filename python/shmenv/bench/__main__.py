@@ -35,7 +35,7 @@ skipped with a message):
 
 More:
 
-    python -m shmenv.bench --env CartPole-v1 --num-envs 32 --png bench.png   # bar chart (matplotlib)
+    python -m shmenv.bench --env CartPole-v1 --num-envs 32 --plot bench.svg  # the plot (.svg or .png; matplotlib)
     python -m shmenv.bench --env CartPole-v1 --python --num-envs 32          # Gymnasium's CartPole in shmenv
     python -m shmenv.bench --env shmenv.bench.envs:BurnEnv --config '{"step_us": 50}' --num-envs 8
     # A C env (examples/c/cartpole.c built into libcartpole.so) against EnvPool's CartPole
@@ -79,7 +79,17 @@ MODE_DEFAULTS: dict[str, dict[str, Any]] = {
     "workload": {"num_envs": None, "passes": 2, "rounds": 3, "round_seconds": 1.0, "only": ",".join(SYSTEMS)},
 }
 #: Options of the comparison (and ``--contend``) that ``--workload`` does not take.
-NOT_FOR_WORKLOADS = ("env", "python", "config", "envpool_env", "overhead_rounds", "png", "contend", "trainer_threads")
+NOT_FOR_WORKLOADS = (
+    "env",
+    "python",
+    "config",
+    "envpool_env",
+    "overhead_rounds",
+    "plot",
+    "png",
+    "contend",
+    "trainer_threads",
+)
 #: Options of ``--workload`` only.
 WORKLOAD_ONLY = ("game", "mujoco_env", "trainer_us", "no_pin")
 
@@ -143,7 +153,15 @@ def _comparison_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--overhead-rounds", type=int, default=7, help="rounds of the 1-env step() call cost (native envs; 0 skips it)"
     )
-    g.add_argument("--png", default=None, help="save a bar chart (needs matplotlib)")
+    g.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="draw the comparison into FILE, SVG or PNG by its suffix (.svg, .png): each contestant's median "
+        "steps/s with its range and its ratio to SyncVectorEnv; needs matplotlib (pip install 'shmenv[bench]'); "
+        "a file that cannot be written is refused before the runs",
+    )
+    g.add_argument("--png", default=None, metavar="FILE", help="deprecated: the old name of --plot (same behaviour)")
 
 
 def _mode_options(p: argparse.ArgumentParser) -> None:
@@ -162,7 +180,7 @@ def _mode_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="contention benchmark (shmenv.bench.contend): every shmenv wait strategy x pinning, shmenv async, "
         "SyncVectorEnv and EnvPool, each idle and with N busy processes (CPU spin loops; 0 for none), rounds "
-        "interleaved, medians (--passes, --only, --png do not apply)",
+        "interleaved, medians (--passes, --only, --plot do not apply)",
     )
     g.add_argument(
         "--trainer-threads",
@@ -209,12 +227,26 @@ def _refuse_foreign(p: argparse.ArgumentParser, args: argparse.Namespace, mode: 
             p.error(f"{option} does not apply to --workload" if mode == "workload" else f"{option} needs --workload")
 
 
+def _plot_alias(p: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+    """Takes the deprecated ``--png FILE`` as ``--plot FILE`` (saying so on stderr), and
+    refuses ``--plot`` where no plot is drawn (``--contend``)."""
+    if args.png is not None:
+        if args.plot is not None:
+            p.error("--png is the old name of --plot: give only --plot FILE")
+        print("note: --png is deprecated; use --plot FILE (.svg or .png)", file=sys.stderr)
+        if mode == "compare":
+            args.plot, args.png = args.png, None
+    if mode == "contend" and args.plot is not None:
+        p.error("--plot does not apply to --contend (it prints a table, or JSON with --json)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     mode = _mode(p, argv)
     p.set_defaults(**MODE_DEFAULTS[mode])
     args = p.parse_args(argv)
     _refuse_foreign(p, args, mode)
+    _plot_alias(p, args, mode)
     if mode == "workload":
         return workloads.run(p, args)
     if mode == "contend":

@@ -4,7 +4,9 @@ one at a time, then the table (or ``--json``) with the copy costs and the 1-env 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -80,9 +82,11 @@ def _run_passes(
 
 def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The comparison: every wanted contestant in passes, the call cost of a native env,
-    then the table (or ``--json``) and the chart (``--png``)."""
+    then the table (or ``--json``) and the plot (``--plot``). A ``--plot`` file that could
+    not be written is refused before anything runs."""
     if args.trainer_threads:
         p.error("--trainer-threads needs --contend N (0: no busy processes)")
+    check_plot_path(p, args.plot)
     n, batch = args.num_envs, args.batch_size or max(1, args.num_envs // 2)
     wanted = [k for k in args.only.split(",") if k]
     unknown = [k for k in wanted if k not in KEYS]
@@ -122,8 +126,8 @@ def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         _print_table(result, base_key, args.passes, args.rounds)
-    if args.png:
-        _chart(result, args.png, quiet=args.json)
+    if args.plot:
+        _chart(result, args.plot, quiet=args.json)
     return 0
 
 
@@ -270,24 +274,92 @@ def _print_table(result: dict[str, Any], base_key: str, passes: int, rounds: int
         print(f"skipped {key}: {why}")
 
 
-def _chart(result: dict[str, Any], path: str, quiet: bool = False) -> None:
-    try:
-        import matplotlib
+#: The plot formats ``--plot`` writes, chosen by the file's suffix.
+PLOT_SUFFIXES = (".svg", ".png")
+#: Bar colours: shmenv's contestants, and everybody else.
+SHMENV_COLOUR, OTHER_COLOUR = "#d62728", "#7f7f7f"
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--png needs matplotlib (pip install matplotlib)", file=sys.stderr)
+
+def check_plot_path(p: argparse.ArgumentParser, path: str | None) -> None:
+    """Refuses (a usage error, exit 2) a ``--plot`` file that could not be written, before
+    any contestant runs: a suffix other than ``.svg``/``.png``, matplotlib not installed,
+    or a path that cannot be opened for writing (no such directory, a directory, no
+    permission). The check opens the file without truncating it and removes it again if it
+    did not exist before, so nothing is left behind by a refused or interrupted run."""
+    if path is None:
         return
-    rows = result["rows"]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
-    names = [r["name"] for r in rows][::-1]
-    rates = [r["steps_per_sec"] for r in rows][::-1]
-    bars = ax.barh(names, rates, color=["#d62728" if n.startswith("shmenv") else "#7f7f7f" for n in names])
-    ax.bar_label(bars, labels=[f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k" for r in rates], padding=3)
-    ax.set_xscale("log")
-    ax.set_xlabel("env steps per second (log scale)")
-    ax.set_title(f"{result['env']}, {result['num_envs']} envs, {result['workers']} workers/threads")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in PLOT_SUFFIXES:
+        p.error(
+            f"--plot {path!r}: the suffix {suffix or '(none)'!r} names no format this bench writes; "
+            f"end the file name with {' or '.join(PLOT_SUFFIXES)}"
+        )
+    if importlib.util.find_spec("matplotlib") is None:
+        p.error(
+            "--plot needs matplotlib, which is not installed: pip install 'shmenv[bench]' (or pip install matplotlib)"
+        )
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        p.error(
+            f"--plot {path!r} cannot be written ({e.strerror or e}): give a file in a directory that exists and you can write to"
+        )
+    if not existed:
+        os.remove(path)
+
+
+def _label(rate: float) -> str:
+    return f"{rate / 1e6:.2f}M" if rate >= 1e6 else f"{rate / 1e3:.1f}k"
+
+
+def _chart(result: dict[str, Any], path: str, quiet: bool = False) -> None:
+    """Draws the comparison with matplotlib (imported here only, so the bench without
+    ``--plot`` never imports it) into `path`, SVG or PNG by its suffix: one bar per
+    contestant that ran (the median of its rounds, the whiskers its slowest and fastest
+    round), each labelled with its steps/s and its ratio to ``SyncVectorEnv``; SVG keeps
+    its text as text."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    rows = result["rows"][::-1]  # the first contestant on top
+    names = [r["name"] for r in rows]
+    rates = [r["steps_per_sec"] for r in rows]
+    whiskers = [[r["steps_per_sec"] - r["min"] for r in rows], [r["max"] - r["steps_per_sec"] for r in rows]]
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "shmenv"}):
+        fig = Figure(figsize=(10, 0.55 * len(rows) + 2.0))
+        ax = fig.subplots()
+        colours = [SHMENV_COLOUR if r["key"].startswith("shmenv") else OTHER_COLOUR for r in rows]
+        bars = ax.barh(names, rates, xerr=whiskers, color=colours, error_kw={"ecolor": "#333333", "capsize": 3})
+        labels = [
+            _label(r["steps_per_sec"])
+            + (f"  {r['vs_sync_vector_env']:.2f}x SyncVectorEnv" if r["vs_sync_vector_env"] else "")
+            for r in rows
+        ]
+        ax.bar_label(bars, labels=labels, padding=6, fontsize=8)
+        ax.set_xscale("log")
+        # From the power of ten below the slowest round (bars on a log axis start somewhere),
+        # with room on the right for the labels.
+        slowest = min(r["min"] for r in rows)
+        ax.set_xlim(left=10 ** math.floor(math.log10(max(slowest, 1))), right=max(rates) * 12)
+        ax.set_xlabel("env steps per second (log scale; bar: median round, whiskers: slowest and fastest)")
+        cfg = f" {json.dumps(result['config'])}" if result["config"] else ""
+        batches = f", async batches of {result['batch_size']}" if any("async" in r["key"] for r in rows) else ""
+        ax.set_title(
+            f"{result['env']}{cfg}: {result['num_envs']} envs, {result['workers']} workers/threads{batches}",
+            fontsize=10,
+        )
+        fig.text(0.01, 0.01, _chart_footer(result), fontsize=7, color="#555555")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig.savefig(path, dpi=120)
     print(f"saved {path}", file=sys.stderr if quiet else sys.stdout)
+
+
+def _chart_footer(result: dict[str, Any]) -> str:
+    """The run's conditions under the plot: rounds, load, and who did not run."""
+    before, after = result["loadavg_before"][0], result["loadavg_after"][0]
+    missing = sorted({*result["skipped"], *result["not_applicable"]} - {"call-overhead"})
+    return f"medians of {result['rounds']} rounds; load average {before:.2f} before, {after:.2f} after" + (
+        f"; not run: {', '.join(missing)}" if missing else ""
+    )
