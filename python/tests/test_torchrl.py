@@ -238,13 +238,13 @@ def test_wrap_existing_pool():
 @pytest.mark.timeout(60)
 def test_refuses_pools_it_cannot_drive():
     with shmenv.make_vec("CartPole-v1", N, num_workers=1) as pool:  # next_step autoreset
-        with pytest.raises(ValueError, match="autoreset_mode='disabled'"):
+        with pytest.raises(ValueError, match="autoreset_mode='same_step' or 'disabled'.*NEXT_STEP"):
             ShmEnv.from_pool(pool)
     with shmenv.make_vec("CartPole-v1", N, num_workers=1, batch_size=2, autoreset_mode="disabled") as pool:
         with pytest.raises(ValueError, match="sync pool"):
             ShmEnv.from_pool(pool)
-    with pytest.raises(ValueError, match="autoreset_mode='disabled'"):
-        ShmEnv("CartPole-v1", N, autoreset_mode="same_step")
+    with pytest.raises(ValueError, match="autoreset_mode='same_step'.*got autoreset_mode='next_step'"):
+        ShmEnv("CartPole-v1", N, autoreset_mode="next_step")
     with pytest.raises(TypeError):
         ShmEnv.from_pool(gym.make("CartPole-v1"))
 

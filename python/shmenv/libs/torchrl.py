@@ -20,15 +20,16 @@ env: ``"observation"`` (or the keys of a Dict observation), ``"reward"`` of shap
 and an action spec that is ``OneHot`` for a ``Discrete`` action space by default and
 ``Categorical`` with ``categorical_action_encoding=True``, as GymWrapper's switch does.
 
-The pool runs with ``autoreset_mode="disabled"``: TorchRL resets ended envs itself, through
-``reset`` with a ``"_reset"`` mask, which becomes the pool's partial reset
-``reset(options={"reset_mask": mask})``. ``set_seed(s)`` resets the pool with seed ``s``
-(env ``i`` seeded ``s + i``), as GymWrapper does over a Gymnasium vector env;
-``reset(seed=[s0, s1, ...])`` seeds each env, e.g. with the chain of seeds
-``SerialEnv.set_seed`` gives its envs. An env TorchRL last saw done and steps again without
-a ``"_reset"`` (an evaluation rollout between collector batches leaves envs done) is reset
-first. A ``"_step"`` mask may hold back done envs (``rollout(..., break_when_all_done=True)``):
-their rows keep their last values, as ``SerialEnv`` gives them.
+TorchRL resets ended envs itself (``"_reset"`` masks). The pool runs with
+``autoreset_mode="same_step"``: it resets an env in the step where its episode ends, the
+step returns the final observation, and the reset observation is kept to answer TorchRL's
+reset of that env (``step_and_maybe_reset``, or ``reset`` with a ``"_reset"`` mask) without
+a pool call, so a collector makes one pool call per batched step. A pool made with
+``autoreset_mode="disabled"`` turns each ``"_reset"`` into a partial reset of the pool.
+``set_seed(s)`` resets the pool with seed ``s`` (env ``i`` seeded ``s + i``), as GymWrapper
+does; ``reset(seed=[s0, s1, ...])`` seeds each env (e.g. ``SerialEnv``'s seed chain). An env
+TorchRL last saw done and steps again without a ``"_reset"`` starts from a reset. A
+``"_step"`` mask may hold back done envs: their rows keep their last values.
 
 An RGB-image observation (a uint8 ``Box`` 0..255 of shape ``[H, W, 3]``, e.g. Atari frames)
 is keyed ``"pixels"``, as ``GymEnv`` keys it.
@@ -60,6 +61,7 @@ from torchrl.data.tensor_specs import (
 from torchrl.envs.common import EnvBase
 
 import shmenv
+from shmenv.libs.torchrl_parts import Episodes, fold_resets, is_pixels, leaves, with_final_rows
 from shmenv.prechecks import check_open
 
 __all__ = ["ShmEnv"]
@@ -74,22 +76,31 @@ except ImportError as error:  # pragma: no cover - a TorchRL without GymWrapper'
     ) from error
 
 
-def _autoreset_is_disabled(mode: Any) -> bool:
+#: The pool modes ShmEnv drives: same-step auto-reset (its own pools: one pool call per
+#: step) and no auto-reset (TorchRL's resets become the pool's partial resets).
+_MODES = ("same_step", "disabled")
+
+
+def _mode_name(mode: Any) -> str | None:
+    """``"same_step"``, ``"disabled"`` or ``"next_step"`` for an ``AutoresetMode`` or its
+    name; None for anything else."""
     from gymnasium.vector import AutoresetMode
 
     if isinstance(mode, AutoresetMode):
-        return mode == AutoresetMode.DISABLED
-    return isinstance(mode, str) and mode.lower() == "disabled"
+        return mode.name.lower()
+    if isinstance(mode, str) and mode.lower() in ("same_step", "disabled", "next_step"):
+        return mode.lower()
+    return None
 
 
 class ShmEnv(EnvBase):
     """A TorchRL env over a shmenv pool of ``num_envs`` envs stepped in worker processes.
 
     ``ShmEnv(env, num_envs, **make_vec_options)`` builds the pool with
-    ``shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **make_vec_options)``
+    ``shmenv.make_vec(env, num_envs, autoreset_mode="same_step", **make_vec_options)``
     (``num_workers``, ``seed``, ``config``, ``copy``, ...; ``env`` is anything ``make_vec``
-    takes). ``ShmEnv(pool=envs)`` or ``ShmEnv.from_pool(envs)`` wraps an existing sync pool
-    made with ``autoreset_mode="disabled"``. ``close()`` closes the pool in both cases;
+    takes; ``autoreset_mode="disabled"`` is accepted too). ``ShmEnv(pool=envs)`` or
+    ``ShmEnv.from_pool(envs)`` wraps an existing sync pool made with either mode. ``close()`` closes the pool in both cases;
     garbage collection closes only a pool the ShmEnv built. A ShmEnv that built its pool
     and was closed (a ``Collector`` closes its env after ``total_frames``) builds a new pool
     at its next ``reset``, as TorchRL's ``ParallelEnv`` starts again. Such a ShmEnv also
@@ -126,11 +137,12 @@ class ShmEnv(EnvBase):
         if pool is None:
             if env is None or num_envs is None:
                 raise TypeError("ShmEnv needs env and num_envs (or pool=an existing shmenv pool)")
-            mode = make_vec_options.pop("autoreset_mode", "disabled")
-            if not _autoreset_is_disabled(mode):
+            mode = make_vec_options.pop("autoreset_mode", "same_step")
+            if _mode_name(mode) not in _MODES:
                 raise ValueError(
-                    f"ShmEnv runs its pool with autoreset_mode='disabled' (TorchRL resets ended envs "
-                    f"itself, through '_reset' masks); got autoreset_mode={mode!r}"
+                    f"ShmEnv runs its pool with autoreset_mode='same_step' (the default: ended envs are "
+                    f"reset in the step, and TorchRL's '_reset' of them is answered without a pool call) or "
+                    f"'disabled' (each '_reset' is a partial reset of the pool); got autoreset_mode={mode!r}"
                 )
             batch_size = make_vec_options.get("batch_size")
             if batch_size is not None and batch_size != num_envs:
@@ -138,8 +150,8 @@ class ShmEnv(EnvBase):
                     "ShmEnv needs a sync pool (partial resets are sync only): leave batch_size "
                     f"unset or equal to num_envs ({num_envs}), got batch_size={batch_size}"
                 )
-            self._build = (env, num_envs, dict(make_vec_options))
-            pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **make_vec_options)
+            self._build = (env, num_envs, dict(make_vec_options, autoreset_mode=_mode_name(mode)))
+            pool = shmenv.make_vec(env, num_envs, **self._build[2])
             self._owns_pool = True
         else:
             if env is not None or num_envs is not None or make_vec_options:
@@ -163,7 +175,8 @@ class ShmEnv(EnvBase):
             self._copy_obs = not getattr(pool, "copy", True)
             self._make_specs()
             # Updated each step: a plain object, as EnvBase's __setattr__ is costly per step.
-            self._ep = _Episodes()
+            self._folds = _mode_name(pool.autoreset_mode) == "same_step"
+            self._ep = Episodes()
             self._forget_episodes(None)
         except BaseException:
             if self._owns_pool:
@@ -174,7 +187,7 @@ class ShmEnv(EnvBase):
     @classmethod
     def from_pool(cls, pool: Any, **kwargs: Any) -> "ShmEnv":
         """Wraps an existing sync ``shmenv.ShmVectorEnv`` made with
-        ``autoreset_mode="disabled"`` (``kwargs``: ``categorical_action_encoding``,
+        ``autoreset_mode="same_step"`` or ``"disabled"`` (``kwargs``: ``categorical_action_encoding``,
         ``device``, ``allow_done_after_reset``)."""
         return cls(pool=pool, **kwargs)
 
@@ -188,10 +201,11 @@ class ShmEnv(EnvBase):
                 "ShmEnv needs a sync pool (partial resets are sync only): make it without batch_size "
                 "or with batch_size=num_envs"
             )
-        if not _autoreset_is_disabled(pool.autoreset_mode):
+        if _mode_name(pool.autoreset_mode) not in _MODES:
             raise ValueError(
-                "ShmEnv needs a pool made with autoreset_mode='disabled' (TorchRL resets ended envs "
-                f"itself, as GymWrapper requires of Gymnasium vector envs); this one has {pool.autoreset_mode}"
+                "ShmEnv needs a pool made with autoreset_mode='same_step' or 'disabled' (TorchRL resets "
+                "ended envs itself, so their resets must not wait for their next step); this one has "
+                f"{pool.autoreset_mode}"
             )
 
     # ---------------------------------------------------------------- specs
@@ -204,7 +218,7 @@ class ShmEnv(EnvBase):
         cat = self._categorical_action_encoding
         single_obs = pool.single_observation_space
         if isinstance(single_obs, spaces.Tuple) or (
-            isinstance(single_obs, spaces.Dict) and any(isinstance(s, spaces.Tuple) for s in _leaves(single_obs))
+            isinstance(single_obs, spaces.Dict) and any(isinstance(s, spaces.Tuple) for s in leaves(single_obs))
         ):
             raise shmenv.errors.InvalidArgumentError(
                 f"ShmEnv maps Box, Discrete, MultiDiscrete, MultiBinary and Dict observations (as TorchRL's "
@@ -228,7 +242,7 @@ class ShmEnv(EnvBase):
             action_spec = _space_to_spec(pool.action_space, device=self.device, categorical_action_encoding=cat)
         if not isinstance(observation_spec, Composite):
             # GymEnv's key: "pixels" for an RGB image (a uint8 Box 0..255 of shape [H, W, 3]).
-            self._obs_key = "pixels" if _is_pixels(single_obs) else "observation"
+            self._obs_key = "pixels" if is_pixels(single_obs) else "observation"
             observation_spec = Composite({self._obs_key: observation_spec}, shape=batch)
         else:
             self._obs_key = None
@@ -296,24 +310,14 @@ class ShmEnv(EnvBase):
                 stepping = None
         if stepping is not None or np.count_nonzero(self._ep.done_seen):  # count_nonzero: 5x any()
             self._reset_stale(stepping)
-        action = tensordict.get(self.action_key)
-        kind = self._action_kind
-        if kind == "onehot":
-            if action.dtype == torch.bool:
-                action = action.view(torch.uint8)  # argmax takes no bool; GymEnv's spec does
-            action = action.argmax(-1).cpu().numpy()
-        elif kind == "plain":
-            action = action.detach().cpu().numpy()
-        else:
-            action = self.action_spec.to_numpy(action, safe=False)
-        obs, rewards, terminated, truncated, _ = self._pool.step(action)
-        source = self._read_obs(obs)
+        obs, rewards, terminated, truncated, infos = self._pool.step(self._actions(tensordict))
         n = self.batch_size[0]
         reward = torch.from_numpy(rewards)
         if reward.dtype != torch.float32:
             reward = reward.to(torch.float32)
         done = terminated | truncated
         self._ep.ended = done.copy()  # the tensor below goes to TorchRL, which may write into it
+        source = self._observe(obs, infos)
         source["reward"] = reward.view(n, 1)
         source["terminated"] = torch.from_numpy(terminated).view(n, 1)
         source["truncated"] = torch.from_numpy(truncated).view(n, 1)
@@ -324,14 +328,59 @@ class ShmEnv(EnvBase):
         self._ep.done_seen = np.where(stepping, self._ep.ended, self._ep.done_seen)
         return self._keep_unstepped(self._result(source), tensordict, stepping)
 
+    def _actions(self, tensordict: TensorDictBase) -> Any:
+        """The step's actions as the pool takes them: a one-hot action is its argmax, as
+        the spec's ``to_numpy`` gives."""
+        action = tensordict.get(self.action_key)
+        kind = self._action_kind
+        if kind == "onehot":
+            if action.dtype == torch.bool:
+                action = action.view(torch.uint8)  # argmax takes no bool; GymEnv's spec does
+            return action.argmax(-1).cpu().numpy()
+        if kind == "plain":
+            return action.detach().cpu().numpy()
+        return self.action_spec.to_numpy(action, safe=False)
+
+    def _observe(self, obs: Any, infos: dict) -> dict:
+        """The step's observation tensors. Under same-step auto-reset the rows of ended
+        envs hold their reset observations: those are kept (to answer TorchRL's reset of
+        the envs) and the step returns the final observations in their place."""
+        if not self._folds:
+            return self._read_obs(obs)
+        self._ep.fresh = self._ep.ended
+        if not np.count_nonzero(self._ep.ended):
+            return self._read_obs(obs)
+        rows = np.flatnonzero(self._ep.ended)
+        self._ep.reset_obs = self._read_obs(obs)
+        return self._read_obs(with_final_rows(obs, infos["final_obs"][rows], rows))
+
+    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """TorchRL's ``step``, ``step_mdp`` and ``maybe_reset``, the last one answered from
+        the reset observations the step brought (same-step auto-reset): the same
+        tensordicts, one pool call. Other cases take TorchRL's own path."""
+        if not self._folds or getattr(self, "_post_step_mdp_hooks", None) is not None or "_step" in tensordict.keys():
+            return super()._step_and_maybe_reset(tensordict)
+        if tensordict.device != self.device:
+            tensordict = tensordict.to(self.device)
+        tensordict = self.step(tensordict)
+        tensordict_ = self._step_mdp(tensordict)
+        done = tensordict_.get("done", None)
+        if done is None or not done.any():
+            return tensordict, tensordict_
+        mask = done.reshape(self.batch_size).cpu().numpy()
+        if (mask & ~self._ep.fresh).any():  # not the step's own ends: TorchRL's reset
+            return tensordict, self.maybe_reset(tensordict_)
+        tensordict_ = fold_resets(self, tensordict_, self._result(dict(self._ep.reset_obs)))
+        self._forget_episodes(mask)
+        return tensordict, tensordict_
+
     def _reset_stale(self, stepping: np.ndarray | None) -> None:
         """Before a step: resets the envs TorchRL last saw done and now steps (a rollout or
-        a collector left them done; ``SerialEnv`` carries on there too), and the envs a
-        ``"_step"`` mask leaves out whose episode ended in the pool (the pool steps every
-        env, and an ended env cannot be stepped without a reset)."""
-        if stepping is None:
-            stale = self._ep.done_seen
-        else:
+        a collector left them done; ``SerialEnv`` carries on there too), unless the pool
+        reset them in their last step (same-step auto-reset), and without auto-reset the
+        envs a ``"_step"`` mask leaves out whose episode ended in the pool (the pool steps
+        every env, and an ended env cannot be stepped without a reset)."""
+        if stepping is not None:
             held = ~stepping & ~self._ep.done_seen
             if held.any():
                 raise shmenv.errors.UsageError(
@@ -340,13 +389,20 @@ class ShmEnv(EnvBase):
                     "rollout(break_when_any_done=False) leaves them out). Step those envs too, or reset the "
                     "ones you want to restart with a '_reset' mask"
                 )
+        if self._folds:
+            stale = self._ep.done_seen & ~self._ep.fresh
+            if stepping is not None:
+                stale &= stepping
+        elif stepping is None:
+            stale = self._ep.done_seen
+        else:
             stale = (self._ep.done_seen & stepping) | (self._ep.ended & ~stepping)
-            if not stale.any():
-                return
+        if not stale.any():
+            return
         self._pool.reset(options={"reset_mask": np.array(stale, dtype=bool)})
         self._ep.ended = self._ep.ended & ~stale
         if stepping is None:
-            self._ep.done_seen = np.zeros_like(stale)
+            self._ep.done_seen = self._ep.done_seen & ~stale
         else:
             self._ep.done_seen = self._ep.done_seen & ~(stale & stepping)
 
@@ -366,14 +422,8 @@ class ShmEnv(EnvBase):
 
     def _forget_episodes(self, mask: np.ndarray | None) -> None:
         """Notes a reset of every env (``mask`` None) or of the masked ones: they are no
-        longer done, for TorchRL or the pool."""
-        if mask is None:
-            n = self.batch_size[0]
-            self._ep.ended = np.zeros(n, dtype=bool)
-            self._ep.done_seen = np.zeros(n, dtype=bool)
-        else:
-            self._ep.ended = self._ep.ended & ~mask
-            self._ep.done_seen = self._ep.done_seen & ~mask
+        longer done, for TorchRL or the pool, and their kept reset observations are spent."""
+        self._ep.forget(self.batch_size[0], mask)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         seed = kwargs.pop("seed", None)
@@ -396,10 +446,29 @@ class ShmEnv(EnvBase):
                     return self._result(self.observation_spec.zero().to_dict())
         if mask is not None:
             mask = np.ascontiguousarray(mask, dtype=bool)
+        if seed is None and not options and np.count_nonzero(self._ep.fresh):
+            return self._reset_kept(mask)
+        if mask is not None:
             options = dict(options or {}, reset_mask=mask)
         obs, _ = self._pool.reset(seed=seed, options=options)
         self._forget_episodes(mask)
         return self._result(self._read_obs(obs))
+
+    def _reset_kept(self, mask: np.ndarray | None) -> TensorDictBase:
+        """A reset (of the envs in ``mask``, or all) where some of them were reset by the
+        pool in the last step (same-step auto-reset): those rows are their kept reset
+        observations, as a reset of them would return; the others asked for get a partial
+        reset of the pool, whose rows for the kept envs are those same observations (the
+        envs have not stepped since)."""
+        wanted = np.ones(self.batch_size[0], dtype=bool) if mask is None else mask
+        rest = wanted & ~self._ep.fresh
+        if rest.any():
+            obs, _ = self._pool.reset(options={"reset_mask": rest})
+            source = self._read_obs(obs)
+        else:
+            source = dict(self._ep.reset_obs)
+        self._forget_episodes(mask)
+        return self._result(source)
 
     def _reopen(self) -> None:
         # A Collector closes its env once total_frames are collected. As TorchRL's
@@ -411,7 +480,7 @@ class ShmEnv(EnvBase):
                 "(a ShmEnv built from an env id restarts by itself)"
             )
         env, num_envs, options = self._build
-        self._pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **options)
+        self._pool = shmenv.make_vec(env, num_envs, **options)
         self._pid = os.getpid()
         self.is_closed = False
 
@@ -428,7 +497,7 @@ class ShmEnv(EnvBase):
                 "function that builds one"
             )
         env, num_envs, options = self._build
-        self._pool = shmenv.make_vec(env, num_envs, autoreset_mode="disabled", **options)
+        self._pool = shmenv.make_vec(env, num_envs, **options)
         self._pid = os.getpid()
         self._forget_episodes(None)
         if reset:
@@ -499,42 +568,6 @@ def _rebuild(build: bytes) -> ShmEnv:
     """A pickled ShmEnv, built anew (its own workers) where it is unpickled."""
     env, num_envs, options, wrapper_options = cloudpickle.loads(build)
     return ShmEnv(env, num_envs, **wrapper_options, **options)
-
-
-class _Episodes:
-    """Which envs ended: ``ended`` in the pool (not reset since), ``done_seen`` by TorchRL
-    (the last row it got of the env said done, and it has not reset the env since)."""
-
-    __slots__ = ("ended", "done_seen")
-
-    def __init__(self) -> None:
-        self.ended = np.zeros(0, dtype=bool)
-        self.done_seen = self.ended
-
-
-def _is_pixels(space: Any) -> bool:
-    """GymEnv's test for an image observation (torchrl.envs.libs.gym._is_from_pixels): a
-    Box bounded 0..255 of shape ``[H, W, 3]``."""
-    from gymnasium import spaces
-
-    return (
-        isinstance(space, spaces.Box)
-        and len(space.shape) == 3
-        and space.shape[-1] == 3
-        and bool((space.low == 0).all())
-        and bool((space.high == 255).all())
-    )
-
-
-def _leaves(space):
-    """The leaf spaces of nested Dicts (a Tuple counts as a leaf)."""
-    from gymnasium import spaces
-
-    if isinstance(space, spaces.Dict):
-        for sub in space.spaces.values():
-            yield from _leaves(sub)
-    else:
-        yield space
 
 
 def _read_dict(env: ShmEnv, obs: dict, spec: Composite, top: bool = False) -> dict:
