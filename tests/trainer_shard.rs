@@ -9,7 +9,7 @@ use common::{batch_rows, builder, signal, Watchdog};
 use serde_json::json;
 use shmenv::worker::rng::Pcg64;
 use shmenv::worker::{trainer_shard, Registry};
-use shmenv::{AutoReset, BuildError, Pool, PoolFailure, StepError};
+use shmenv::{AutoReset, BuildError, FailurePolicy, Pool, PoolFailure, StepError, TrainerShardMode};
 use shmenv_engine::pool::TrainerShard;
 use shmenv_engine::protocol::{Command, Layout};
 use shmenv_engine::region::Region;
@@ -294,4 +294,51 @@ fn settings_and_registries_a_trainer_shard_cannot_serve_are_refused() {
         BuildError::TrainerShard(m) => assert!(m.contains("the workers'"), "{m}"),
         other => panic!("expected the trainer's spec mismatch, got {other}"),
     }
+}
+
+#[test]
+fn auto_takes_the_trainers_shard_only_for_sync_pools_with_the_default_workers() {
+    let _w = Watchdog::new("trainer shard auto", Duration::from_secs(120));
+    let cores = shmenv_engine::sync::available_cores();
+    let auto = |b: shmenv::PoolBuilder| {
+        b.trainer_shard(trainer_shard(Registry::with_builtins())).trainer_shard_mode(TrainerShardMode::Auto)
+    };
+    // The pool chooses the workers: the trainer takes a shard (two cores or more).
+    let mut pool = auto(builder("CartPole-v1").num_envs(32)).build().unwrap();
+    let choice = pool.trainer_shard_choice();
+    assert_eq!(choice.on, cores >= 2, "{choice:?}");
+    if choice.on {
+        assert_eq!(pool.num_workers(), (cores.min(32) - 1).max(1));
+        assert_eq!(pool.trainer_envs(), 0..32 / (pool.num_workers() + 1));
+        assert!(pool.worker_pids().len() == pool.num_workers());
+    }
+    pool.reset().unwrap();
+    pool.step(&[1i64; 32]).unwrap();
+    drop(pool);
+    // Given workers, async mode or restarts: every env in a worker, and the reason.
+    let cases = [
+        (auto(builder("CartPole-v1").num_envs(32).num_workers(1)), "worker count"),
+        (auto(builder("CartPole-v1").num_envs(32).batch_size(16)), "async"),
+        (
+            auto(
+                builder("CartPole-v1")
+                    .num_envs(32)
+                    .failure_policy(FailurePolicy::Restart { max_restarts: 1 }),
+            ),
+            "restarts",
+        ),
+    ];
+    for (b, why) in cases {
+        let pool = b.build().unwrap();
+        let choice = pool.trainer_shard_choice();
+        assert!(!choice.on && choice.reason.contains(why), "{choice:?}");
+        assert!(pool.trainer_envs().is_empty());
+    }
+    // Without a way to build the envs in the trainer (this test program serves no
+    // workers), auto is off and on is refused with the fix.
+    let pool = builder("CartPole-v1").num_envs(32).build().unwrap();
+    assert!(!pool.trainer_shard_choice().on && pool.trainer_envs().is_empty());
+    let err =
+        builder("CartPole-v1").num_envs(8).trainer_shard_mode(TrainerShardMode::On).build().unwrap_err();
+    assert!(err.to_string().contains("serve_if_worker"), "{err}");
 }

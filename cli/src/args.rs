@@ -1,7 +1,7 @@
 //! Arguments shared by several commands, and the parsers that refuse out-of-range numbers
 //! with a message naming the valid range (clap adds the argument and the value).
 
-use shmenv::{CpuAffinity, Pool, PoolBuilder, WaitStrategy};
+use shmenv::{CpuAffinity, Pool, PoolBuilder, TrainerShardMode, WaitStrategy};
 use std::path::PathBuf;
 
 /// Which envs to run (shared by `bench`, `tune` and `soak`).
@@ -86,6 +86,29 @@ impl Affinity {
         match self {
             Affinity::Auto => "auto",
             Affinity::None => "none",
+        }
+    }
+}
+
+/// Whether the trainer steps a shard of the envs itself (`--trainer-shard`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrainerShard {
+    /// Where it is safe and measured faster: sync mode, built-in envs (not a plugin's),
+    /// the worker count left to the pool, no restarts.
+    Auto,
+    /// Always (sync mode).
+    On,
+    /// Never: every env in a worker process.
+    Off,
+}
+
+impl TrainerShard {
+    /// The engine's setting.
+    pub fn mode(self) -> TrainerShardMode {
+        match self {
+            TrainerShard::Auto => TrainerShardMode::Auto,
+            TrainerShard::On => TrainerShardMode::On,
+            TrainerShard::Off => TrainerShardMode::Off,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `shmenv bench`: step an env with random actions through a pool, optionally against the
 //! same envs in an in-process serial loop.
 
-use crate::args::{self, Affinity, Envs, OnOff, Wait};
+use crate::args::{self, Affinity, Envs, OnOff, TrainerShard, Wait};
 use crate::contend;
 use crate::memory;
 use crate::stepping::{
@@ -13,6 +13,7 @@ use crate::Error;
 use serde_json::json;
 use shmenv::worker::Registry;
 use shmenv::{Pool, StatsReport, Verdict, WorkerActivity};
+use shmenv_engine::pool::ShardQuestion;
 use shmenv_engine::protocol::PoolParams;
 use std::time::Duration;
 
@@ -21,14 +22,16 @@ use std::time::Duration;
 pub struct BenchArgs {
     #[command(flatten)]
     pub(crate) envs: Envs,
-    /// Number of worker processes (default: available cores; one fewer with --trainer-shard).
+    /// Number of worker processes (default: available cores; one fewer with the trainer's shard).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
     pub(crate) workers: Option<usize>,
-    /// The trainer steps a shard of the envs itself (sync mode): the envs are split into
-    /// --workers + 1 shards, the trainer's first. Trades the trainer's safety from its
-    /// envs' crashes for one process fewer per core.
-    #[arg(long)]
-    pub(crate) trainer_shard: bool,
+    /// Whether the trainer steps a shard of the envs itself (sync mode): the envs are then
+    /// split into workers + 1 shards, the trainer's first, one process fewer per core.
+    /// auto (default): for built-in envs when --workers, --plugin, --max-restarts and
+    /// --batch-size are not given; on (also a bare --trainer-shard): always; off: never.
+    /// Trades the trainer's safety from its envs' crashes for speed.
+    #[arg(long, value_enum, default_value_t = TrainerShard::Auto, num_args = 0..=1, default_missing_value = "on")]
+    pub(crate) trainer_shard: TrainerShard,
     /// Results per batch: fewer than --num-envs runs the pool in async mode (send/recv,
     /// each batch holds the envs that finished first). Default: all envs (sync).
     #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
@@ -102,7 +105,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     check_memory(registry, &args, &config, 1)?;
     warn_if_loaded("at the start");
     let pool = pool_builder(registry, &args, args.wait, args.affinity)?.build()?;
-    let (workers, batch_size) = (pool.num_workers(), pool.batch_size());
+    let (workers, batch_size, shard) = (pool.num_workers(), pool.batch_size(), pool.trainer_shard_choice());
     let baseline = if args.baseline {
         Some(Baseline { registry, params: serial_params(&args, &config)? })
     } else {
@@ -121,7 +124,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait, "affinity": args.affinity.name(), "seconds": ours.seconds,
             "steps": ours.steps, "steps_per_sec": ours.rate(), "stats": stats,
-            "trainer_shard": args.trainer_shard,
+            "trainer_shard": shard.on, "trainer_shard_reason": shard.reason,
         });
         if let Some(p) = &profile {
             out["profile"] = json!(p);
@@ -137,7 +140,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let n = args.envs.num_envs;
     let mode = if batch_size < n { format!("async, batches of {batch_size}") } else { "sync".into() };
-    let shards = if args.trainer_shard { " and the trainer" } else { "" };
+    let shards = if shard.on { " and the trainer" } else { "" };
     println!(
         "{} x {n} on {workers} workers{shards} ({mode}, wait {wait}), {:.1} s",
         args.envs.env, ours.seconds
@@ -149,9 +152,31 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
         println!("  {}", ratio_hint(r));
     }
     if let Some(p) = &profile {
+        let on = if shard.on { "on" } else { "off" };
+        println!("  trainer's shard:   {on} ({})", shard.reason);
         print_profile(p);
     }
     Ok(())
+}
+
+impl BenchArgs {
+    /// Whether the pool of these arguments gets the trainer's shard, decided as the engine
+    /// decides it at build (false where the engine would refuse `on`: it says why then).
+    pub(crate) fn shard_on(&self) -> bool {
+        let n = self.envs.num_envs;
+        ShardQuestion {
+            mode: self.trainer_shard.mode(),
+            buildable: true,
+            plugin: self.envs.plugin.is_some(),
+            sync: self.batch_size.is_none_or(|b| b == n),
+            restarts: self.max_restarts.is_some(),
+            workers_given: self.workers.is_some(),
+            num_envs: n,
+            cores: shmenv_engine::sync::available_cores(),
+        }
+        .decide()
+        .is_ok_and(|c| c.on)
+    }
 }
 
 /// The pool of `args`, waiting by `wait` with workers placed by `affinity`.
@@ -176,9 +201,10 @@ pub(crate) fn pool_builder(
     if let Some(b) = args.batch_size {
         builder = builder.batch_size(b);
     }
-    if args.trainer_shard {
+    if args.trainer_shard != TrainerShard::Off {
         builder = builder.trainer_shard(shmenv::worker::trainer_shard(registry.clone()));
     }
+    builder = builder.trainer_shard_mode(args.trainer_shard.mode());
     if let Some(max_restarts) = args.max_restarts {
         builder = builder.failure_policy(shmenv::FailurePolicy::Restart { max_restarts });
     }
@@ -221,7 +247,7 @@ pub(crate) fn check_memory(
         args.workers,
         args.batch_size,
         args.trace.is_some(),
-        args.trainer_shard,
+        args.shard_on(),
     );
     let spec = memory::builtin_spec(registry, &args.envs, config);
     memory::Plan {

@@ -8,6 +8,7 @@
 //! max over the rounds. Every value is checked (range, divisibility, memory) before the
 //! first run, and so is the `--plot` file.
 
+use crate::args::TrainerShard;
 use crate::bench::{self, BenchArgs};
 use crate::plot;
 use crate::stepping::{contenders, load_average, warn_if_loaded, Baseline, Progress, Stepper, Tally};
@@ -106,7 +107,9 @@ pub struct Setting {
     pub num_envs: usize,
     /// Results per batch.
     pub batch_size: usize,
-    /// More processes step envs (the workers, and the trainer with --trainer-shard) than
+    /// The trainer steps a shard of the envs (`--trainer-shard`, as the pool decides it).
+    pub trainer_shard: bool,
+    /// More processes step envs (the workers, and the trainer with its shard) than
     /// this process has cores.
     pub oversubscribed: bool,
 }
@@ -219,7 +222,8 @@ fn default_values(args: &BenchArgs, sweep: Sweep, cores: usize) -> Vec<usize> {
     let n = args.envs.num_envs;
     let mut values: Vec<usize> = match sweep {
         Sweep::Workers => {
-            let most = n.saturating_sub(usize::from(args.trainer_shard)).clamp(1, MAX_WORKERS);
+            let own = args.trainer_shard == TrainerShard::On;
+            let most = n.saturating_sub(usize::from(own)).clamp(1, MAX_WORKERS);
             let mut v: Vec<usize> = std::iter::successors(Some(1usize), |w| w.checked_mul(2))
                 .take_while(|&w| w < cores)
                 .collect();
@@ -228,7 +232,7 @@ fn default_values(args: &BenchArgs, sweep: Sweep, cores: usize) -> Vec<usize> {
         }
         Sweep::NumEnvs => {
             let workers =
-                args.workers.unwrap_or_else(|| default_num_workers(usize::MAX, cores, args.trainer_shard));
+                args.workers.unwrap_or_else(|| default_num_workers(usize::MAX, cores, args.shard_on()));
             let batch = args.batch_size.unwrap_or(1);
             [1, 4, 16, 64, 256, 1024].iter().map(|k| k * workers).filter(|v| v % batch == 0).collect()
         }
@@ -250,7 +254,8 @@ fn setting(args: &BenchArgs, sweep: Sweep, value: usize, cores: usize) -> Result
         Sweep::BatchSize => a.batch_size = Some(value),
     }
     let n = a.envs.num_envs;
-    let workers = a.workers.unwrap_or_else(|| default_num_workers(n, cores, a.trainer_shard));
+    let shard = a.shard_on();
+    let workers = a.workers.unwrap_or_else(|| default_num_workers(n, cores, shard));
     let batch_size = a.batch_size.unwrap_or(n);
     let what = format!("--sweep {} value {value}", sweep.name());
     if workers > n.min(MAX_WORKERS) {
@@ -260,13 +265,13 @@ fn setting(args: &BenchArgs, sweep: Sweep, value: usize, cores: usize) -> Result
             n.min(MAX_WORKERS)
         ));
     }
-    if a.trainer_shard && batch_size < n {
+    if shard && batch_size < n {
         return refuse(format!(
             "{what}: --trainer-shard runs in sync mode only, but the batch size ({batch_size}) is less than the \
              envs ({n}): drop --batch-size (or --trainer-shard)"
         ));
     }
-    if a.trainer_shard && n <= workers {
+    if shard && n <= workers {
         return refuse(format!(
             "{what}: with --trainer-shard the {n} envs are split into {workers} workers + the trainer, so there \
              must be at least {} envs: use fewer workers or more envs",
@@ -280,8 +285,8 @@ fn setting(args: &BenchArgs, sweep: Sweep, value: usize, cores: usize) -> Result
             divisors(n)
         ));
     }
-    let oversubscribed = workers + usize::from(a.trainer_shard) > cores;
-    Ok(Setting { value, args: a, workers, num_envs: n, batch_size, oversubscribed })
+    let oversubscribed = workers + usize::from(shard) > cores;
+    Ok(Setting { value, args: a, workers, num_envs: n, batch_size, trainer_shard: shard, oversubscribed })
 }
 
 /// The divisors of `n`, the first dozen and the largest ones, in words.

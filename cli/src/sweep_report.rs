@@ -1,6 +1,7 @@
 //! What `bench --sweep` reports: the table, the JSON object with every run, and the data
 //! of the plot.
 
+use crate::args::TrainerShard;
 use crate::bench::BenchArgs;
 use crate::plot::PlotData;
 use crate::stepping::fmt_rate;
@@ -96,7 +97,7 @@ impl Measured {
             (_, Some(w)) => parts.push(format!("{w} workers")),
             (_, None) => parts.push("default workers".into()),
         }
-        if args.trainer_shard {
+        if args.trainer_shard == TrainerShard::On {
             parts.push("and the trainer's shard".into());
         }
         match (self.sweep, args.batch_size) {
@@ -143,8 +144,11 @@ pub fn print_table(args: &BenchArgs, m: &Measured) {
         if m.sweep == Sweep::BatchSize || (m.sweep == Sweep::NumEnvs && args.batch_size.is_some()) {
             notes.push(if s.batch_size < s.num_envs { "async".into() } else { "sync".into() });
         }
+        if s.trainer_shard && args.trainer_shard != TrainerShard::On {
+            notes.push("and the trainer's shard".into());
+        }
         if s.oversubscribed {
-            let shard = if args.trainer_shard { " and the trainer's shard" } else { "" };
+            let shard = if s.trainer_shard { " and the trainer's shard" } else { "" };
             notes.push(format!("oversubscribed: {} workers{shard} on {} cores", s.workers, m.cores));
         }
         let line = format!(
@@ -191,7 +195,7 @@ pub fn json(args: &BenchArgs, config: &Value, m: &Measured) -> Value {
             json!({
                 "value": s.value, "workers": s.workers, "num_envs": s.num_envs, "batch_size": s.batch_size,
                 "mode": if s.batch_size < s.num_envs { "async" } else { "sync" },
-                "oversubscribed": s.oversubscribed, "runs": runs_json(&m.runs[i]),
+                "oversubscribed": s.oversubscribed, "trainer_shard": s.trainer_shard, "runs": runs_json(&m.runs[i]),
                 "median_steps_per_sec": sum.median, "min_steps_per_sec": sum.min, "max_steps_per_sec": sum.max,
                 "ratio_to_serial": serial.map(|b| sum.median / b),
                 "linear_steps_per_sec": linear.as_ref().map(|l| l[i]),
@@ -206,7 +210,7 @@ pub fn json(args: &BenchArgs, config: &Value, m: &Measured) -> Value {
     });
     json!({
         "sweep": m.sweep.name(), "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs,
-        "workers": args.workers, "batch_size": args.batch_size, "trainer_shard": args.trainer_shard,
+        "workers": args.workers, "batch_size": args.batch_size, "trainer_shard": args.trainer_shard.mode().name(),
         "wait": args.wait.strategy().name(), "affinity": args.affinity.name(), "seed": args.seed,
         "values": m.settings.iter().map(|s| s.value).collect::<Vec<_>>(),
         "rounds": args.sweep.rounds, "seconds": args.seconds, "cores": m.cores, "settings": settings,

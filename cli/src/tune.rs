@@ -8,7 +8,8 @@ use crate::stepping::{contenders, fmt_rate, load_average, Progress, Tally};
 use crate::Error;
 use serde_json::{json, Value};
 use shmenv::worker::Registry;
-use shmenv::{Pool, WaitStrategy};
+use shmenv::{Pool, TrainerShardChoice, TrainerShardMode, WaitStrategy};
+use shmenv_engine::pool::ShardQuestion;
 use std::time::Duration;
 
 /// `shmenv tune` arguments.
@@ -120,13 +121,16 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
     let plugin = args.envs.plugin.as_deref();
     let rec = Recommendation { env: &args.envs.env, plugin, config: &config, num_envs: n, best };
     let own_rec = own.as_ref().map(|best| Recommendation { best, ..rec });
+    let by_default = default_shard(&args.envs, cores);
     let fronts = |r: &Recommendation<'_>| json!({"cli": r.cli(), "rust": r.rust(), "python": r.python()});
     if args.json {
         println!(
             "{}",
             json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals,
                    "recommended": fronts(&rec), "with_trainer_shard": own_rec.as_ref().map(fronts),
-                   "trainer_shard_trial": own_trial, "load_average_before": loads.0, "load_average_after": loads.1,
+                   "trainer_shard_trial": own_trial,
+                   "default_trainer_shard": {"on": by_default.on, "reason": by_default.reason},
+                   "load_average_before": loads.0, "load_average_after": loads.1,
                    "cores": cores})
         );
         return Ok(());
@@ -151,11 +155,34 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
             fmt_rate(r.best.steps_per_sec),
             r.best.steps_per_sec / best.steps_per_sec
         );
+        if by_default.on {
+            println!(
+                "  (the default, trainer_shard auto, takes it when the worker count is left to the pool)"
+            );
+        }
         println!("  CLI:     {}", r.cli());
         println!("  Rust:    {}", r.rust());
         println!("  Python:  {}", r.python());
     }
+    let on = if by_default.on { "on" } else { "off" };
+    println!("the trainer's shard with the defaults (trainer_shard auto): {on}, {}", by_default.reason);
     Ok(())
+}
+
+/// What `trainer_shard` auto decides for a sync pool of `envs` with the default workers.
+fn default_shard(envs: &Envs, cores: usize) -> TrainerShardChoice {
+    let question = ShardQuestion {
+        mode: TrainerShardMode::Auto,
+        buildable: true,
+        plugin: envs.plugin.is_some(),
+        sync: true,
+        restarts: false,
+        workers_given: false,
+        num_envs: envs.num_envs,
+        cores,
+    };
+    // Auto never refuses; `off` stands in should that change.
+    question.decide().unwrap_or(TrainerShardChoice { on: false, reason: "undecided" })
 }
 
 /// The fastest sync pool with a trainer shard (1 to `cores - 1` workers and the trainer,

@@ -92,6 +92,38 @@ fn a_short_bench_runs_its_own_workers() {
 }
 
 #[test]
+fn bench_takes_the_trainers_shard_by_default_for_built_in_sync_pools() {
+    let _w = Watchdog::new("cli trainer shard", Duration::from_secs(120));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "--num-envs", "32", "--seconds", "0.1", "--json"];
+        args.extend_from_slice(extra);
+        let out = shmenv(&args);
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["trainer_shard"].as_bool().unwrap(), v["trainer_shard_reason"].as_str().unwrap().to_string(), v)
+    };
+    // No flag: the CLI serves its own workers, so the trainer can build the built-in envs.
+    let (on, reason, v) = run(&[]);
+    assert_eq!(on, cores >= 2, "{v}");
+    if on {
+        assert_eq!(v["workers"].as_u64().unwrap() as usize, (cores.min(32) - 1).max(1), "{v}");
+        assert!(reason.contains("sync mode"), "{reason}");
+    }
+    for (extra, why) in [
+        (&["--workers", "2"][..], "worker count"),
+        (&["--batch-size", "16"][..], "async"),
+        (&["--trainer-shard", "off"][..], "off as asked"),
+    ] {
+        let (on, reason, v) = run(extra);
+        assert!(!on && reason.contains(why), "{extra:?}: {v}");
+    }
+    // A bare --trainer-shard is `on`, with the workers given too.
+    let (on, reason, _) = run(&["--workers", "1", "--trainer-shard"]);
+    assert!(on && reason == "on as asked", "{reason}");
+}
+
+#[test]
 fn workers_die_with_their_trainer() {
     let _w = Watchdog::new("workers die with the trainer", Duration::from_secs(60));
     // A trainer process (the CLI) with 2 workers, killed while stepping.

@@ -157,7 +157,7 @@ fn num_envs_and_batch_size_sweeps_of_any_env() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((doc["env"].as_str(), doc["trainer_shard"].as_bool()), (Some("Burn-v0"), Some(true)));
+    assert_eq!((doc["env"].as_str(), doc["trainer_shard"].as_str()), (Some("Burn-v0"), Some("on")));
     assert_eq!(column(&doc, "num_envs"), vec![Value::from(4), Value::from(8)]);
     assert_eq!(column(&doc, "ratio_to_linear"), vec![Value::Null, Value::Null], "linear is for workers");
     assert_eq!(doc["baseline"]["num_envs"], 8);

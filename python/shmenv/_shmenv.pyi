@@ -172,6 +172,18 @@ def autoreset_name(name: str) -> str:
 def default_num_workers(num_envs: int, trainer_shard: bool = False) -> int:
     """The worker count a pool of ``num_envs`` envs gets by default."""
 
+def trainer_shard_choice(
+    mode: str,
+    *,
+    num_envs: int,
+    workers_given: bool,
+    buildable: bool,
+    plugin: bool,
+    sync: bool,
+    restarts: bool,
+) -> tuple[bool, str]:
+    """Whether a pool gets the trainer's shard (the engine's rule), and why."""
+
 def builtin_env_ids() -> list[str]:
     """The ids of the built-in (Rust) envs."""
 

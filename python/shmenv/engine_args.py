@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from shmenv import _shmenv
@@ -47,6 +48,8 @@ class PoolPlan:
     num_workers: int
     batch_size: int
     seed: int | None
+    #: Whether the trainer steps a shard of the envs, and why.
+    trainer_shard: tuple[bool, str]
     pool_args: dict[str, Any]
 
 
@@ -76,17 +79,8 @@ def plan_pool(
     if resolved.python and obs_mode != "same":
         resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
     num_envs = _count("num_envs", num_envs)
-    if o.trainer_shard and resolved.python:
-        raise InvalidArgumentError(
-            f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
-            "Python env, which runs in worker processes only: drop trainer_shard"
-        )
-    if o.trainer_shard and o.worker_program is not None:
-        raise InvalidArgumentError(
-            "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
-            f"envs of worker_program={o.worker_program!r}: drop one of the two"
-        )
-    num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker, bool(o.trainer_shard))
+    shard = _trainer_shard(o, resolved, num_envs, plugin is not None)
+    num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker, shard[0])
     if resolved.config.get("kind") == "factory" and resolved.python:
         which = resolved.config.get("env_factory")
         if which is not None and len(which) != num_envs:
@@ -119,7 +113,36 @@ def plan_pool(
         retain_batches=retain_batches,
         fair_scheduling=bool(o.fair_scheduling),
         plugin=plugin,
-        trainer_shard=bool(o.trainer_shard),
+        trainer_shard=shard[0],
         caller_guard=caller_guard,
     )
-    return PoolPlan(resolved, mode, obs_mode, num_envs, num_workers, batch, seed, pool_args)
+    return PoolPlan(resolved, mode, obs_mode, num_envs, num_workers, batch, seed, shard, pool_args)
+
+
+def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, str]:
+    """Whether the trainer steps a shard (``trainer_shard``: True/"on", False/"off" or
+    "auto"), and why: the engine's rule, with what only Python knows (a Python env or
+    another worker program cannot be built in the trainer)."""
+    value = o.trainer_shard  # checked by PoolOptions.of
+    mode = ("on" if value else "off") if isinstance(value, (bool, np.bool_)) else str(value)
+    if mode == "on" and resolved.python:
+        raise InvalidArgumentError(
+            f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
+            "Python env, which runs in worker processes only: drop trainer_shard"
+        )
+    if mode == "auto" and resolved.python:
+        return False, "Python envs run in worker processes only"
+    if mode == "on" and o.worker_program is not None:
+        raise InvalidArgumentError(
+            "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
+            f"envs of worker_program={o.worker_program!r}: drop one of the two"
+        )
+    return _shmenv.trainer_shard_choice(
+        mode,
+        num_envs=num_envs,
+        workers_given=o.num_workers is not None or o.envs_per_worker is not None,
+        buildable=not resolved.python and o.worker_program is None,
+        plugin=plugin,
+        sync=o.batch_size is None or o.batch_size == num_envs,
+        restarts=o.max_restarts is not None,
+    )

@@ -52,7 +52,7 @@ class PoolOptions:
     plugin: str | os.PathLike | None = None
     observation_mode: str | tuple = "same"
     pool_infos: bool = False
-    trainer_shard: bool = False
+    trainer_shard: bool | str = "auto"
 
     @classmethod
     def of(cls, caller: str, options: dict[str, Any]) -> PoolOptions:
@@ -72,7 +72,21 @@ class PoolOptions:
                     f"{caller}(): {name} must be True or False, got {value!r} ({type(value).__name__}); "
                     f"pass {name}=True or {name}=False"
                 )
+        _check_trainer_shard(caller, options.get("trainer_shard", "auto"))
         return cls(**options)
+
+
+def _check_trainer_shard(caller: str, value: Any) -> None:
+    """``trainer_shard`` is a bool or one of the mode names."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, str) and value in ("auto", "on", "off")):
+        return
+    from shmenv.errors import InvalidArgumentError, InvalidArgumentTypeError
+
+    error = InvalidArgumentError if isinstance(value, str) else InvalidArgumentTypeError
+    raise error(
+        f"{caller}(): trainer_shard must be True, False, 'auto', 'on' or 'off', got {value!r} "
+        f"({type(value).__name__}); 'auto' (the default) lets the pool choose"
+    )
 
 
 def env_or_id(env: Any, env_id: Any) -> Any:

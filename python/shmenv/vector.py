@@ -112,6 +112,8 @@ class ShmVectorEnv(VectorEnv):
         self.backend = resolved.backend  # "native", "plugin" or "python": which path runs the envs
         self.num_envs = plan.num_envs
         self.num_workers = plan.num_workers
+        # Whether the trainer steps a shard of the envs itself, and why (``trainer_shard``).
+        self.trainer_shard, self.trainer_shard_reason = plan.trainer_shard
         self.batch_size = plan.batch_size
         self.is_async = self.batch_size < self.num_envs
         self._shards = [(lo, hi) for lo, hi in self._pool.shards()]
@@ -568,11 +570,15 @@ def make_vec(env: Any = None, num_envs: int = 1, *, id: Any = None, **options: A
       observation spaces may differ in their bounds, with one shape and dtype; the batched
       space is ``batch_differing_spaces`` of them) or ``(observation_space,
       single_observation_space)``.
-    - ``trainer_shard`` (sync mode, native envs): the trainer steps the first of
-      ``num_workers + 1`` shards of the envs itself while the workers step theirs (default
-      ``num_workers``: one fewer than the cores). Where envs are cheap this is one process
-      per core instead of a trainer sharing a core with a worker; but those envs run in the
-      trainer's process, so a plugin's crash there ends the trainer (docs/python.md).
+    - ``trainer_shard`` ("auto" by default, True/"on", False/"off"; sync mode, native
+      envs): the trainer steps the first of ``num_workers + 1`` shards of the envs itself
+      while the workers step theirs (default ``num_workers``: one fewer than the cores).
+      Where envs are cheap this is one process per core instead of a trainer sharing a
+      core with a worker; but those envs run in the trainer's process, so a crash there
+      ends the trainer. "auto" takes it for built-in envs in sync mode when
+      ``num_workers``/``envs_per_worker``, ``max_restarts`` and ``plugin`` are not given
+      (plugins and Python envs keep every env in a worker); ``envs.trainer_shard`` and
+      ``envs.trainer_shard_reason`` say what was chosen (docs/python.md).
     - ``pool_infos``: add ``infos["env_id"]`` and ``infos["elapsed_step"]`` to every
       result in sync mode too (async mode always has them, EnvPool style); by default a
       sync pool's infos hold what the envs returned, as ``SyncVectorEnv``'s.

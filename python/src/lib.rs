@@ -92,6 +92,7 @@ fn _shmenv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checks::check_actions, m)?)?;
     m.add_function(wrap_pyfunction!(pool_args::autoreset_name, m)?)?;
     m.add_function(wrap_pyfunction!(pool_args::default_num_workers, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_args::trainer_shard_choice, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(python_env_id, m)?)?;
     m.add_function(wrap_pyfunction!(shard, m)?)?;

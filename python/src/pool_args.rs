@@ -7,6 +7,7 @@ use crate::pool::invalid_argument;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use shmenv_engine::launch::CpuAffinity;
+use shmenv_engine::pool::{ShardQuestion, TrainerShardMode};
 use shmenv_engine::protocol::{AutoReset, UnknownAutoReset};
 use shmenv_engine::{Pool, PoolBuilder, WaitStrategy, WorkerCommand};
 use std::time::Duration;
@@ -29,6 +30,30 @@ fn parse_autoreset(name: &str) -> PyResult<AutoReset> {
 #[pyo3(signature = (num_envs, trainer_shard = false))]
 pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize {
     shmenv_engine::pool::default_num_workers(num_envs, shmenv_engine::sync::available_cores(), trainer_shard)
+}
+
+/// Whether a pool gets the trainer's shard, decided by the engine's rule
+/// (`ShardQuestion::decide`): `mode` is `auto`, `on` or `off`; `buildable` says the
+/// trainer can build the envs (native, from shmenv's own registry or a plugin), `plugin`
+/// that a plugin library runs them. Returns whether, and why.
+#[pyfunction]
+#[pyo3(signature = (mode, *, num_envs, workers_given, buildable, plugin, sync, restarts))]
+pub(crate) fn trainer_shard_choice(
+    mode: &str,
+    num_envs: usize,
+    workers_given: bool,
+    buildable: bool,
+    plugin: bool,
+    sync: bool,
+    restarts: bool,
+) -> PyResult<(bool, &'static str)> {
+    let mode = TrainerShardMode::from_name(mode).ok_or_else(|| {
+        invalid_argument(format!("trainer_shard must be True, False, 'auto', 'on' or 'off', got {mode:?}"))
+    })?;
+    let cores = shmenv_engine::sync::available_cores();
+    let question = ShardQuestion { mode, buildable, plugin, sync, restarts, workers_given, num_envs, cores };
+    let choice = question.decide().map_err(|e| invalid_argument(e.to_string()))?;
+    Ok((choice.on, choice.reason))
 }
 
 /// A worker command: `program`, its arguments, extra environment.
@@ -114,10 +139,13 @@ impl PoolArgs {
         if let Some(b) = self.batch_size {
             builder = builder.batch_size(b);
         }
-        if self.trainer_shard {
-            builder =
-                builder.trainer_shard(shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins()));
-        }
+        // Python decided (`trainer_shard_choice`, before it counted the workers): on or off.
+        builder = match self.trainer_shard {
+            true => {
+                builder.trainer_shard(shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins()))
+            }
+            false => builder.trainer_shard_mode(TrainerShardMode::Off),
+        };
         if let Some(s) = self.seed {
             builder = builder.seed(s);
         }

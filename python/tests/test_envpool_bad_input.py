@@ -52,15 +52,28 @@ def test_a_bool_seed_is_refused():
         envpool.make("CartPole-v1", num_envs=2, seed=True)
 
 
-@pytest.mark.parametrize("flag", ["trainer_shard", "copy", "pin_workers", "fair_scheduling", "pool_infos"])
+@pytest.mark.parametrize("flag", ["copy", "pin_workers", "fair_scheduling", "pool_infos"])
 def test_make_vec_flags_take_only_bools(flag, no_leaks):
     match = rf"make_vec\(\): {flag} must be True or False, got 'yes' \(str\); pass {flag}=True"
     with pytest.raises(InvalidArgumentTypeError, match=match):
         shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: "yes"})
     with pytest.raises(InvalidArgumentTypeError, match=rf"{flag} must be True or False, got 1 \(int\)"):
         shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: 1})
-    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: np.bool_(flag != "trainer_shard")}) as envs:
+    with shmenv.make_vec("CartPole-v1", 2, num_workers=1, **{flag: np.bool_(True)}) as envs:
         envs.reset(seed=0)
+
+
+def test_trainer_shard_takes_bools_and_mode_names(no_leaks):
+    with pytest.raises(
+        InvalidArgumentError, match=r"trainer_shard must be True, False, 'auto', 'on' or 'off', got 'yes'"
+    ):
+        shmenv.make_vec("CartPole-v1", 2, trainer_shard="yes")
+    with pytest.raises(InvalidArgumentTypeError, match=r"trainer_shard must be .* got 1 \(int\)"):
+        shmenv.make_vec("CartPole-v1", 2, trainer_shard=1)
+    with shmenv.make_vec("CartPole-v1", 2, trainer_shard=np.bool_(False)) as envs:
+        assert (envs.trainer_shard, envs.trainer_shard_reason) == (False, "off as asked")
+    with shmenv.make_vec("CartPole-v1", 2, trainer_shard="on") as envs:
+        assert envs.trainer_shard and envs.num_workers == 1
 
 
 def test_sync_send_twice_is_refused_and_keeps_the_first_actions(no_leaks):

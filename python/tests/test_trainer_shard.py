@@ -76,3 +76,51 @@ def test_what_a_trainer_shard_cannot_run_is_refused_before_any_worker_starts(no_
         shmenv.make_vec("CartPole-v1", 2, num_workers=2, trainer_shard=True)
     with pytest.raises(InvalidArgumentError, match="cannot know the envs of worker_program"):
         shmenv.make_vec("CartPole-v1", 4, worker_program="/bin/true", trainer_shard=True)
+
+
+def _cores() -> int:
+    return shmenv._shmenv.default_num_workers(1000)
+
+
+@pytest.mark.parametrize(
+    ("env", "n", "options", "reason"),
+    [
+        ("CartPole-v1", 32, {}, "sync mode, native envs"),
+        ("CartPole-v1", 32, {"num_workers": 2}, "the worker count was given"),
+        ("CartPole-v1", 32, {"envs_per_worker": 16}, "the worker count was given"),
+        ("CartPole-v1", 32, {"batch_size": 16}, "async mode"),
+        ("CartPole-v1", 32, {"max_restarts": 2}, "restarts asked for"),
+        ("CartPole-v1", 1, {}, "too few envs"),
+        (lambda: gym.make("CartPole-v1"), 4, {}, "Python envs run in worker processes only"),
+    ],
+    ids=["sync-builtin", "workers-given", "envs-per-worker", "async", "restarts", "one-env", "python-env"],
+)
+def test_the_default_takes_the_trainer_shard_only_where_it_is_safe_and_faster(env, n, options, reason, no_leaks):
+    """``trainer_shard="auto"`` (the default): built-in envs in sync mode with the worker
+    count left to the pool get the trainer's shard (on two cores or more); everything
+    else keeps every env in a worker, and ``trainer_shard_reason`` says why."""
+    with shmenv.make_vec(env, n, **options) as envs:
+        on = reason.startswith("sync") and _cores() >= 2
+        if reason.startswith("sync") and not on:
+            reason = "one core"
+        assert (envs.trainer_shard, reason in envs.trainer_shard_reason) == (on, True), envs.trainer_shard_reason
+        if on:
+            # One worker fewer than the cores: the trainer steps the first shard itself.
+            assert envs.num_workers == max(1, min(_cores(), n) - 1)
+            assert len(envs.worker_pids) == envs.num_workers
+        obs, _ = envs.reset(seed=3)
+        assert obs.shape[0] == envs.batch_size
+
+
+def test_the_default_steps_as_sync_vector_env_and_a_plugin_keeps_its_workers(cartpole_c, no_leaks):
+    n = 6
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    with shmenv.make_vec("CartPole-v1", n) as envs:
+        assert envs.trainer_shard == (_cores() >= 2)
+        np.testing.assert_array_equal(envs.reset(seed=11)[0], ref.reset(seed=11)[0])
+        rng = np.random.default_rng(4)
+        for t in range(300):
+            step_alike(envs, ref, rng.integers(0, 2, size=n), f"step {t}")
+    ref.close()
+    with shmenv.make_vec("CartPoleC-v1", n, plugin=cartpole_c) as envs:
+        assert not envs.trainer_shard and "plugin envs keep their crash isolation" in envs.trainer_shard_reason

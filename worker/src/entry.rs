@@ -17,11 +17,12 @@ use crate::registry::Registry;
 /// When a pool started this process as one of its workers (its arguments begin with
 /// `--shmenv-worker`), this builds the registry, serves the pool until it closes and
 /// **exits the process** with the worker host's exit code (see [`host::run`]); the rest of
-/// `main` never runs. Otherwise it returns at once, without calling `registry`, and records
-/// that this program serves workers: from then on a pool built without
-/// `.worker_program(..)` re-executes this same program as its workers (unless
-/// `SHMENV_WORKER_PROGRAM` names another). Envs registered in `registry` are what the
-/// workers know, so custom envs need nothing more:
+/// `main` never runs. Otherwise it records that this program serves workers: from then on
+/// a pool built without `.worker_program(..)` re-executes this same program as its
+/// workers (unless `SHMENV_WORKER_PROGRAM` names another). Envs registered in `registry`
+/// are what the workers know, so custom envs need nothing more. The trainer builds the
+/// registry too, once, so that such pools can step a shard of their envs in the trainer
+/// (`PoolBuilder::trainer_shard_mode`, on by default where it is safe and faster):
 ///
 /// ```no_run
 /// # use shmenv_worker::{EnvEntry, Registry};
@@ -50,4 +51,5 @@ pub fn serve_if_worker<R: FnOnce() -> Registry>(registry: R) {
         std::process::exit(i32::from(code));
     }
     shmenv_engine::launch::program::declare_serves_workers();
+    shmenv_engine::pool::declare_program_shard(crate::trainer_shard(registry()));
 }

@@ -7,6 +7,7 @@ use crate::sync::WaitStrategy;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::shard_choice::TrainerShardMode;
 use super::trainer_shard::{ShardMaker, TrainerShard};
 use super::Pool;
 use crate::protocol::{PoolParams, WorkerReport};
@@ -36,6 +37,7 @@ pub struct PoolBuilder {
     pub(super) failure_policy: FailurePolicy,
     pub(super) plugin: Option<PathBuf>,
     pub(super) trainer_shard: Option<ShardMaker>,
+    pub(super) trainer_shard_mode: TrainerShardMode,
 }
 
 impl PoolBuilder {
@@ -82,6 +84,7 @@ impl PoolBuilder {
             step_timeout: None,
             failure_policy: FailurePolicy::Fail,
             trainer_shard: None,
+            trainer_shard_mode: TrainerShardMode::Auto,
             startup_timeout: Self::DEFAULT_STARTUP_TIMEOUT,
             plugin: None,
         }
@@ -291,25 +294,39 @@ impl PoolBuilder {
         self
     }
 
-    /// Lets the trainer step a shard of the envs itself (sync mode only; default off): the
-    /// envs are split into `num_workers + 1` shards, and between posting the workers and
-    /// waiting for them the trainer steps the first one on its own thread, into the same
-    /// result rows (default `num_workers`: one fewer than the cores). `make` builds those
-    /// envs in the trainer; for the envs a worker program knows, pass
-    /// `shmenv::worker::trainer_shard(registry)` with the same registry.
+    /// Whether the trainer steps a shard of the envs itself (default
+    /// [`TrainerShardMode::Auto`]). In sync mode the envs are then split into
+    /// `num_workers + 1` shards, and between posting the workers and waiting for them the
+    /// trainer steps the first one on its own thread, into the same result rows (default
+    /// `num_workers`: one fewer than the cores). With as many workers as cores minus one,
+    /// the pool is one runnable process per core instead of a trainer that shares a core
+    /// with a worker on every batch: where envs are cheap, most of a small batch's cost
+    /// (`docs/benchmarks.md`, "The trainer's own shard").
     ///
-    /// With as many workers as cores minus one, the pool is then one runnable process per
-    /// core instead of a trainer that shares a core with a worker on every batch: where
-    /// envs are cheap, most of a small batch's cost (`docs/benchmarks.md`). What it trades
-    /// away: those envs run inside the trainer, so a crash there (a plugin's segfault) ends
-    /// the trainer, a hang there is the trainer's (the step timeout covers only the wait
-    /// for the workers) and a panic closes the pool as a worker's does. Not for Python
-    /// envs hosted by the package (they run in worker processes only).
+    /// `Auto` takes it for sync pools of envs the trainer can build from the worker
+    /// program's registry (this program's, declared by `serve_if_worker`, or the one given
+    /// to [`trainer_shard`](Self::trainer_shard)), when the worker count is left to the
+    /// pool, there are two cores or more, no restarts are asked for and no plugin runs the
+    /// envs; [`Pool::trainer_shard_choice`] says what it chose and why. What the shard
+    /// trades away: those envs run inside the trainer, so a crash there ends the trainer,
+    /// a hang there is the trainer's (the step timeout covers only the wait for the
+    /// workers) and a panic closes the pool as a worker's does. Plugins, whose C code can
+    /// crash, therefore keep their envs in workers unless this is `On`.
+    pub fn trainer_shard_mode(mut self, mode: TrainerShardMode) -> Self {
+        self.trainer_shard_mode = mode;
+        self
+    }
+
+    /// Turns the trainer's shard on ([`trainer_shard_mode`](Self::trainer_shard_mode)
+    /// `On`) with `make` building its envs in the trainer; for the envs a worker program
+    /// knows, pass `shmenv::worker::trainer_shard(registry)` with the same registry. Not
+    /// for Python envs hosted by the package (they run in worker processes only).
     pub fn trainer_shard(
         mut self,
         make: impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static,
     ) -> Self {
         self.trainer_shard = Some(ShardMaker(Arc::new(make)));
+        self.trainer_shard_mode = TrainerShardMode::On;
         self
     }
 

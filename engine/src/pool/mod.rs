@@ -20,6 +20,7 @@ mod control;
 mod failure;
 mod restart;
 mod settings;
+mod shard_choice;
 mod startup;
 mod sync_mode;
 mod trace;
@@ -36,8 +37,9 @@ pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 use failure::Abort;
 pub use settings::{default_num_workers, MAX_WORKERS};
+pub use shard_choice::{ShardQuestion, TrainerShardChoice, TrainerShardMode};
 pub use startup::closest_match;
-pub use trainer_shard::TrainerShard;
+pub use trainer_shard::{declare_program_shard, TrainerShard};
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///
@@ -140,8 +142,10 @@ struct Core {
     trace: Option<std::collections::VecDeque<(&'static str, u64, u64)>>,
     /// The process that built the pool; in a forked child the pool is inert.
     owner: crate::launch::fork::Owner,
-    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard`]).
+    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard_mode`]).
     own_shard: Option<trainer_shard::OwnShard>,
+    /// Whether the trainer has a shard, and why.
+    shard_choice: TrainerShardChoice,
     /// The kernel's OOM-kill counters when the pool started (see [`Core::died`]).
     oom: crate::launch::memory::OomWatch,
 }
@@ -193,9 +197,15 @@ impl Pool {
         self.core.shard(w)
     }
 
-    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard`]; empty without).
+    /// The envs the trainer steps itself ([`PoolBuilder::trainer_shard_mode`]; empty without).
     pub fn trainer_envs(&self) -> Range<usize> {
         self.core.params.trainer_envs()
+    }
+
+    /// Whether the trainer steps a shard of the envs, and why
+    /// ([`PoolBuilder::trainer_shard_mode`]).
+    pub fn trainer_shard_choice(&self) -> TrainerShardChoice {
+        self.core.shard_choice
     }
 
     /// Process ids of the workers.

@@ -1,5 +1,8 @@
 //! Validation of a [`PoolBuilder`]'s settings, before any process or memory exists.
 
+use super::builder::FailurePolicy;
+use super::shard_choice::{ShardQuestion, TrainerShardChoice};
+use super::trainer_shard::{program_shard, ShardMaker};
 use super::PoolBuilder;
 use crate::error::BuildError;
 use crate::protocol;
@@ -25,14 +28,48 @@ pub fn default_num_workers(num_envs: usize, cores: usize, trainer_shard: bool) -
     (cores.min(num_envs).max(1) - usize::from(trainer_shard)).max(1)
 }
 
-/// Checks every setting; returns the number of workers and the batch size.
-pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), BuildError> {
+/// What [`check`] settled: the counts, and the trainer's shard with why.
+pub(super) struct Settled {
+    pub(super) num_workers: usize,
+    pub(super) batch_size: usize,
+    /// Builds the trainer's shard, when it has one.
+    pub(super) shard: Option<ShardMaker>,
+    pub(super) shard_choice: TrainerShardChoice,
+}
+
+/// Whether the trainer steps a shard of `b`'s envs, and what builds it: the builder's own
+/// maker, else the program's (when the workers run this program, whose registry
+/// `serve_if_worker` declared).
+fn settle_shard(
+    b: &PoolBuilder,
+    cores: usize,
+) -> Result<(Option<ShardMaker>, TrainerShardChoice), BuildError> {
+    let workers_are_this_program =
+        b.worker_command.is_none() && std::env::var_os(crate::launch::program::PROGRAM_ENV).is_none();
+    let maker = b.trainer_shard.clone().or_else(|| program_shard().filter(|_| workers_are_this_program));
+    let choice = ShardQuestion {
+        mode: b.trainer_shard_mode,
+        buildable: maker.is_some(),
+        plugin: b.plugin.is_some(),
+        sync: b.batch_size.is_none_or(|s| s == b.num_envs),
+        restarts: b.failure_policy != FailurePolicy::Fail,
+        workers_given: b.num_workers.is_some(),
+        num_envs: b.num_envs,
+        cores,
+    }
+    .decide()?;
+    Ok((maker.filter(|_| choice.on), choice))
+}
+
+/// Checks every setting; returns the number of workers, the batch size and the trainer's
+/// shard.
+pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<Settled, BuildError> {
     let invalid = |m: String| Err(BuildError::InvalidArgument(m));
     if b.num_envs == 0 || b.num_envs > MAX_ENVS {
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
-    let num_workers =
-        b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores, b.trainer_shard.is_some()));
+    let (shard, shard_choice) = settle_shard(b, cores)?;
+    let num_workers = b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores, shard.is_some()));
     let most = if b.num_envs <= MAX_WORKERS {
         format!("num_envs ({})", b.num_envs)
     } else {
@@ -51,14 +88,14 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
             b.num_envs
         ));
     }
-    if b.trainer_shard.is_some() && batch_size < b.num_envs {
+    if shard.is_some() && batch_size < b.num_envs {
         return invalid(format!(
             "trainer_shard runs in sync mode only, but batch_size ({batch_size}) is less than num_envs ({}): \
              leave batch_size unset, or drop trainer_shard",
             b.num_envs
         ));
     }
-    if b.trainer_shard.is_some() && b.num_envs <= num_workers {
+    if shard.is_some() && b.num_envs <= num_workers {
         return invalid(format!(
             "with trainer_shard the envs are split into num_workers + 1 shards, so num_envs ({}) must be at \
              least num_workers + 1 ({}): the trainer and each worker step one env or more; use fewer workers or \
@@ -93,5 +130,5 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<(usize, usize), Bui
     if !b.config.is_object() {
         return invalid(format!("config must be a JSON object, got {}", b.config));
     }
-    Ok((num_workers, batch_size))
+    Ok(Settled { num_workers, batch_size, shard, shard_choice })
 }

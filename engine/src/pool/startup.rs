@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::trainer_shard::OwnShard;
+use super::shard_choice::TrainerShardChoice;
+use super::trainer_shard::{OwnShard, ShardMaker};
 use super::{
     mark_unwritten, settings, trainer_semaphore, wait_tuner, AsyncState, Control, Core, FailurePolicy,
     MemoryRoom, Mode, Pool, PoolBuilder, RingState, SyncState,
@@ -35,6 +36,9 @@ pub(super) struct Startup {
     /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
     /// (`Sleep`) because other tasks held the cores.
     pub(super) placed_for: WaitMode,
+    /// Builds the trainer's shard, when it has one; and why it has one or not.
+    pub(super) shard_maker: Option<ShardMaker>,
+    pub(super) shard_choice: TrainerShardChoice,
     /// The envs the trainer steps itself, built while the workers start.
     pub(super) own_shard: Option<OwnShard>,
     /// The kernel's OOM-kill counters before the workers started: a worker found SIGKILLed
@@ -50,7 +54,7 @@ impl Pool {
         let deadline = started + b.startup_timeout;
         let mut startup = Startup::launch(&mut b, deadline)?;
         // The trainer's own envs are built while the workers build theirs.
-        if let Some(make) = &b.trainer_shard {
+        if let Some(make) = &startup.shard_maker {
             match make.build(&startup.params) {
                 Ok(own) => startup.own_shard = Some(own),
                 Err(e) => {
@@ -66,7 +70,18 @@ impl Pool {
                 return Err(e);
             }
         };
-        let Startup { supervisor, mut region, params, program, waiter, placed_for, own_shard, oom } = startup;
+        let Startup {
+            supervisor,
+            mut region,
+            params,
+            program,
+            waiter,
+            placed_for,
+            shard_choice,
+            own_shard,
+            oom,
+            ..
+        } = startup;
         // The pool holds the memfd (for workers it respawns) until it closes; the region
         // handed to views keeps only the mapping.
         let region_file = region.take_file();
@@ -126,6 +141,7 @@ impl Pool {
             trace,
             owner: crate::launch::fork::Owner::current(),
             own_shard,
+            shard_choice,
             oom,
         };
         Ok(Pool { core, mode })
@@ -137,7 +153,8 @@ impl Startup {
     /// the workers (by `deadline`). Takes the builder's env id, config and worker command.
     fn launch(b: &mut PoolBuilder, deadline: Instant) -> Result<Startup, BuildError> {
         let cores = crate::sync::available_cores();
-        let (num_workers, batch_size) = settings::check(b, cores)?;
+        let settings::Settled { num_workers, batch_size, shard: shard_maker, shard_choice } =
+            settings::check(b, cores)?;
         let command = match b.worker_command.take() {
             Some(c) => c,
             None => crate::launch::program::default_worker_program()
@@ -160,7 +177,7 @@ impl Startup {
             restart: b.failure_policy != FailurePolicy::Fail,
             plugin: b.plugin.as_deref().map(plugin_path).transpose()?,
             cores,
-            trainer_shard: b.trainer_shard.is_some(),
+            trainer_shard: shard_maker.is_some(),
         };
         // Before any worker builds its envs: the least region any spec gives and the envs'
         // state, against what this process may use.
@@ -210,7 +227,18 @@ impl Startup {
                 }
             })?;
         let waiter = Waiter::new(b.wait.pool_policy(num_workers, params.cores));
-        Ok(Startup { supervisor, region, params, program, waiter, placed_for, own_shard: None, oom })
+        Ok(Startup {
+            supervisor,
+            region,
+            params,
+            program,
+            waiter,
+            placed_for,
+            shard_maker,
+            shard_choice,
+            own_shard: None,
+            oom,
+        })
     }
 
     pub(super) fn control(&self) -> Control<'_> {

@@ -17,7 +17,7 @@ use crate::region::Region;
 use crate::stats::now_ns;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Envs stepped on the trainer's thread, into their rows of the region
 /// ([`PoolParams::trainer_envs`]).
@@ -70,6 +70,24 @@ impl ShardMaker {
         })?;
         Ok(OwnShard::new(shard))
     }
+}
+
+/// The shard maker of this program's own registry ([`declare_program_shard`]).
+static PROGRAM_SHARD: OnceLock<ShardMaker> = OnceLock::new();
+
+/// Declares how this program builds envs in the trainer: the same registry its workers
+/// serve. Called by `shmenv::worker::serve_if_worker` in a trainer, so that a pool whose
+/// workers run this program can take a trainer's shard by default
+/// ([`TrainerShardMode::Auto`](super::TrainerShardMode::Auto)). The first call counts.
+pub fn declare_program_shard(
+    make: impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static,
+) {
+    let _ = PROGRAM_SHARD.set(ShardMaker(Arc::new(make)));
+}
+
+/// The maker [`declare_program_shard`] declared, if any.
+pub(super) fn program_shard() -> Option<ShardMaker> {
+    PROGRAM_SHARD.get().cloned()
 }
 
 impl std::fmt::Debug for ShardMaker {
