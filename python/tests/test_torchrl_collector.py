@@ -1,0 +1,162 @@
+"""shmenv.torchrl.ShmEnv in TorchRL's Collector: one pool call per batched step (the resets
+of ended envs come with the step, same-step auto-reset), and batches equal to
+SerialEnv(n, GymEnv)'s tensor for tensor, episode ends inside the batches included; with a
+TransformedEnv (TorchRL's own reset path) and with a '_reset' mask that mixes envs the step
+reset and running envs.
+
+The pool's calls are counted by the pool itself (``stats()["batches"]``: every step and
+reset call it served). Needs torch and torchrl; skipped without."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torchrl", reason="torchrl (and torch) not installed: pip install torchrl to run the TorchRL tests")
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torchrl.collectors import Collector  # noqa: E402
+from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
+
+from shmenv.torchrl import ShmEnv  # noqa: E402
+
+N = 4
+STEPS = 32  # steps per collector batch: random-length CartPole episodes end inside each
+
+
+def serial_env_seeds(seed: int, n: int) -> list[int]:
+    """The seeds SerialEnv.set_seed(seed) gives its n envs (TorchRL's seed chain)."""
+    from torchrl._utils import seed_generator
+
+    seeds = [seed]
+    for _ in range(n - 1):
+        seeds.append(seed_generator(seeds[-1]))
+    return seeds
+
+
+def lean_policy(td):
+    """A deterministic CartPole policy of the observation: the same observations give the
+    same actions in both envs, and episodes of many lengths (10 to 60 steps)."""
+    obs = td["observation"]
+    push = (obs[..., 2] > 0) ^ (obs[..., 0] > 0.02)
+    td.set("action", torch.nn.functional.one_hot(push.long(), 2).bool())
+    return td
+
+
+def _gym_cartpole():
+    return GymEnv("CartPole-v1")
+
+
+def collect(env, batches: int, calls=None) -> tuple[list, list[int]]:
+    """``batches`` collector batches of ``N * STEPS`` frames (cloned), and for each the
+    number of pool calls made while it was collected (``calls()``, when given)."""
+    collector = Collector(env, lean_policy, frames_per_batch=N * STEPS, total_frames=N * STEPS * (batches + 1))
+    out, counts = [], []
+    before = calls() if calls else 0
+    for batch in collector:
+        out.append(batch.clone())
+        if calls:
+            now = calls()
+            counts.append(now - before)
+            before = now
+        if len(out) == batches:
+            break
+    collector.shutdown()
+    return out, counts
+
+
+def assert_batches_equal(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.batch_size == y.batch_size == torch.Size([N, STEPS])
+        assert set(x.keys(True, True)) == set(y.keys(True, True))
+        for key in x.keys(True, True):
+            assert x[key].dtype == y[key].dtype, key
+            assert torch.equal(x[key], y[key]), key
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("env_id", ["CartPole-v1", gym.spec("CartPole-v1")], ids=["native", "gymnasium"])
+def test_collector_batches_equal_serial_env_with_one_pool_call_per_step(env_id):
+    ref = SerialEnv(N, _gym_cartpole)
+    try:
+        ref.set_seed(123)
+        expected, _ = collect(ref, 4)
+    finally:
+        ref.close(raise_if_closed=False)
+    env = ShmEnv(env_id, N, num_workers=2)
+    env.reset(seed=serial_env_seeds(123, N))
+    pool = env.pool
+    got, calls = collect(env, 4, lambda: pool.stats()["batches"])
+    env.close()
+    assert_batches_equal(expected, got)
+    # Episodes ended inside every batch (not only at its end), each followed by a reset...
+    for batch in got:
+        assert batch["next", "done"][:, :-1].sum() >= 2
+    # ...and the pool served one call per batched step: the resets came with the steps.
+    assert calls == [STEPS] * 4
+
+
+@pytest.mark.timeout(180)
+def test_a_pool_without_autoreset_pays_a_reset_call_per_step_with_an_end():
+    """The same collection with autoreset_mode='disabled': the same batches, and one more
+    pool call (a partial reset) after every step where an episode ended."""
+    batches = {}
+    for mode in ("same_step", "disabled"):
+        env = ShmEnv("CartPole-v1", N, num_workers=2, autoreset_mode=mode)
+        env.reset(seed=7)
+        pool = env.pool
+        batches[mode], calls = collect(env, 3, lambda: pool.stats()["batches"])
+        env.close()
+        steps_with_an_end = [int(b["next", "done"].reshape(N, STEPS).any(0).sum()) for b in batches[mode]]
+        assert min(steps_with_an_end) > 0
+        expected = [STEPS] * 3 if mode == "same_step" else [STEPS + k for k in steps_with_an_end]
+        assert calls == expected, (mode, calls, steps_with_an_end)
+    assert_batches_equal(batches["same_step"], batches["disabled"])
+
+
+@pytest.mark.timeout(180)
+def test_transformed_env_collector_equals_serial_env():
+    """Under a TransformedEnv, TorchRL resets ended envs through ShmEnv's '_reset' with a
+    mask (its generic maybe_reset): answered from the kept reset observations, still one
+    pool call per step, and the batches (with StepCounter's step_count) equal SerialEnv's."""
+    ref = TransformedEnv(SerialEnv(N, _gym_cartpole), StepCounter())
+    try:
+        ref.set_seed(123)
+        expected, _ = collect(ref, 3)
+    finally:
+        ref.close(raise_if_closed=False)
+    base = ShmEnv("CartPole-v1", N, num_workers=2)
+    base.reset(seed=serial_env_seeds(123, N))
+    pool = base.pool
+    got, calls = collect(TransformedEnv(base, StepCounter()), 3, lambda: pool.stats()["batches"])
+    base.close()
+    assert_batches_equal(expected, got)
+    assert calls == [STEPS] * 3
+
+
+@pytest.mark.timeout(120)
+def test_reset_mask_mixing_ended_and_running_envs():
+    """A '_reset' mask over envs the last step ended (answered from the kept observations)
+    and running envs (a partial reset of the pool): the same observations as a pool without
+    auto-reset gives, and the envs step on alike."""
+    results = []
+    for mode in ("same_step", "disabled"):
+        with ShmEnv("CartPole-v1", N, num_workers=2, autoreset_mode=mode, seed=3) as env:
+            td = env.reset()
+            for _ in range(200):
+                out = env.step(lean_policy(td))["next"]
+                done = out["done"].reshape(N)
+                if done.any() and not done.all():
+                    break
+                td = out.clone()
+            assert done.any() and not done.all()
+            mask = done.clone()
+            mask[int(np.flatnonzero(~done.numpy())[0])] = True  # and one running env
+            reset = env.reset(out.clone().set("_reset", mask.view(N, 1)))
+            after = env.step(lean_policy(reset.clone()))["next"]
+            results.append((done, reset["observation"], after["observation"]))
+    (done_a, reset_a, after_a), (done_b, reset_b, after_b) = results
+    assert torch.equal(done_a, done_b)
+    assert torch.equal(reset_a, reset_b)
+    assert torch.equal(after_a, after_b)
