@@ -4,7 +4,8 @@
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum CpuAffinity {
     /// When every worker can have a core of its own (`num_workers` <= the cores this
-    /// process may use), pin worker `w` to the `w`-th of them; otherwise do not pin.
+    /// process may use), pin worker `w` to the `w`-th of them in topology order (one thread
+    /// of every core before any SMT sibling, node by node); otherwise do not pin.
     /// Measured here (2 cores, 2 workers + trainer): Burn-v0 50 us x 8 envs 1.78x -> 1.90x
     /// of the serial loop, because two workers can no longer end up sharing a core while the
     /// trainer holds the other. With `WaitStrategy::Auto` it pins only onto free cores: a
@@ -26,7 +27,8 @@ impl CpuAffinity {
         let allowed = allowed_cpus();
         match self {
             CpuAffinity::Auto if !allowed.is_empty() && num_workers <= allowed.len() => {
-                allowed.iter().take(num_workers).map(|&c| Some(c)).collect()
+                let ordered = crate::stats::machine::topology_order(&allowed);
+                ordered.into_iter().take(num_workers).map(Some).collect()
             }
             CpuAffinity::Cores(cores) if !cores.is_empty() => {
                 (0..num_workers).map(|w| Some(cores[w % cores.len()])).collect()
