@@ -160,3 +160,30 @@ def test_reset_mask_mixing_ended_and_running_envs():
     assert torch.equal(done_a, done_b)
     assert torch.equal(reset_a, reset_b)
     assert torch.equal(after_a, after_b)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rows", [[True, False, True, False], [True] * N], ids=["partial", "every_env"])
+def test_folded_reset_equals_torchrl_update(rows):
+    """ShmEnv's update of a step_mdp tensordict by the kept reset observations equals
+    TorchRL's own (_update_during_reset, as maybe_reset applies it), with the action and a
+    policy output in the tensordict: partial resets zero the other keys' reset rows, a reset
+    of every env leaves them."""
+    from shmenv.libs.torchrl_parts import _torchrl_fold, fold_resets
+
+    with ShmEnv("CartPole-v1", N, num_workers=1, seed=0) as env:
+        td = lean_policy(env.reset())
+        td.set("policy_out", torch.arange(N * 3, dtype=torch.float32).view(N, 3) + 1)
+        stepped = env.step(td)
+        mask = torch.tensor(rows)
+        for key in ("done", "terminated"):
+            stepped["next"].set(key, mask.view(N, 1).clone())
+        step_mdp = env._step_mdp(stepped)
+        reset_obs = {"observation": torch.randn(N, 4)}
+        ours = fold_resets(env, step_mdp.clone(), reset_obs, mask)
+        theirs = _torchrl_fold(env, step_mdp.clone(), reset_obs, mask)
+    assert set(ours.keys(True, True)) == set(theirs.keys(True, True)) >= {"action", "policy_out", "observation"}
+    for key in theirs.keys(True, True):
+        assert ours[key].dtype == theirs[key].dtype, key
+        assert torch.equal(ours[key], theirs[key]), key
+    assert not ours["done"].any() and not ours["terminated"].any()

@@ -139,40 +139,106 @@ def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str
     return out
 
 
-def run(builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int) -> dict[str, list[float]]:
+class Split:
+    """Where a collector's batches go, for a ``ShmEnv`` or a ``MultiThreadedEnv``: the
+    seconds in the env engine's calls (shmenv's pool ``step``/``reset``, EnvPool's), in the
+    wrapper's ``_step``/``_reset`` around them (numpy results to tensors and a TensorDict),
+    and the rest of the batch (TorchRL's own: the policy, ``step_mdp``, done checks, resets,
+    the collector's bookkeeping). The calls are timed by wrapping the instances' methods
+    (two ``perf_counter`` calls each)."""
+
+    def __init__(self, env: Any):
+        self.engine = self.wrapper = 0.0
+        self.env = env
+        if isinstance(env, ShmEnv):
+            engine = env.pool
+        else:
+            engine = getattr(env, "_env", None) if type(env).__name__ == "MultiThreadedEnv" else None
+        if engine is None:
+            self.env = None
+            return
+        for obj, names, slot in ((engine, ("step", "reset"), "engine"), (env, ("_step", "_reset"), "wrapper")):
+            for name in names:
+                object.__setattr__(obj, name, self._timed(getattr(obj, name), slot))
+
+    def _timed(self, call: Callable, slot: str) -> Callable:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                setattr(self, slot, getattr(self, slot) + time.perf_counter() - t)
+
+        return timed
+
+    def take(self) -> tuple[float, float]:
+        """(engine, wrapper-only) seconds since the last take."""
+        out = (self.engine, self.wrapper - self.engine)
+        self.engine = self.wrapper = 0.0
+        return out
+
+
+def run(
+    builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int
+) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float, float]]]]:
     """Rounds interleaved over the builders; each round builds the env afresh outside the
     timing (the Collector's constructor resets it, which starts ParallelEnv's processes)
-    and times only the collection of ``frames`` frames."""
+    and times only the collection of ``frames`` frames. Returns the frames/s of each round
+    and, for ShmEnv and MultiThreadedEnv, each batch's split in seconds (engine calls,
+    wrapper, TorchRL's own)."""
     from torchrl.collectors import Collector
 
     rates: dict[str, list[float]] = {name: [] for name in builders}
+    splits: dict[str, list[tuple[float, float, float]]] = {name: [] for name in builders}
     for r in range(rounds):
         for name, build in builders.items():
             t = time.perf_counter()
             env = build()
             env.set_seed(r)
             collector = Collector(env, None, frames_per_batch=batch, total_frames=frames)
+            split = Split(env)
+            split.take()
             setup = time.perf_counter() - t
             got = 0
-            t = time.perf_counter()
+            t = last = time.perf_counter()
             for data in collector:
                 got += data.numel()
+                now = time.perf_counter()
+                if split.env is not None:
+                    engine, wrapper = split.take()
+                    splits[name].append((engine, wrapper, now - last - engine - wrapper))
+                last = time.perf_counter()
             dt = time.perf_counter() - t
             collector.shutdown()
             if not env.is_closed:
                 env.close()
             rates[name].append(got / dt)
             print(f"round {r}: {got / dt:>9,.0f} frames/s  {name}  (setup {setup:.1f} s)", flush=True)
-    return rates
+    return rates, splits
 
 
-def report(title: str, rates: dict[str, list[float]]) -> None:
+def report(title: str, rates: dict[str, list[float]], splits: dict | None = None) -> None:
+    """Medians with their range, against the first contender; then each ShmEnv's ratio to
+    MultiThreadedEnv and SerialEnv (of the medians, and the median of the per-round ratios:
+    rounds alternate, so a round's contenders shared its load), and the per-batch split."""
     print(f"\n{title}")
     base = statistics.median(next(iter(rates.values())))
     for name, values in rates.items():
         med = statistics.median(values)
         spread = f"[{min(values):,.0f}-{max(values):,.0f}]"
         print(f"  {med:>10,.0f} frames/s  ({med / base:.2f}x of the first)  {name}  {spread}")
+    for name in (n for n in rates if n.startswith("ShmEnv(")):
+        for other in (n for n in rates if n.startswith(("MultiThreadedEnv(", "SerialEnv("))):
+            per_round = statistics.median(a / b for a, b in zip(rates[name], rates[other]))
+            ratio = statistics.median(rates[name]) / statistics.median(rates[other])
+            print(f"  {ratio:.2f}x (per-round median {per_round:.2f}x)  {name.split(' [')[0]} / {other.split(' [')[0]}")
+    for name, rows in (splits or {}).items():
+        if rows:
+            ms = [statistics.median(row[i] for row in rows) * 1e3 for i in range(3)]
+            print(
+                f"  per batch (median of {len(rows)}): engine calls {ms[0]:.1f} ms, wrapper's tensors "
+                f"{ms[1]:.1f} ms, TorchRL's own {ms[2]:.1f} ms  {name.split(' [')[0]}"
+            )
 
 
 def _bench(argv: list[str] | None = None) -> None:
@@ -188,6 +254,11 @@ def _bench(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="ShmEnv workers and ParallelEnv processes")
     parser.add_argument("--no-parallel-per-env", action="store_true", help="skip ParallelEnv with one process per env")
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="only the native ShmEnv, MultiThreadedEnv and SerialEnv (the collector targets), rounds alternating",
+    )
     parser.add_argument("--plugin", default=None, help="the ALE plugin (default: target/plugins/libale_atari.so)")
     parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args(argv)
@@ -201,18 +272,28 @@ def _bench(argv: list[str] | None = None) -> None:
     done = []
     if args.workload in ("cartpole", "all"):
         frames = args.frames or 4096
-        rates = run(cartpole_builders(n, w, per_env), args.rounds, frames, args.batch)
-        done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates))
+        builders = _core(cartpole_builders(n, w, per_env), args.core)
+        rates, splits = run(builders, args.rounds, frames, args.batch)
+        done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     if args.workload in ("pong", "all"):
         if not _has("ale_py"):
             print("Pong skipped: ale-py is not installed (pip install ale-py)")
         else:
             frames = args.frames or 2048
-            rates = run(pong_builders(n, w, per_env, plugin), args.rounds, frames, args.batch)
-            done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates))
+            builders = _core(pong_builders(n, w, per_env, plugin), args.core)
+            rates, splits = run(builders, args.rounds, frames, args.batch)
+            done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     print(f"load average after: {os.getloadavg()}")
-    for title, rates in done:
-        report(f"{title}, frames_per_batch={args.batch}, random policy:", rates)
+    for title, rates, splits in done:
+        report(f"{title}, frames_per_batch={args.batch}, random policy:", rates, splits)
+
+
+def _core(builders: dict[str, Callable[[], Any]], core: bool) -> dict[str, Callable[[], Any]]:
+    """With ``--core``: the first ShmEnv (native envs), MultiThreadedEnv and SerialEnv."""
+    if not core:
+        return builders
+    shm = next(n for n in builders if n.startswith("ShmEnv("))
+    return {n: b for n, b in builders.items() if n == shm or n.startswith(("MultiThreadedEnv(", "SerialEnv("))}
 
 
 if __name__ == "__main__":

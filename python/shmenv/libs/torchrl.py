@@ -367,10 +367,11 @@ class ShmEnv(EnvBase):
         done = tensordict_.get("done", None)
         if done is None or not done.any():
             return tensordict, tensordict_
-        mask = done.reshape(self.batch_size).cpu().numpy()
+        rows = done.reshape(self.batch_size)
+        mask = rows.cpu().numpy()
         if (mask & ~self._ep.fresh).any():  # not the step's own ends: TorchRL's reset
             return tensordict, self.maybe_reset(tensordict_)
-        tensordict_ = fold_resets(self, tensordict_, self._result(dict(self._ep.reset_obs)))
+        tensordict_ = fold_resets(self, tensordict_, self._ep.reset_obs, rows)
         self._forget_episodes(mask)
         return tensordict, tensordict_
 

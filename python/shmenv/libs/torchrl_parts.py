@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["Episodes", "with_final_rows", "fold_resets", "is_pixels", "leaves"]
 
@@ -67,18 +67,48 @@ def with_final_rows(obs: Any, finals: Any, rows: np.ndarray) -> Any:
     return out
 
 
-def fold_resets(env: Any, tensordict_: TensorDictBase, reset_obs: TensorDictBase) -> TensorDictBase:
+def fold_resets(env: Any, tensordict_: TensorDictBase, reset_obs: dict, mask: torch.Tensor) -> TensorDictBase:
     """What ``EnvBase.maybe_reset`` makes of ``tensordict_`` (the step's ``step_mdp``) when
-    the envs done there are reset and ``reset_obs`` (observation keys, every row) is what
-    their reset returned: TorchRL's own update, ``"_reset"`` set from the done flags as
-    ``any_done`` sets it, done flags of the reset rows cleared as ``_complete_done`` fills
-    them."""
+    the envs done there (``mask``, ``[num_envs]``) are reset and ``reset_obs`` (the
+    observation tensors by key, every row) is what their reset returned.
+
+    A flat tensordict of tensors (a flat observation) is updated here as TorchRL's
+    ``_update_during_reset`` updates it: a partial reset takes the reset rows of the
+    observation, clears the done flags there and zeroes the reset rows of the other keys
+    (its ``where(..., pad=0)``); a reset of every env takes the observation and the flags and
+    leaves the other keys. Anything else goes through ``_update_during_reset`` itself."""
+    key = getattr(env, "_obs_key", None)
+    if key is None or type(tensordict_) is not TensorDict or list(env.reset_keys) != ["_reset"]:
+        return _torchrl_fold(env, tensordict_, reset_obs, mask)
+    full = bool(mask.all())
+    flags = torch.zeros_like(tensordict_.get("done"))
+    updates = {}
+    for name, value in tensordict_.items():
+        if not isinstance(value, torch.Tensor):
+            return _torchrl_fold(env, tensordict_, reset_obs, mask)
+        rows = mask.view(-1, *([1] * (value.dim() - 1)))
+        if name == key:
+            new = reset_obs[key].to(value.device)
+            updates[name] = new if full else torch.where(rows, new, value)
+        elif name in ("done", "terminated", "truncated"):
+            updates[name] = flags if name == "done" else flags.clone()
+        elif not full:
+            updates[name] = value.masked_fill(rows, 0)
+    for name, value in updates.items():
+        tensordict_._set_str(name, value, inplace=False, validated=True, non_blocking=False)
+    return tensordict_
+
+
+def _torchrl_fold(env: Any, tensordict_: TensorDictBase, reset_obs: dict, mask: torch.Tensor) -> TensorDictBase:
+    """``fold_resets`` by TorchRL's own functions: ``"_reset"`` set from the done flags as
+    ``any_done`` sets it, the reset's done flags filled in (False) as ``_complete_done``
+    fills them, and ``_update_during_reset``."""
     done = tensordict_.get("done")
     tensordict_.set("_reset", done.clone())
     flags = torch.zeros_like(done)
-    reset = reset_obs.clone(False)
-    for key in ("done", "terminated", "truncated"):
-        reset.set(key, flags)
+    reset = env._result(dict(reset_obs))
+    for name in ("done", "terminated", "truncated"):
+        reset.set(name, flags)
     return _update_during_reset(reset, tensordict_, env.reset_keys)
 
 
