@@ -41,6 +41,12 @@ class Pool:
     @property
     def in_flight(self) -> int:
         """Envs with an action in flight (async mode)."""
+    @property
+    def trainer_envs(self) -> tuple[int, int]:
+        """The envs the trainer steps itself, ``(start, end)``; ``(0, 0)`` when none."""
+    @property
+    def trainer_host(self) -> Any:
+        """The hosted Python envs the trainer steps itself (``TrainerEnvs``), or None."""
     def take_call_socket(self, w: int) -> tuple[int, int] | None:
         """Worker ``w``'s call socket as ``(pid, fd)``, once; None when there is none to take."""
     def stats_json(self) -> str:

@@ -86,7 +86,7 @@ def plan_pool(
         if which is not None and len(which) != num_envs:
             raise InvalidArgumentError(f"{len(which)} env factories for num_envs={num_envs}")
         # Workers pick env i's factory by their shard (the engine's split of the envs).
-        resolved.config.update(num_envs=num_envs, num_workers=num_workers)
+        resolved.config.update(num_envs=num_envs, num_workers=num_workers, trainer_shard=shard[0])
     batch = num_envs if o.batch_size is None else _count("batch_size", o.batch_size)
     seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
     zero_copy_async = batch < num_envs and not o.copy
@@ -121,17 +121,13 @@ def plan_pool(
 
 def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, str]:
     """Whether the trainer steps a shard (``trainer_shard``: True/"on", False/"off" or
-    "auto"), and why: the engine's rule, with what only Python knows (a Python env or
-    another worker program cannot be built in the trainer)."""
+    "auto"), and why: the engine's rule, with what only Python knows (another worker
+    program cannot be built in the trainer; hosted Python envs are stepped there when asked
+    for, never by "auto")."""
     value = o.trainer_shard  # checked by PoolOptions.of
     mode = ("on" if value else "off") if isinstance(value, (bool, np.bool_)) else str(value)
-    if mode == "on" and resolved.python:
-        raise InvalidArgumentError(
-            f"trainer_shard=True steps native envs (built-ins and plugins) in the trainer; {resolved.label} is a "
-            "Python env, which runs in worker processes only: drop trainer_shard"
-        )
     if mode == "auto" and resolved.python:
-        return False, "Python envs run in worker processes only"
+        return False, "Python envs run in worker processes unless trainer_shard=True"
     if mode == "on" and o.worker_program is not None:
         raise InvalidArgumentError(
             "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
@@ -141,7 +137,7 @@ def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bo
         mode,
         num_envs=num_envs,
         workers_given=o.num_workers is not None or o.envs_per_worker is not None,
-        buildable=not resolved.python and o.worker_program is None,
+        buildable=o.worker_program is None,
         plugin=plugin,
         sync=o.batch_size is None or o.batch_size == num_envs,
         restarts=o.max_restarts is not None,

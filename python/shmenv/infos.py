@@ -20,7 +20,10 @@ call side channel (pickled, one round trip per worker that has some).
 
 The area is a memfd the trainer creates and sends to each worker over its call socket
 (``SCM_RIGHTS``). Env ``e`` of worker ``w`` owns byte/cell ``w * stride + local``; worker
-``w`` alone writes its table. A worker writes an env's cells and table entries before
+``w`` alone writes its table. When the trainer steps the first shard itself
+(``trainer_shard=True``), that shard's envs own part 0 and write it from the trainer's
+thread during the step (:class:`InfoWriter`, one per pool), and worker ``w`` owns part
+``w + 1``. A worker writes an env's cells and table entries before
 the engine's completion post for that env's row, and the trainer reads them after
 receiving the row, so the post orders them; the trainer clears an env's flag and presence
 bytes only while the env has no action in flight. This module never imports gymnasium
@@ -90,14 +93,8 @@ class _Area:
         self.mm[at : at + _ENTRY] = entry
 
 
-# --- worker side --------------------------------------------------------------------------
+# --- worker side (and the trainer's own shard) -------------------------------------------
 
-_SLOTS: dict[int, dict[str, Any]] = {}
-_AREA: _Area | None = None
-_WORKER = 0
-_OFFSET = 0
-# (key, dtype) -> slot, value views: a key whose values come in several types has a slot per type
-_KEYS: dict[tuple[str, np.dtype], tuple[int, list[np.ndarray]]] = {}
 _TYPES: dict[type, np.dtype | None] = {}  # a value's type -> its column dtype (None: not a column)
 
 
@@ -113,90 +110,125 @@ def _column_dtype(value: Any) -> np.dtype | None:
     return _TYPES[kind]
 
 
-def _write_columns(area: _Area, local: int, kind: int, info: dict[str, Any]) -> dict[str, Any]:
-    """Writes ``info``'s numeric scalars into this worker's columns of ``area``; returns the rest."""
-    pos, rest = _OFFSET + local, {}
-    for key, value in info.items():
-        dtype = _column_dtype(value)
-        column = None if dtype is None else _KEYS.get((key, dtype))
-        if column is None and dtype is not None and isinstance(key, str):
-            column = _name_key(area, key, dtype)
-        if column is None:
-            rest[key] = value
-            continue
-        slot, views = column
+class InfoWriter:
+    """One host's side of the area: a worker's (:data:`WORKER`), or that of the envs a
+    trainer steps itself for one pool (:mod:`shmenv.worker.in_trainer`), which owns the
+    area's first part. Keeps the infos it cannot write as columns, for the trainer."""
+
+    def __init__(self) -> None:
+        self._slots: dict[int, dict[str, Any]] = {}
+        self._area: _Area | None = None
+        self._worker = 0
+        self._offset = 0
+        # (key, dtype) -> slot, value views: a key whose values come in several types has a slot per type
+        self._keys: dict[tuple[str, np.dtype], tuple[int, list[np.ndarray]]] = {}
+
+    def _write_columns(self, area: _Area, local: int, kind: int, info: dict[str, Any]) -> dict[str, Any]:
+        """Writes ``info``'s numeric scalars into this host's columns of ``area``; returns the rest."""
+        pos, rest = self._offset + local, {}
+        for key, value in info.items():
+            dtype = _column_dtype(value)
+            column = None if dtype is None else self._keys.get((key, dtype))
+            if column is None and dtype is not None and isinstance(key, str):
+                column = self._name_key(area, key, dtype)
+            if column is None:
+                rest[key] = value
+                continue
+            slot, views = column
+            try:
+                views[kind][pos] = value
+            except (OverflowError, ValueError):
+                rest[key] = value
+                continue
+            area.present[slot][kind][pos] = 1
+        return rest
+
+    def _name_key(self, area: _Area, key: str, dtype: np.dtype) -> tuple[int, list[np.ndarray]] | None:
+        """Gives ``key`` this host's next free slot of ``area`` (None when full or the name too long)."""
+        slot, name = int(area.counts[self._worker]), key.encode()
+        if slot >= SLOTS or len(name) > _NAME_BYTES or b"\0" in name:
+            return None
+        area.set_entry(self._worker, slot, name, dtype)
+        area.counts[self._worker] = slot + 1
+        self._keys[key, dtype] = (slot, [area.values(slot, k, dtype) for k in range(2)])
+        return self._keys[key, dtype]
+
+    def note_info(self, local: int, kind: str, info: Any) -> None:
+        """Keeps env ``local``'s non-empty info of a ``"step"`` (which starts a new slot) or a
+        ``"reset"`` (added to the slot: under same-step autoreset it follows the step that
+        ended the episode): numbers in columns, the rest kept; flags the env for the trainer."""
+        area = self._area
+        if area is not None:
+            info = self._write_columns(area, local, _KINDS.index(kind), info)
+        if kind == "step":
+            self._slots.pop(local, None)
+        if info:
+            self._slots.setdefault(local, {})[kind] = info
+            if area is not None:
+                area.pickled[self._offset + local] = 1
+        if area is not None:
+            area.flags[self._offset + local] = 1
+
+    def take(self, local: int) -> dict[str, Any]:
+        """Env ``local``'s kept infos (``{"step": ..., "reset": ...}``, either may be
+        missing), forgotten once taken."""
+        return self._slots.pop(local, {})
+
+    def attach(self, area: _Area, index: int, stride: int) -> None:
+        """Writes from now on into part ``index`` of ``area`` (cells from ``index *
+        stride``), taking it over: its own keys, no stale values, and the infos kept so
+        far flagged (a host gets the area after its envs' first reset)."""
+        self._worker, self._offset = index, index * stride
+        area.counts[index] = 0
+        self._keys.clear()
+        for slot in range(SLOTS):
+            for kind in range(2):
+                area.present[slot][kind][self._offset : self._offset + stride] = 0
+        area.pickled[self._offset : self._offset + stride] = 0
+        self._area = area
+        for local in list(self._slots):
+            area.pickled[self._offset + local] = area.flags[self._offset + local] = 1
+
+    def map_flags(self, sock: socket.socket, index: int) -> None:
+        """Receives the area's fd (sent with ``"stride,workers,first"`` after the
+        ``map_infos`` request) and maps it; worker ``index`` owns part ``first + index``
+        (``first`` is 1 when the trainer steps the first shard, whose envs own part 0)."""
+        data, fds, _, _ = socket.recv_fds(sock, 64, 1)
+        if not fds:
+            raise OSError("the map_infos request came without a file descriptor")
+        stride, workers, first = (int(v) for v in data.decode().split(","))
         try:
-            views[kind][pos] = value
-        except (OverflowError, ValueError):
-            rest[key] = value
-            continue
-        area.present[slot][kind][pos] = 1
-    return rest
+            mm = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        area = _Area(mm, workers, stride)
+        # A copy of this worker that env code forks must not write the trainer's infos.
+        from shmenv._shmenv import guard_infos_in_children
+
+        guard_infos_in_children(ctypes.addressof(ctypes.c_char.from_buffer(mm)), len(mm))
+        # A restarted worker takes over its predecessor's part.
+        self.attach(area, first + index, stride)
 
 
-def _name_key(area: _Area, key: str, dtype: np.dtype) -> tuple[int, list[np.ndarray]] | None:
-    """Gives ``key`` this worker's next free slot of ``area`` (None when full or the name too long)."""
-    slot, name = int(area.counts[_WORKER]), key.encode()
-    if slot >= SLOTS or len(name) > _NAME_BYTES or b"\0" in name:
-        return None
-    area.set_entry(_WORKER, slot, name, dtype)
-    area.counts[_WORKER] = slot + 1
-    _KEYS[key, dtype] = (slot, [area.values(slot, k, dtype) for k in range(2)])
-    return _KEYS[key, dtype]
+WORKER = InfoWriter()
+"""This worker process's writer (the Rust host calls its ``note_info``; the call channel's
+thread its ``take`` and ``map_flags``)."""
 
 
 def note_info(local: int, kind: str, info: Any) -> None:
-    """Keeps env ``local``'s non-empty info of a ``"step"`` (which starts a new slot) or a
-    ``"reset"`` (added to the slot: under same-step autoreset it follows the step that
-    ended the episode): numbers in columns, the rest kept; flags the env for the trainer."""
-    if _AREA is not None:
-        info = _write_columns(_AREA, local, _KINDS.index(kind), info)
-    if kind == "step":
-        _SLOTS.pop(local, None)
-    if info:
-        _SLOTS.setdefault(local, {})[kind] = info
-        if _AREA is not None:
-            _AREA.pickled[_OFFSET + local] = 1
-    if _AREA is not None:
-        _AREA.flags[_OFFSET + local] = 1
+    """:meth:`InfoWriter.note_info` of this worker's envs."""
+    WORKER.note_info(local, kind, info)
 
 
 def take(local: int) -> dict[str, Any]:
-    """Env ``local``'s kept infos (``{"step": ..., "reset": ...}``, either may be
-    missing), forgotten once taken."""
-    return _SLOTS.pop(local, {})
+    """:meth:`InfoWriter.take` of this worker's envs."""
+    return WORKER.take(local)
 
 
 def map_flags(sock: socket.socket, index: int) -> None:
-    """Receives the area's fd (sent with ``"stride,workers"`` after the ``map_infos``
-    request) and maps it; this worker's envs own the cells from ``index * stride``."""
-    global _AREA, _WORKER, _OFFSET
-    data, fds, _, _ = socket.recv_fds(sock, 64, 1)
-    if not fds:
-        raise OSError("the map_infos request came without a file descriptor")
-    stride, workers = (int(v) for v in data.decode().split(","))
-    try:
-        mm = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    area = _Area(mm, workers, stride)
-    # A copy of this worker that env code forks must not write the trainer's infos.
-    from shmenv._shmenv import guard_infos_in_children
-
-    guard_infos_in_children(ctypes.addressof(ctypes.c_char.from_buffer(mm)), len(mm))
-    _WORKER, _OFFSET = index, index * stride
-    # A restarted worker takes over its predecessor's part: its own keys, no stale values.
-    area.counts[index] = 0
-    _KEYS.clear()
-    for slot in range(SLOTS):
-        for kind in range(2):
-            area.present[slot][kind][_OFFSET : _OFFSET + stride] = 0
-    area.pickled[_OFFSET : _OFFSET + stride] = 0
-    _AREA = area
-    # It gets the area after its envs' first reset: flag the infos kept so far.
-    for local in list(_SLOTS):
-        area.pickled[_OFFSET + local] = area.flags[_OFFSET + local] = 1
+    """:meth:`InfoWriter.map_flags` of this worker."""
+    WORKER.map_flags(sock, index)
 
 
 # --- trainer side -------------------------------------------------------------------------
@@ -207,8 +239,12 @@ class InfoArea:
     the infos kept in the workers (pickled), added to a batch's when it has some."""
 
     def __init__(self, pool, shards: Sequence[tuple[int, int]]):
-        self.stride = max(1, max(b - a for a, b in shards))
-        self.workers = len(shards)
+        # The envs the trainer steps itself (``trainer_shard``) own the area's first part.
+        lo, hi = pool.trainer_envs
+        self.first = 1 if hi > lo else 0
+        parts = [(lo, hi), *shards] if self.first else list(shards)
+        self.stride = max(1, max(b - a for a, b in parts))
+        self.workers = len(parts)
         size = _Area.size(self.workers, self.stride)
         fd = os.memfd_create("shmenv-infos")
         try:
@@ -221,10 +257,12 @@ class InfoArea:
         self._mm, self._area = mm, _Area(mm, self.workers, self.stride)
         self._pool = pool
         pool.attach_infos(self._area.bytes, self._area.layout)
+        if self.first:
+            pool.trainer_host.infos.attach(self._area, 0, self.stride)
 
     def data(self) -> bytes:
-        """What a worker needs besides the fd (:func:`map_flags`)."""
-        return f"{self.stride},{self.workers}".encode()
+        """What a worker needs besides the fd (:meth:`InfoWriter.map_flags`)."""
+        return f"{self.stride},{self.workers},{self.first}".encode()
 
     def close_fd(self) -> None:
         """Closes the trainer's fd once every worker has mapped the area."""

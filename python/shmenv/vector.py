@@ -107,6 +107,7 @@ class ShmVectorEnv(VectorEnv):
             # A changed pid is a restarted worker: the call channel then takes its replacement's socket.
             self._calls.worker_pids = lambda pool=self._pool: pool.worker_pids
             self._calls.take_socket = self._pool.take_call_socket
+            self._calls.local = self._pool.trainer_host  # the trainer's own envs, answered in-process
         self.python_env = resolved.python
         self.env_id = resolved.label
         self.backend = resolved.backend  # "native", "plugin" or "python": which path runs the envs

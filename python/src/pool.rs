@@ -35,6 +35,11 @@ pub(crate) struct PyPool {
     one_call: Option<Arc<OneCallArgs>>,
     /// The `ShmVectorEnv`'s one-caller guard: a call while another thread holds it is refused.
     caller_guard: Py<CallerGuard>,
+    /// The hosted Python envs the trainer steps itself (`shmenv.worker.in_trainer.TrainerEnvs`),
+    /// if it has a shard of them.
+    trainer_host: Option<Py<PyAny>>,
+    /// The envs the trainer steps itself, `(start, end)` (empty without a trainer's shard).
+    trainer_envs: (usize, usize),
 }
 
 /// Lets Ctrl-C end a wait: every [`SIGNAL_CHECK_EVERY`] at most, the pool's interrupt check
@@ -67,8 +72,9 @@ impl PyPool {
     #[new]
     fn new(py: Python<'_>, env_id: &str, num_envs: usize, args: PoolArgs) -> PyResult<Self> {
         let (copy, caller_guard) = (args.copy, args.caller_guard.clone_ref(py));
-        let builder = args.builder(py, env_id, num_envs)?;
+        let (builder, trainer_host) = args.builder(py, env_id, num_envs)?;
         let mut pool = py.detach(|| builder.build()).map_err(|e| build_error(py, e))?;
+        let trainer_envs = (pool.trainer_envs().start, pool.trainer_envs().end);
         let interrupted = install_interrupt_check(&mut pool);
         let lease = Py::new(py, Lease::new(pool.mapping_lease()))?;
         Ok(PyPool {
@@ -78,7 +84,24 @@ impl PyPool {
             results: ResultsMaker::new(lease, copy, interrupted),
             one_call: None,
             caller_guard,
+            trainer_host,
+            trainer_envs,
         })
+    }
+
+    /// The envs the trainer steps itself, `(start, end)`; `(0, 0)` when every env is in a
+    /// worker.
+    #[getter]
+    fn trainer_envs(slf: &Bound<'_, Self>) -> PyResult<(usize, usize)> {
+        Ok(Self::shared(slf)?.trainer_envs)
+    }
+
+    /// The hosted Python envs the trainer steps itself (a `shmenv.worker.in_trainer.TrainerEnvs`,
+    /// which answers calls for them), or None.
+    #[getter]
+    fn trainer_host(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        let this = Self::shared(slf)?;
+        Ok(this.trainer_host.as_ref().map(|h| h.clone_ref(slf.py())))
     }
 
     /// The env spec (observation arrays, action space) as canonical JSON.
@@ -294,8 +317,9 @@ impl PyPool {
 
     /// Hosted Python envs: reads their infos from now on from the area `bytes` (a byte
     /// array over the trainer's mapping, kept alive by the pool until it closes) laid out
-    /// as `layout` (`shmenv.infos._Area.layout`): worker `w`'s envs have the cells from
-    /// `w` times its largest shard.
+    /// as `layout` (`shmenv.infos._Area.layout`): part `p`'s envs have the cells from `p`
+    /// times the largest shard, where the parts are the trainer's shard (when it has one:
+    /// its envs write from the trainer's thread) and then each worker's.
     fn attach_infos(
         slf: &Bound<'_, Self>,
         bytes: PyReadwriteArray1<'_, u8>,
@@ -303,12 +327,8 @@ impl PyPool {
     ) -> PyResult<()> {
         let mut this = Self::exclusive(slf)?;
         let pool = this.pool()?;
-        if !pool.trainer_envs().is_empty() {
-            return Err(PyValueError::new_err(
-                "hosted envs' infos need every env in a worker: this pool has a trainer shard",
-            ));
-        }
-        let shards: Vec<_> = (0..pool.num_workers()).map(|w| pool.shard(w)).collect();
+        let own = Some(pool.trainer_envs()).filter(|r| !r.is_empty());
+        let shards: Vec<_> = own.into_iter().chain((0..pool.num_workers()).map(|w| pool.shard(w))).collect();
         let same_step = pool.autoreset() == AutoReset::SameStep;
         this.results.infos = Some(InfoReader::new(bytes, layout, &shards, same_step)?);
         Ok(())

@@ -104,8 +104,15 @@ pub(crate) struct PoolArgs {
 }
 
 impl PoolArgs {
-    /// The engine's builder for these arguments; a bad value is a `ValueError`.
-    pub(crate) fn builder(self, py: Python<'_>, env_id: &str, num_envs: usize) -> PyResult<PoolBuilder> {
+    /// The engine's builder for these arguments, and for a trainer's shard of hosted
+    /// Python envs the host they are built into (`shmenv.worker.in_trainer.TrainerEnvs`);
+    /// a bad value is a `ValueError`.
+    pub(crate) fn builder(
+        self,
+        py: Python<'_>,
+        env_id: &str,
+        num_envs: usize,
+    ) -> PyResult<(PoolBuilder, Option<Py<PyAny>>)> {
         let config = crate::checks::parse_config(py, env_id, &self.config_json)?;
         let wait = WaitStrategy::from_name(&self.wait).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -140,7 +147,13 @@ impl PoolArgs {
             builder = builder.batch_size(b);
         }
         // Python decided (`trainer_shard_choice`, before it counted the workers): on or off.
+        let mut host = None;
         builder = match self.trainer_shard {
+            true if env_id == crate::pyenv::PYTHON_ENV_ID => {
+                let envs = py.import("shmenv.worker.in_trainer")?.getattr("TrainerEnvs")?.call0()?.unbind();
+                host = Some(envs.clone_ref(py));
+                builder.trainer_shard(crate::pyenv::trainer_shard(envs))
+            }
             true => {
                 builder.trainer_shard(shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins()))
             }
@@ -163,6 +176,6 @@ impl PoolArgs {
         if let Some(k) = self.max_episode_steps {
             builder = builder.max_episode_steps(k);
         }
-        Ok(builder)
+        Ok((builder, host))
     }
 }

@@ -3,7 +3,9 @@
 //! arrays it returned, and copying them straight into the env's row of the region in
 //! `observe` (one copy, no intermediate buffer: a 4x84x84 frame stack is copied once). It runs in `python -m shmenv.worker`: the env is built there
 //! by `shmenv.worker.make_env` from JSON config (a Gymnasium spec, or an entry point with
-//! kwargs), never pickled.
+//! kwargs), never pickled; or in the trainer, for the first shard of a pool made with
+//! `trainer_shard=True` ([`trainer_shard`]: built into the pool's own
+//! `shmenv.worker.in_trainer.TrainerEnvs`).
 //!
 //! A Python exception in the env becomes a panic carrying the full traceback, which the
 //! host catches and reports as `EnvPanicked { env_id, message }` (the trainer raises it as
@@ -13,6 +15,8 @@ use crate::views;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySet, PySetMethods, PyTuple};
+use shmenv_engine::pool::TrainerShard;
+use shmenv_engine::protocol::{PoolParams, WorkerReport};
 use shmenv_engine::spec::{EnvSpec, Space};
 use shmenv_worker::{ActionIn, ConfigError, Env, EnvEntry, ObsOut, Registry, Transition};
 
@@ -64,23 +68,63 @@ fn describe(py: Python<'_>, err: &PyErr) -> String {
     }
 }
 
+thread_local! {
+    /// The host the envs built on this thread go to: a pool's `TrainerEnvs` while
+    /// [`trainer_shard`]'s maker builds that pool's shard, else none (`shmenv.worker`'s own
+    /// host, in a worker process).
+    static TRAINER_HOST: std::cell::RefCell<Option<Py<PyAny>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What `PoolBuilder::trainer_shard` takes to step the first shard of a pool of hosted
+/// Python envs in the trainer: built into `host` (a `shmenv.worker.in_trainer.TrainerEnvs`,
+/// which answers the pool's calls for them), stepped holding the GIL for each batch
+/// ([`GilScope`]; the pool's call released it). A Python exception in one of them closes
+/// the pool with the env and its traceback, as in a worker.
+pub(crate) fn trainer_shard(
+    host: Py<PyAny>,
+) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
+    let make = shmenv_worker::trainer_shard_with_scope(registry(), GilScope);
+    quiet_python_exceptions_in_trainer();
+    move |params: &PoolParams| {
+        let previous = Python::attach(|py| TRAINER_HOST.with(|h| h.replace(Some(host.clone_ref(py)))));
+        let shard = make(params);
+        Python::attach(|_py| TRAINER_HOST.with(|h| *h.borrow_mut() = previous));
+        shard
+    }
+}
+
+/// The host envs built now go to: [`TRAINER_HOST`]'s, or the worker's (`shmenv.worker`).
+fn current_host<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    match TRAINER_HOST.with(|h| h.borrow().as_ref().map(|host| host.clone_ref(py))) {
+        Some(host) => Ok(host.into_bound(py)),
+        None => Ok(py.import("shmenv.worker")?.into_any()),
+    }
+}
+
 fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
     Python::attach(|py| -> Result<Box<dyn Env>, ConfigError> {
         let fail = |e: PyErr| ConfigError(format!("building the Python env failed:\n{}", describe(py, &e)));
-        let module = py.import("shmenv.worker").map_err(fail)?;
-        let env = module.call_method1("make_env", (config.to_string(),)).map_err(fail)?;
+        let host = current_host(py).map_err(fail)?;
+        let env = host.call_method1("make_env", (config.to_string(),)).map_err(fail)?;
         let spec_json: String =
-            module.call_method1("spec_json", (&env,)).map_err(fail)?.extract().map_err(fail)?;
+            host.call_method1("spec_json", (&env,)).map_err(fail)?.extract().map_err(fail)?;
         let value: serde_json::Value =
             serde_json::from_str(&spec_json).map_err(|e| ConfigError(format!("bad spec JSON: {e}")))?;
         let spec = EnvSpec::from_json(&value).map_err(|e| ConfigError(e.to_string()))?;
         let names: Vec<String> = spec.observations.iter().map(|o| o.name.clone()).collect();
-        // `make_env` appended the env to the worker's list: its index there is its local id.
-        let local = module.getattr("_ENVS").and_then(|l| l.len()).map_err(fail)? - 1;
-        let note_info = py.import("shmenv.infos").and_then(|m| m.getattr("note_info")).map_err(fail)?;
-        let reset_options =
-            module.getattr("RESET_OPTIONS").and_then(|d| Ok(d.cast_into::<PyDict>()?)).map_err(fail)?;
-        let unseeded = module.getattr("UNSEEDED").and_then(|d| Ok(d.cast_into::<PySet>()?)).map_err(fail)?;
+        // The env's local index (its position among the host's envs), the host's info
+        // writer, pending reset options and unseeded envs, its flattener and unpacker.
+        let parts = host.call_method1("pyenv_parts", (&env,)).map_err(fail)?;
+        type Parts<'py> = (
+            usize,
+            Bound<'py, PyAny>,
+            Bound<'py, PyDict>,
+            Bound<'py, PySet>,
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+        );
+        let (local, note_info, reset_options, unseeded, flatten, unpack): Parts<'_> =
+            parts.extract().map_err(fail)?;
         Ok(Box::new(PyEnv {
             local,
             note_info: note_info.unbind(),
@@ -90,8 +134,8 @@ fn make(config: &serde_json::Value) -> Result<Box<dyn Env>, ConfigError> {
             reset: env.getattr("reset").map_err(fail)?.unbind(),
             label: env.str().map_err(fail)?.to_string(),
             as_array: py.import("numpy").and_then(|np| np.getattr("asarray")).map_err(fail)?.unbind(),
-            flatten_obs: optional(module.call_method1("obs_flattener", (&env,)).map_err(fail)?),
-            unpack_action: optional(module.call_method1("action_unpacker", (&env,)).map_err(fail)?),
+            flatten_obs: optional(flatten),
+            unpack_action: optional(unpack),
             dict_obs: names.len() > 1 || spec.single_key_dict,
             row_bytes: spec.observations.iter().map(|o| o.space.value_bytes()).collect(),
             shapes: spec.observations.iter().map(|o| o.space.shape()).collect(),
@@ -109,14 +153,16 @@ fn optional(value: Bound<'_, PyAny>) -> Option<Py<PyAny>> {
 
 /// A Python env and its last observation.
 struct PyEnv {
-    /// Its index among this worker's envs (`shmenv.worker._ENVS`).
+    /// Its index among its host's envs (`shmenv.worker.EnvHost.envs`: a worker's, or a
+    /// trainer shard's).
     local: usize,
-    /// `shmenv.infos.note_info`, called only when the env returns a non-empty info dict.
+    /// The host's `shmenv.infos.InfoWriter.note_info`, called only when the env returns a
+    /// non-empty info dict.
     note_info: Py<PyAny>,
-    /// `shmenv.worker.RESET_OPTIONS`: the options of `reset(options=...)` the trainer sent
+    /// The host's `reset_options`: the options of `reset(options=...)` the trainer sent
     /// for an env, taken (removed) by that env's next reset.
     reset_options: Py<PyDict>,
-    /// `shmenv.worker.UNSEEDED`: the envs whose next reset gets `seed=None` whatever the
+    /// The host's `unseeded`: the envs whose next reset gets `seed=None` whatever the
     /// engine's seed (the first reset of a pool built without a seed, as Gymnasium's
     /// vector envs reset them), each taken (removed) by that reset.
     unseeded: Py<PySet>,
@@ -359,6 +405,23 @@ fn raise(py: Python<'_>, what: &str, err: PyErr) -> ! {
 
 /// How the panic payload of a Python exception begins.
 const PYTHON_EXCEPTION: &str = "Python exception";
+
+/// In a trainer that steps hosted envs: wraps the process's panic hook (once) so that
+/// [`raise`]'s panics print nothing (the pool raises them as `shmenv.WorkerError` with the
+/// traceback); every other panic goes to the hook that was installed before.
+fn quiet_python_exceptions_in_trainer() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let ours =
+                info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with(PYTHON_EXCEPTION));
+            if !ours {
+                previous(info);
+            }
+        }));
+    });
+}
 
 /// Installs a panic hook that prints nothing for [`raise`]'s panics (the trainer reports
 /// them; Rust's "thread panicked at pyenv.rs" line and backtrace would only be noise on

@@ -58,9 +58,10 @@ def test_a_key_count_past_the_table_reads_the_table_only(no_leaks):
         assert sorted(after) == sorted(before)
 
 
-def test_a_pool_with_a_trainer_shard_takes_no_info_area(no_leaks):
+def test_a_pool_with_a_trainer_shard_counts_its_shard_as_a_part_of_the_area(no_leaks):
     with _lives_pool() as hosted:
-        layout = hosted._infos._area.layout
-    with shmenv.make_vec("CartPole-v1", 4, num_workers=1, trainer_shard=True) as envs:
-        with pytest.raises(ValueError, match="this pool has a trainer shard"):
+        layout = hosted._infos._area.layout  # 2 parts of 2 envs
+    # The trainer's envs 0..3 and the worker's 3..6: 2 parts of 3 envs.
+    with shmenv.make_vec("CartPole-v1", 6, num_workers=1, trainer_shard=True) as envs:
+        with pytest.raises(ValueError, match="does not fit 2 workers of 3 envs"):
             envs._pool.attach_infos(np.zeros(4096, np.uint8), layout)

@@ -1,7 +1,8 @@
 """``make_vec(..., trainer_shard=True)``: the trainer steps the first shard of native envs
 itself. It steps as Gymnasium's ``SyncVectorEnv`` does (built-in and C plugin CartPole, both
 auto-reset modes, partial resets), takes one worker fewer by default, and refuses what it
-cannot run (Python envs, async mode) before any process starts."""
+cannot run (async mode, another worker program) before any process starts. Hosted Python envs
+in the trainer's shard: test_trainer_shard_hosted.py."""
 
 from __future__ import annotations
 
@@ -68,8 +69,6 @@ def test_the_default_worker_count_leaves_a_core_to_the_trainer(no_leaks):
 
 
 def test_what_a_trainer_shard_cannot_run_is_refused_before_any_worker_starts(no_leaks):
-    with pytest.raises(InvalidArgumentError, match="Python env, which runs in worker processes only"):
-        shmenv.make_vec(lambda: gym.make("CartPole-v1"), 4, trainer_shard=True)
     with pytest.raises(InvalidArgumentError, match="sync mode only"):
         shmenv.make_vec("CartPole-v1", 8, batch_size=4, trainer_shard=True)
     with pytest.raises(InvalidArgumentError, match=r"num_envs \(2\) must be at least num_workers \+ 1 \(3\)"):
@@ -91,7 +90,7 @@ def _cores() -> int:
         ("CartPole-v1", 32, {"batch_size": 16}, "async mode"),
         ("CartPole-v1", 32, {"max_restarts": 2}, "restarts asked for"),
         ("CartPole-v1", 1, {}, "too few envs"),
-        (lambda: gym.make("CartPole-v1"), 4, {}, "Python envs run in worker processes only"),
+        (lambda: gym.make("CartPole-v1"), 4, {}, "Python envs run in worker processes unless trainer_shard=True"),
     ],
     ids=["sync-builtin", "workers-given", "envs-per-worker", "async", "restarts", "one-env", "python-env"],
 )

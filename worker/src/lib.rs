@@ -32,4 +32,4 @@ pub use env::{ActionIn, Env, ObsOut, Transition};
 pub use plugin::{Plugin, PluginEnv, PluginError};
 pub use registry::{EnvEntry, EnvFactory, MakeError, Registry};
 pub use shard::{EnvShard, LocalRows};
-pub use trainer_shard::trainer_shard;
+pub use trainer_shard::{trainer_shard, trainer_shard_with_scope};

@@ -2,13 +2,14 @@
 //! or the pool's plugin as a worker builds its shard, and run by the same code as a
 //! worker's sync commands.
 
-use crate::host::{run_command, shard_report, NoScope};
+use crate::host::{run_command, shard_report, BatchScope, NoScope};
 use crate::registry::Registry;
 use crate::shard::EnvShard;
 use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::pool::TrainerShard;
 use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
+use std::sync::Arc;
 
 /// What [`PoolBuilder::trainer_shard`](shmenv_engine::PoolBuilder::trainer_shard) takes to
 /// step the first shard of a pool in the trainer: its envs, built from `registry` (or from
@@ -31,16 +32,29 @@ use shmenv_engine::region::Region;
 pub fn trainer_shard(
     registry: Registry,
 ) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
+    trainer_shard_with_scope(registry, NoScope)
+}
+
+/// [`trainer_shard`] whose batches run inside `scope`, as a worker's run inside its host's
+/// scope: the Python extension's holds the GIL for a batch of hosted Python envs, which
+/// the trainer steps while the pool's call has released it.
+pub fn trainer_shard_with_scope(
+    registry: Registry,
+    scope: impl BatchScope + Send + Sync + 'static,
+) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
+    let scope: Arc<dyn BatchScope + Send + Sync> = Arc::new(scope);
     move |params: &PoolParams| {
         let mut shard = EnvShard::new(&registry, params, params.trainer_envs()).map_err(shard_report)?;
         shard.stop_forked_copies(Owner::current(), Place::Trainer);
-        Ok(Box::new(InTrainer { shard }) as Box<dyn TrainerShard>)
+        Ok(Box::new(InTrainer { shard, scope: scope.clone() }) as Box<dyn TrainerShard>)
     }
 }
 
 /// A shard stepped on the trainer's thread.
 struct InTrainer {
     shard: EnvShard,
+    /// What each batch runs inside.
+    scope: Arc<dyn BatchScope + Send + Sync>,
 }
 
 impl TrainerShard for InTrainer {
@@ -72,6 +86,6 @@ impl TrainerShard for InTrainer {
             ));
         }
         // SAFETY: the caller's exclusive access to the shard's rows (this method's contract).
-        unsafe { run_command(region, command, actions, &mut self.shard, block, &NoScope) }
+        unsafe { run_command(region, command, actions, &mut self.shard, block, &*self.scope) }
     }
 }

@@ -63,6 +63,10 @@ class CallChannel:
         self.take_socket: Callable[[int], tuple[int, int] | None] | None = None
         # Whether a worker was left not ready by the last refresh (it is tried again).
         self.pending = False
+        # The envs the trainer steps itself (``trainer_shard=True``; a
+        # :class:`shmenv.worker.in_trainer.TrainerEnvs`, envs ``0..len(local.envs)``),
+        # answered in-process; None when every env is in a worker. The pool sets it.
+        self.local: Any = None
 
     # --- connections ----------------------------------------------------------------
 
@@ -218,16 +222,20 @@ class CallChannel:
         never revives: a dead worker's kept infos died with it; under a restart policy it
         answers none (its envs come back restarted), else it raises
         :class:`WorkerDiedError`, as the batch that lost them must."""
+        values = list(values) if values is not None else [None] * len(env_ids)
+        own = len(self.local.envs) if self.local is not None else 0
         by_worker: dict[int, list[int]] = {}
         for k, e in enumerate(env_ids):
-            w = next(w for w, (a, b) in enumerate(shards) if a <= e < b)
+            w = -1 if e < own else next(w for w, (a, b) in enumerate(shards) if a <= e < b)
             by_worker.setdefault(w, []).append(k)
-        values = list(values) if values is not None else [None] * len(env_ids)
         messages = {}
         for w, ks in by_worker.items():
-            start = shards[w][0]
+            start = 0 if w < 0 else shards[w][0]
             messages[w] = (op, [env_ids[k] - start for k in ks], name, [values[k] for k in ks], args, kwargs or {})
-        answers = self._answers(messages, op, revive)
+        # The trainer's own envs answer first, in-process (a worker's failure then still raises).
+        local, host = messages.pop(-1, None), self.local
+        answers = {} if local is None or host is None else {-1: host.answer(*local)}
+        answers.update(self._answers(messages, op, revive) if messages else {})
         results: list[Any] = [None] * len(env_ids)
         failures = []
         for w, ks in by_worker.items():
@@ -321,6 +329,10 @@ class CallChannel:
         return None if pids is None else pids[w]
 
     def close(self) -> None:
+        """Closes the connections, and the envs the trainer stepped itself (their
+        ``close()``, as a worker closes its envs when the pool closes)."""
+        if self.local is not None:
+            self.local.close_envs()
         for c in self._conns.values():
             c.close()
         self._conns.clear()

@@ -130,8 +130,8 @@ impl InfoReader {
         let (terminated, truncated) = (batch.terminated(), batch.truncated());
         self.rows.clear();
         for (row, (&env, &elapsed)) in batch.env_ids().iter().zip(batch.elapsed_steps()).enumerate() {
-            // The engine checked the env ids, and every env is in a worker's shard (the pool
-            // refuses to attach an area to a pool with a trainer shard): each has a cell.
+            // The engine checked the env ids, and every env is in a part of the area (the
+            // trainer's shard's or a worker's): each has a cell.
             let pos = self.positions.get(env as usize).copied().unwrap_or(usize::MAX);
             let done = terminated.get(row) || truncated.get(row);
             self.rows.push(InfoRow { pos, reset: elapsed == 0, done });
