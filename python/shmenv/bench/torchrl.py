@@ -94,6 +94,9 @@ def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], A
         f"ShmEnv('CartPole-v1', {n}, num_workers={w}) [native CartPole]": lambda: ShmEnv(
             "CartPole-v1", n, num_workers=w, seed=0
         ),
+        f"ShmEnv('CartPole-v1', {n}, num_workers={w}, autoreset_mode='disabled') [a pool call per reset]": lambda: (
+            ShmEnv("CartPole-v1", n, num_workers=w, seed=0, autoreset_mode="disabled")
+        ),
         f"ShmEnv(gym.spec('CartPole-v1'), {n}, num_workers={w}) [Gymnasium's CartPole in workers]": lambda: ShmEnv(
             gym.spec("CartPole-v1"), n, num_workers=w, seed=0
         ),
@@ -124,6 +127,9 @@ def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str
         config = {"rom_dir": ale_roms(), "game": "pong"}
         out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, plugin=libale_atari.so) [native ALE plugin]"] = lambda: ShmEnv(
             "AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0
+        )
+        out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, autoreset_mode='disabled') [a pool call per reset]"] = lambda: (
+            ShmEnv("AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0, autoreset_mode="disabled")
         )
     out[f"ShmEnv('shmenv.bench.envs:make_atari', {n}, num_workers={w}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
         "shmenv.bench.envs:make_atari", n, num_workers=w, seed=0
@@ -179,23 +185,30 @@ class Split:
 
 
 def run(
-    builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int
+    builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int, threads: int | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float, float]]]]:
     """Rounds interleaved over the builders; each round builds the env afresh outside the
     timing (the Collector's constructor resets it, which starts ParallelEnv's processes)
-    and times only the collection of ``frames`` frames. Returns the frames/s of each round
-    and, for ShmEnv and MultiThreadedEnv, each batch's split in seconds (engine calls,
-    wrapper, TorchRL's own)."""
+    and times only the collection of ``frames`` frames. ``threads``: torch's threads, set
+    again before each round (closing a ``SerialEnv`` or ``ParallelEnv`` raises torch's
+    thread count by its worker count). Returns the frames/s of each round and, for ShmEnv
+    and MultiThreadedEnv, each batch's split in seconds (engine calls, wrapper, TorchRL's
+    own)."""
     from torchrl.collectors import Collector
 
     rates: dict[str, list[float]] = {name: [] for name in builders}
     splits: dict[str, list[tuple[float, float, float]]] = {name: [] for name in builders}
     for r in range(rounds):
         for name, build in builders.items():
+            if threads:
+                torch.set_num_threads(threads)
             t = time.perf_counter()
             env = build()
             env.set_seed(r)
-            collector = Collector(env, None, frames_per_batch=batch, total_frames=frames)
+            # One batch more than is timed: the Collector closes its env as it collects the
+            # last batch of total_frames (a ShmEnv's pool stops and reaps its workers, tens of
+            # ms), a one-off per run that is left out of the rate, for every contender.
+            collector = Collector(env, None, frames_per_batch=batch, total_frames=frames + batch)
             split = Split(env)
             split.take()
             setup = time.perf_counter() - t
@@ -208,6 +221,8 @@ def run(
                     engine, wrapper = split.take()
                     splits[name].append((engine, wrapper, now - last - engine - wrapper))
                 last = time.perf_counter()
+                if got >= frames:
+                    break
             dt = time.perf_counter() - t
             collector.shutdown()
             if not env.is_closed:
@@ -273,7 +288,7 @@ def _bench(argv: list[str] | None = None) -> None:
     if args.workload in ("cartpole", "all"):
         frames = args.frames or 4096
         builders = _core(cartpole_builders(n, w, per_env), args.core)
-        rates, splits = run(builders, args.rounds, frames, args.batch)
+        rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads)
         done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     if args.workload in ("pong", "all"):
         if not _has("ale_py"):
@@ -281,7 +296,7 @@ def _bench(argv: list[str] | None = None) -> None:
         else:
             frames = args.frames or 2048
             builders = _core(pong_builders(n, w, per_env, plugin), args.core)
-            rates, splits = run(builders, args.rounds, frames, args.batch)
+            rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads)
             done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
@@ -289,11 +304,13 @@ def _bench(argv: list[str] | None = None) -> None:
 
 
 def _core(builders: dict[str, Callable[[], Any]], core: bool) -> dict[str, Callable[[], Any]]:
-    """With ``--core``: the first ShmEnv (native envs), MultiThreadedEnv and SerialEnv."""
+    """With ``--core``: the first ShmEnv (native envs) and its ``autoreset_mode='disabled'``
+    twin, MultiThreadedEnv and SerialEnv."""
     if not core:
         return builders
     shm = next(n for n in builders if n.startswith("ShmEnv("))
-    return {n: b for n, b in builders.items() if n == shm or n.startswith(("MultiThreadedEnv(", "SerialEnv("))}
+    keep = (shm, "MultiThreadedEnv(", "SerialEnv(")
+    return {n: b for n, b in builders.items() if n.startswith(keep) or "[a pool call per reset]" in n}
 
 
 if __name__ == "__main__":
