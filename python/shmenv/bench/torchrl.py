@@ -1,5 +1,5 @@
-"""``python -m shmenv.bench.torchrl [--workload cartpole|pong|all] [--envs 16] [--rounds 3]
-[--frames N] [--batch 512] [--workers 2] [--torch-threads T] [--plugin PATH] [--no-parallel-per-env]``:
+"""``python -m shmenv.bench.torchrl [--workload cartpole|pong|raw-pong|all] [--envs 16] [--rounds 3]
+[--frames N] [--batch 512] [--workers 2] [--torch-threads T] [--plugin PATH] [--no-parallel-per-env] [--core]``:
 random-policy ``Collector`` frames/s, ``shmenv.torchrl.ShmEnv`` against TorchRL's own batched
 envs (``SerialEnv``, ``ParallelEnv``, ``MultiThreadedEnv`` over EnvPool) in the same run,
 rounds interleaved, medians printed. Needs torch and TorchRL (and ale-py for Pong, EnvPool
@@ -46,6 +46,13 @@ def _atari_env():
     from shmenv.bench.envs import make_atari
 
     return GymWrapper(make_atari())
+
+
+def _raw_pong_env():
+    import ale_py  # noqa: F401 - registers the ALE ids with Gymnasium
+    from torchrl.envs import GymEnv
+
+    return GymEnv("ALE/Pong-v5")
 
 
 def _atari_sync_vector(n: int):
@@ -184,6 +191,20 @@ class Split:
         return out
 
 
+def raw_pong_builders(n: int, w: int) -> dict[str, Callable[[], Any]]:
+    """``ALE/Pong-v5`` as Gymnasium makes it (210x160 RGB frames, frame skip 4, sticky
+    actions): Gymnasium's ALE in ShmEnv's workers, and TorchRL's SerialEnv over GymEnv."""
+    from torchrl.envs import SerialEnv
+
+    this = __import__("shmenv.bench.torchrl", fromlist=["_raw_pong_env"])
+    return {
+        f"ShmEnv('ALE/Pong-v5', {n}, num_workers={w}) [Gymnasium's ALE in workers]": lambda: ShmEnv(
+            "ALE/Pong-v5", n, num_workers=w, seed=0
+        ),
+        f"SerialEnv({n}, GymEnv('ALE/Pong-v5'))": lambda: SerialEnv(n, this._raw_pong_env),
+    }
+
+
 def run(
     builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int, threads: int | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float, float]]]]:
@@ -262,7 +283,7 @@ def _bench(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m shmenv.bench.torchrl", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
+    parser.add_argument("--workload", choices=("cartpole", "pong", "raw-pong", "all"), default="all")
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--frames", type=int, default=None, help="frames per round and env (4096 CartPole, 2048 Pong)")
     parser.add_argument("--batch", type=int, default=512, help="frames_per_batch")
@@ -298,6 +319,10 @@ def _bench(argv: list[str] | None = None) -> None:
             builders = _core(pong_builders(n, w, per_env, plugin), args.core)
             rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads)
             done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
+    if args.workload == "raw-pong":
+        frames = args.frames or 2048
+        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames, args.batch, args.torch_threads)
+        done.append((f"ALE/Pong-v5, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
         report(f"{title}, frames_per_batch={args.batch}, random policy:", rates, splits)
