@@ -1,5 +1,5 @@
 """``python -m shmenv.bench.torchrl [--workload cartpole|pong|raw-pong|all] [--envs 16] [--rounds 3]
-[--frames N] [--batch 512] [--workers 2] [--torch-threads T] [--plugin PATH] [--no-parallel-per-env] [--core]``:
+[--frames N] [--batch 512] [--workers 2] [--torch-threads T] [--plugin PATH] [--no-parallel-per-env] [--core] [--warmup 1]``:
 random-policy ``Collector`` frames/s, ``shmenv.torchrl.ShmEnv`` against TorchRL's own batched
 envs (``SerialEnv``, ``ParallelEnv``, ``MultiThreadedEnv`` over EnvPool) in the same run,
 rounds interleaved, medians printed. Needs torch and TorchRL (and ale-py for Pong, EnvPool
@@ -206,15 +206,20 @@ def raw_pong_builders(n: int, w: int) -> dict[str, Callable[[], Any]]:
 
 
 def run(
-    builders: dict[str, Callable[[], Any]], rounds: int, frames: int, batch: int, threads: int | None = None
+    builders: dict[str, Callable[[], Any]],
+    rounds: int,
+    frames: int,
+    batch: int,
+    threads: int | None = None,
+    warmup: int = 1,
 ) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float, float]]]]:
     """Rounds interleaved over the builders; each round builds the env afresh outside the
     timing (the Collector's constructor resets it, which starts ParallelEnv's processes)
-    and times only the collection of ``frames`` frames. ``threads``: torch's threads, set
-    again before each round (closing a ``SerialEnv`` or ``ParallelEnv`` raises torch's
-    thread count by its worker count). Returns the frames/s of each round and, for ShmEnv
-    and MultiThreadedEnv, each batch's split in seconds (engine calls, wrapper, TorchRL's
-    own)."""
+    and times the collection of ``frames`` frames after ``warmup`` batches. ``threads``:
+    torch's threads, set again before each round (closing a ``SerialEnv`` or
+    ``ParallelEnv`` raises torch's thread count by its worker count). Returns the frames/s
+    of each round and, for ShmEnv and MultiThreadedEnv, each timed batch's split in seconds
+    (engine calls, wrapper, TorchRL's own)."""
     from torchrl.collectors import Collector
 
     rates: dict[str, list[float]] = {name: [] for name in builders}
@@ -229,28 +234,39 @@ def run(
             # One batch more than is timed: the Collector closes its env as it collects the
             # last batch of total_frames (a ShmEnv's pool stops and reaps its workers, tens of
             # ms), a one-off per run that is left out of the rate, for every contender.
-            collector = Collector(env, None, frames_per_batch=batch, total_frames=frames + batch)
-            split = Split(env)
-            split.take()
+            total = frames + (warmup + 1) * batch
+            collector = Collector(env, None, frames_per_batch=batch, total_frames=total)
             setup = time.perf_counter() - t
-            got = 0
-            t = last = time.perf_counter()
-            for data in collector:
-                got += data.numel()
-                now = time.perf_counter()
-                if split.env is not None:
-                    engine, wrapper = split.take()
-                    splits[name].append((engine, wrapper, now - last - engine - wrapper))
-                last = time.perf_counter()
-                if got >= frames:
-                    break
-            dt = time.perf_counter() - t
+            got, dt, rows = _collect(collector, Split(env), frames, warmup)
             collector.shutdown()
             if not env.is_closed:
                 env.close()
             rates[name].append(got / dt)
+            splits[name].extend(rows)
             print(f"round {r}: {got / dt:>9,.0f} frames/s  {name}  (setup {setup:.1f} s)", flush=True)
     return rates, splits
+
+
+def _collect(collector: Any, split: Split, frames: int, warmup: int) -> tuple[int, float, list]:
+    """Iterates ``collector``: ``warmup`` batches untimed, then ``frames`` frames timed.
+    Returns the frames, the seconds and each timed batch's split."""
+    it = iter(collector)
+    for _ in range(warmup):
+        next(it)
+    split.take()
+    rows = []
+    got = 0
+    t = last = time.perf_counter()
+    for data in it:
+        got += data.numel()
+        now = time.perf_counter()
+        if split.env is not None:
+            engine, wrapper = split.take()
+            rows.append((engine, wrapper, now - last - engine - wrapper))
+        last = time.perf_counter()
+        if got >= frames:
+            break
+    return got, time.perf_counter() - t, rows
 
 
 def report(title: str, rates: dict[str, list[float]], splits: dict | None = None) -> None:
@@ -297,6 +313,7 @@ def _bench(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--plugin", default=None, help="the ALE plugin (default: target/plugins/libale_atari.so)")
     parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--warmup", type=int, default=1, help="batches collected before the timing starts")
     args = parser.parse_args(argv)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -309,7 +326,7 @@ def _bench(argv: list[str] | None = None) -> None:
     if args.workload in ("cartpole", "all"):
         frames = args.frames or 4096
         builders = _core(cartpole_builders(n, w, per_env), args.core)
-        rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads)
+        rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads, args.warmup)
         done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     if args.workload in ("pong", "all"):
         if not _has("ale_py"):
@@ -317,11 +334,11 @@ def _bench(argv: list[str] | None = None) -> None:
         else:
             frames = args.frames or 2048
             builders = _core(pong_builders(n, w, per_env, plugin), args.core)
-            rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads)
+            rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads, args.warmup)
             done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     if args.workload == "raw-pong":
         frames = args.frames or 2048
-        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames, args.batch, args.torch_threads)
+        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames, args.batch, args.torch_threads, args.warmup)
         done.append((f"ALE/Pong-v5, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
