@@ -174,6 +174,7 @@ def test_folded_reset_equals_torchrl_update(rows):
     with ShmEnv("CartPole-v1", N, num_workers=1, seed=0) as env:
         td = lean_policy(env.reset())
         td.set("policy_out", torch.arange(N * 3, dtype=torch.float32).view(N, 3) + 1)
+        td.set(("collector", "traj_ids"), torch.arange(N) + 1)  # nested, as the collector's
         stepped = env.step(td)
         mask = torch.tensor(rows)
         for key in ("done", "terminated"):
@@ -182,8 +183,31 @@ def test_folded_reset_equals_torchrl_update(rows):
         reset_obs = {"observation": torch.randn(N, 4)}
         ours = fold_resets(env, step_mdp.clone(), reset_obs, mask)
         theirs = _torchrl_fold(env, step_mdp.clone(), reset_obs, mask)
-    assert set(ours.keys(True, True)) == set(theirs.keys(True, True)) >= {"action", "policy_out", "observation"}
+    assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+    assert set(ours.keys(True, True)) >= {"action", "policy_out", "observation", ("collector", "traj_ids")}
     for key in theirs.keys(True, True):
         assert ours[key].dtype == theirs[key].dtype, key
         assert torch.equal(ours[key], theirs[key]), key
     assert not ours["done"].any() and not ours["terminated"].any()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [1, N])
+def test_reset_after_close_starts_the_new_pool_afresh(n):
+    """A ShmEnv closed (as a Collector closes it) while envs ended in its last step holds
+    reset observations of the old pool: its next reset builds a new pool and resets every
+    env there, as a new ShmEnv with the same arguments does (with one env, every env of the
+    pool had ended)."""
+    with ShmEnv("CartPole-v1", n, num_workers=1, seed=11) as fresh:
+        expected = fresh.reset()["observation"]
+    env = ShmEnv("CartPole-v1", n, num_workers=1, seed=11)
+    td = env.reset()
+    for _ in range(500):
+        td = env.step(lean_policy(td))["next"]
+        if td["done"].any():
+            break
+    assert td["done"].any()
+    env.close()
+    got = env.reset()["observation"]
+    env.close()
+    assert torch.equal(got, expected)

@@ -483,6 +483,7 @@ class ShmEnv(EnvBase):
         env, num_envs, options = self._build
         self._pool = shmenv.make_vec(env, num_envs, **options)
         self._pid = os.getpid()
+        self._forget_episodes(None)  # the old pool's ends and kept reset observations
         self.is_closed = False
 
     def _after_fork(self, reset: bool) -> None:
