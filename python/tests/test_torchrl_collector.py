@@ -211,3 +211,54 @@ def test_reset_after_close_starts_the_new_pool_afresh(n):
     got = env.reset()["observation"]
     env.close()
     assert torch.equal(got, expected)
+
+
+class _DictCartPole(gym.ObservationWrapper):
+    """CartPole with a Dict observation: the state, and the cart position twice over (a
+    second key of another shape)."""
+
+    def __init__(self, env=None):
+        super().__init__(env if env is not None else gym.make("CartPole-v1"))
+        box = self.env.observation_space
+        self.observation_space = gym.spaces.Dict(
+            {"state": box, "x": gym.spaces.Box(-5.0, 5.0, shape=(2,), dtype=np.float32)}
+        )
+
+    def observation(self, observation):
+        return {"state": observation, "x": np.array([observation[0]] * 2, dtype=np.float32)}
+
+
+def _replaying(actions):
+    """A policy that sets the next of ``actions`` (an iterator)."""
+
+    def policy(td):
+        return td.set("action", next(actions))
+
+    return policy
+
+
+@pytest.mark.timeout(120)
+def test_dict_observation_rollout_equals_gym_wrapper():
+    """A Dict observation (not flat: the reset rows are folded in by TorchRL's own update):
+    a 150-step rollout through episode ends equals GymWrapper(SyncVectorEnv)'s, one pool
+    call per step."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+    from torchrl.envs import GymWrapper
+
+    ref = GymWrapper(SyncVectorEnv([_DictCartPole] * N, autoreset_mode=AutoresetMode.DISABLED))
+    out = []
+    for env in (ref, ShmEnv(_DictCartPole, N, num_workers=2)):
+        torch.manual_seed(0)
+        actions = iter([env.action_spec.rand() for _ in range(150)])
+        env.set_seed(5)
+        before = env.pool.stats()["batches"] if isinstance(env, ShmEnv) else 0
+        td = env.rollout(150, _replaying(actions), break_when_any_done=False)
+        if isinstance(env, ShmEnv):
+            assert env.pool.stats()["batches"] - before == 150 + 1  # the rollout's reset, then its steps
+        out.append(td)
+        env.close()
+    a, b = out
+    assert a["next", "done"].sum() >= N
+    assert set(a.keys(True, True)) == set(b.keys(True, True)) >= {"observation", "x"}
+    for key in a.keys(True, True):
+        assert torch.equal(a[key], b[key]), key
