@@ -217,8 +217,8 @@ class _DictCartPole(gym.ObservationWrapper):
     """CartPole with a Dict observation: the state, and the cart position twice over (a
     second key of another shape)."""
 
-    def __init__(self, env=None):
-        super().__init__(env if env is not None else gym.make("CartPole-v1"))
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
         box = self.env.observation_space
         self.observation_space = gym.spaces.Dict(
             {"state": box, "x": gym.spaces.Box(-5.0, 5.0, shape=(2,), dtype=np.float32)}
