@@ -100,8 +100,9 @@ class ShmEnv(EnvBase):
     ``shmenv.make_vec(env, num_envs, autoreset_mode="same_step", **make_vec_options)``
     (``num_workers``, ``seed``, ``config``, ``copy``, ...; ``env`` is anything ``make_vec``
     takes; ``autoreset_mode="disabled"`` is accepted too). ``ShmEnv(pool=envs)`` or
-    ``ShmEnv.from_pool(envs)`` wraps an existing sync pool made with either mode. ``close()`` closes the pool in both cases;
-    garbage collection closes only a pool the ShmEnv built. A ShmEnv that built its pool
+    ``ShmEnv.from_pool(envs)`` wraps an existing sync pool made with either mode.
+    ``close()`` closes the pool in both cases; garbage collection closes only a pool the
+    ShmEnv built. A ShmEnv that built its pool
     and was closed (a ``Collector`` closes its env after ``total_frames``) builds a new pool
     at its next ``reset``, as TorchRL's ``ParallelEnv`` starts again. Such a ShmEnv also
     pickles by its arguments (and closes its pool, as a pickled ``ParallelEnv`` does), so
@@ -187,8 +188,8 @@ class ShmEnv(EnvBase):
     @classmethod
     def from_pool(cls, pool: Any, **kwargs: Any) -> "ShmEnv":
         """Wraps an existing sync ``shmenv.ShmVectorEnv`` made with
-        ``autoreset_mode="same_step"`` or ``"disabled"`` (``kwargs``: ``categorical_action_encoding``,
-        ``device``, ``allow_done_after_reset``)."""
+        ``autoreset_mode="same_step"`` or ``"disabled"`` (``kwargs``:
+        ``categorical_action_encoding``, ``device``, ``allow_done_after_reset``)."""
         return cls(pool=pool, **kwargs)
 
     @staticmethod
