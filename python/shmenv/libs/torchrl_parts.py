@@ -74,9 +74,10 @@ def fold_resets(env: Any, tensordict_: TensorDictBase, reset_obs: dict, mask: to
 
     A flat tensordict of tensors (a flat observation) is updated here as TorchRL's
     ``_update_during_reset`` updates it: a partial reset takes the reset rows of the
-    observation, clears the done flags there and zeroes the reset rows of the other keys
-    (its ``where(..., pad=0)``); a reset of every env takes the observation and the flags and
-    leaves the other keys. Anything else goes through ``_update_during_reset`` itself."""
+    observation, clears the done flags there and zeroes the reset rows of the other keys,
+    nested tensordicts' leaves included (its ``where(..., pad=0)``); a reset of every env
+    takes the observation and the flags and leaves the other keys. Anything else goes
+    through ``_update_during_reset`` itself."""
     key = getattr(env, "_obs_key", None)
     if key is None or type(tensordict_) is not TensorDict or list(env.reset_keys) != ["_reset"]:
         return _torchrl_fold(env, tensordict_, reset_obs, mask)
@@ -84,19 +85,27 @@ def fold_resets(env: Any, tensordict_: TensorDictBase, reset_obs: dict, mask: to
     flags = torch.zeros_like(tensordict_.get("done"))
     updates = {}
     for name, value in tensordict_.items():
+        if type(value) is TensorDict:  # e.g. the collector's ("collector", "traj_ids")
+            if not full:
+                updates[name] = value.apply(lambda leaf: _zero_rows(leaf, mask))
+            continue
         if not isinstance(value, torch.Tensor):
             return _torchrl_fold(env, tensordict_, reset_obs, mask)
-        rows = mask.view(-1, *([1] * (value.dim() - 1)))
         if name == key:
             new = reset_obs[key].to(value.device)
-            updates[name] = new if full else torch.where(rows, new, value)
+            updates[name] = new if full else torch.where(mask.view(-1, *([1] * (value.dim() - 1))), new, value)
         elif name in ("done", "terminated", "truncated"):
             updates[name] = flags if name == "done" else flags.clone()
         elif not full:
-            updates[name] = value.masked_fill(rows, 0)
+            updates[name] = _zero_rows(value, mask)
     for name, value in updates.items():
         tensordict_._set_str(name, value, inplace=False, validated=True, non_blocking=False)
     return tensordict_
+
+
+def _zero_rows(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``value`` with the rows in ``mask`` zeroed (a new tensor)."""
+    return value.masked_fill(mask.view(-1, *([1] * (value.dim() - 1))), 0)
 
 
 def _torchrl_fold(env: Any, tensordict_: TensorDictBase, reset_obs: dict, mask: torch.Tensor) -> TensorDictBase:
