@@ -122,12 +122,9 @@ def plan_pool(
 def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, str]:
     """Whether the trainer steps a shard (``trainer_shard``: True/"on", False/"off" or
     "auto"), and why: the engine's rule, with what only Python knows (another worker
-    program cannot be built in the trainer; hosted Python envs are stepped there when asked
-    for, never by "auto")."""
+    program cannot be built in the trainer; built-in and hosted Python envs can)."""
     value = o.trainer_shard  # checked by PoolOptions.of
     mode = ("on" if value else "off") if isinstance(value, (bool, np.bool_)) else str(value)
-    if mode == "auto" and resolved.python:
-        return False, "Python envs run in worker processes unless trainer_shard=True"
     if mode == "on" and o.worker_program is not None:
         raise InvalidArgumentError(
             "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "

@@ -84,20 +84,30 @@ def _cores() -> int:
 @pytest.mark.parametrize(
     ("env", "n", "options", "reason"),
     [
-        ("CartPole-v1", 32, {}, "sync mode, native envs"),
+        ("CartPole-v1", 32, {}, "sync mode, envs the trainer can build"),
         ("CartPole-v1", 32, {"num_workers": 2}, "the worker count was given"),
         ("CartPole-v1", 32, {"envs_per_worker": 16}, "the worker count was given"),
         ("CartPole-v1", 32, {"batch_size": 16}, "async mode"),
         ("CartPole-v1", 32, {"max_restarts": 2}, "restarts asked for"),
         ("CartPole-v1", 1, {}, "too few envs"),
-        (lambda: gym.make("CartPole-v1"), 4, {}, "Python envs run in worker processes unless trainer_shard=True"),
+        (lambda: gym.make("CartPole-v1"), 4, {}, "sync mode, envs the trainer can build"),
+        (lambda: gym.make("CartPole-v1"), 4, {"max_restarts": 1}, "restarts asked for"),
     ],
-    ids=["sync-builtin", "workers-given", "envs-per-worker", "async", "restarts", "one-env", "python-env"],
+    ids=[
+        "sync-builtin",
+        "workers-given",
+        "envs-per-worker",
+        "async",
+        "restarts",
+        "one-env",
+        "python-env",
+        "python-env-restarts",
+    ],
 )
 def test_the_default_takes_the_trainer_shard_only_where_it_is_safe_and_faster(env, n, options, reason, no_leaks):
-    """``trainer_shard="auto"`` (the default): built-in envs in sync mode with the worker
-    count left to the pool get the trainer's shard (on two cores or more); everything
-    else keeps every env in a worker, and ``trainer_shard_reason`` says why."""
+    """``trainer_shard="auto"`` (the default): built-in and hosted Python envs in sync mode
+    with the worker count left to the pool get the trainer's shard (on two cores or more);
+    everything else keeps every env in a worker, and ``trainer_shard_reason`` says why."""
     with shmenv.make_vec(env, n, **options) as envs:
         on = reason.startswith("sync") and _cores() >= 2
         if reason.startswith("sync") and not on:

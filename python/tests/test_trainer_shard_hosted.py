@@ -122,7 +122,9 @@ def test_env_calls_reach_the_trainers_envs_and_the_workers_alike(no_leaks):
 
 
 def test_render_reaches_the_trainers_envs(no_leaks):
-    with shmenv.make_vec(gym.spec("CartPole-v1"), 3, num_workers=1, trainer_shard=True, render_mode="rgb_array") as envs:
+    with shmenv.make_vec(
+        gym.spec("CartPole-v1"), 3, num_workers=1, trainer_shard=True, render_mode="rgb_array"
+    ) as envs:
         assert envs._pool.trainer_envs == (0, 1)
         envs.reset(seed=0)
         frames = envs.render()
@@ -188,10 +190,15 @@ def test_what_is_refused_is_refused_before_any_worker_starts(no_leaks):
     with pytest.raises(InvalidArgumentError, match="cannot know the envs of worker_program"):
         shmenv.make_vec(cartpole, 4, worker_program="/bin/true", trainer_shard=True)
     assert children() == before
-    # "auto" keeps hosted envs in the workers, and says so.
+    # "auto" (the default) takes the trainer's shard for hosted envs too, and says why; with
+    # restarts asked for it keeps every env in a worker.
     with shmenv.make_vec(cartpole, 4) as envs:
+        two_cores = shmenv._shmenv.default_num_workers(1000) >= 2
+        assert envs.trainer_shard == two_cores, envs.trainer_shard_reason
+        assert ("sync mode" if two_cores else "one core") in envs.trainer_shard_reason
+    with shmenv.make_vec(cartpole, 4, max_restarts=1) as envs:
         assert not envs.trainer_shard and envs._pool.trainer_envs == (0, 0)
-        assert "unless trainer_shard=True" in envs.trainer_shard_reason
+        assert "restarts" in envs.trainer_shard_reason
 
 
 def test_the_trainers_envs_are_closed_with_the_pool(no_leaks, tmp_path):

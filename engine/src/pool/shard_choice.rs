@@ -4,12 +4,12 @@
 //! front end: the builder, the CLI's tables and Python's `make_vec`.
 //!
 //! `Auto` (the default) takes the trainer's shard where it measured faster and costs no
-//! safety the user asked for: sync mode, envs the trainer can build from the program's
-//! own registry (built-in or registered Rust envs, not a plugin's), the worker count left
-//! to the pool, at least two cores and no restarts asked for. Measured on 2 cores it never
-//! lost to the workers alone, idle or beside busy processes, cheap envs or costly
-//! (`docs/benchmarks.md`, "The trainer's own shard"): a trainer that would wait through
-//! the batch steps a shard instead. The choice is made once, when the pool is built: envs
+//! safety the user asked for: sync mode, envs the trainer can build (from the worker
+//! program's registry: built-in or registered Rust envs; in Python also hosted Gymnasium
+//! envs), not a plugin's, the worker count left to the pool, at least two cores and no
+//! restarts asked for. Measured on 2 cores it never lost to the workers alone, idle or
+//! beside busy processes, cheap envs or costly (`docs/benchmarks.md`, "The trainer's own
+//! shard"): a trainer that would wait through the batch steps a shard instead. The choice is made once, when the pool is built: envs
 //! live in one process for their whole life, so a change of load re-decides how the
 //! trainer waits (the wait tuner), not where the envs run.
 
@@ -146,7 +146,7 @@ impl ShardQuestion {
         }
         TrainerShardChoice {
             on: true,
-            reason: "sync mode, native envs: the trainer steps a shard instead of waiting",
+            reason: "sync mode, envs the trainer can build: it steps a shard instead of waiting",
         }
     }
 }

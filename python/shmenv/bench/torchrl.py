@@ -98,18 +98,18 @@ def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], A
     this = __import__("shmenv.bench.torchrl", fromlist=["_gym_env"])  # picklable by name
     gym_env = functools.partial(this._gym_env, "CartPole-v1")
     out: dict[str, Callable[[], Any]] = {
-        f"ShmEnv('CartPole-v1', {n}, num_workers={w}) [native CartPole]": lambda: ShmEnv(
-            "CartPole-v1", n, num_workers=w, seed=0
+        f"ShmEnv('CartPole-v1', {n}, {_label(w)}) [native CartPole]": lambda: ShmEnv(
+            "CartPole-v1", n, **_pool(w), seed=0
         ),
-        f"ShmEnv('CartPole-v1', {n}, num_workers={w}, autoreset_mode='disabled') [a pool call per reset]": lambda: (
-            ShmEnv("CartPole-v1", n, num_workers=w, seed=0, autoreset_mode="disabled")
+        f"ShmEnv('CartPole-v1', {n}, {_label(w)}, autoreset_mode='disabled') [a pool call per reset]": lambda: ShmEnv(
+            "CartPole-v1", n, **_pool(w), seed=0, autoreset_mode="disabled"
         ),
-        f"ShmEnv(gym.spec('CartPole-v1'), {n}, num_workers={w}) [Gymnasium's CartPole in workers]": lambda: ShmEnv(
-            gym.spec("CartPole-v1"), n, num_workers=w, seed=0
+        f"ShmEnv(gym.spec('CartPole-v1'), {n}, {_label(w)}) [Gymnasium's CartPole in workers]": lambda: ShmEnv(
+            gym.spec("CartPole-v1"), n, **_pool(w), seed=0
         ),
         f"SerialEnv({n}, GymEnv('CartPole-v1'))": lambda: SerialEnv(n, gym_env),
-        f"ParallelEnv({w}, GymWrapper(SyncVectorEnv x{n // w}))": lambda: ParallelEnv(
-            w, functools.partial(this._gym_sync_vector, n // w, "CartPole-v1")
+        f"ParallelEnv({w or 2}, GymWrapper(SyncVectorEnv x{n // (w or 2)}))": lambda: ParallelEnv(
+            w or 2, functools.partial(this._gym_sync_vector, n // (w or 2), "CartPole-v1")
         ),
     }
     if per_env:
@@ -132,20 +132,20 @@ def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str
         from shmenv.assets import ale_roms
 
         config = {"rom_dir": ale_roms(), "game": "pong"}
-        out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, plugin=libale_atari.so) [native ALE plugin]"] = lambda: ShmEnv(
-            "AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0
+        out[f"ShmEnv('AtariC-v5', {n}, {_label(w)}, plugin=libale_atari.so) [native ALE plugin]"] = lambda: ShmEnv(
+            "AtariC-v5", n, **_pool(w), plugin=plugin, config=config, seed=0
         )
-        out[f"ShmEnv('AtariC-v5', {n}, num_workers={w}, autoreset_mode='disabled') [a pool call per reset]"] = lambda: (
-            ShmEnv("AtariC-v5", n, num_workers=w, plugin=plugin, config=config, seed=0, autoreset_mode="disabled")
+        out[f"ShmEnv('AtariC-v5', {n}, {_label(w)}, autoreset_mode='disabled') [a pool call per reset]"] = lambda: (
+            ShmEnv("AtariC-v5", n, **_pool(w), plugin=plugin, config=config, seed=0, autoreset_mode="disabled")
         )
-    out[f"ShmEnv('shmenv.bench.envs:make_atari', {n}, num_workers={w}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
-        "shmenv.bench.envs:make_atari", n, num_workers=w, seed=0
+    out[f"ShmEnv('shmenv.bench.envs:make_atari', {n}, {_label(w)}) [Gymnasium's ALE in workers]"] = lambda: ShmEnv(
+        "shmenv.bench.envs:make_atari", n, **_pool(w), seed=0
     )
     if _has("envpool"):
         out[f"MultiThreadedEnv({n}, 'Pong-v5') [EnvPool]"] = lambda: this._multithreaded_env(n, "Pong-v5")
     out[f"SerialEnv({n}, GymWrapper(make_atari()))"] = lambda: SerialEnv(n, this._atari_env)
-    out[f"ParallelEnv({w}, GymWrapper(SyncVectorEnv([make_atari] * {n // w})))"] = lambda: ParallelEnv(
-        w, functools.partial(this._atari_sync_vector, n // w)
+    out[f"ParallelEnv({w or 2}, GymWrapper(SyncVectorEnv([make_atari] * {n // (w or 2)})))"] = lambda: ParallelEnv(
+        w or 2, functools.partial(this._atari_sync_vector, n // (w or 2))
     )
     if per_env:
         out[f"ParallelEnv({n}, GymWrapper(make_atari()))"] = lambda: ParallelEnv(n, this._atari_env)
@@ -198,8 +198,8 @@ def raw_pong_builders(n: int, w: int) -> dict[str, Callable[[], Any]]:
 
     this = __import__("shmenv.bench.torchrl", fromlist=["_raw_pong_env"])
     return {
-        f"ShmEnv('ALE/Pong-v5', {n}, num_workers={w}) [Gymnasium's ALE in workers]": lambda: ShmEnv(
-            "ALE/Pong-v5", n, num_workers=w, seed=0
+        f"ShmEnv('ALE/Pong-v5', {n}, {_label(w)}) [Gymnasium's ALE in workers]": lambda: ShmEnv(
+            "ALE/Pong-v5", n, **_pool(w), seed=0
         ),
         f"SerialEnv({n}, GymEnv('ALE/Pong-v5'))": lambda: SerialEnv(n, this._raw_pong_env),
     }
@@ -304,7 +304,12 @@ def _bench(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=None, help="frames per round and env (4096 CartPole, 2048 Pong)")
     parser.add_argument("--batch", type=int, default=512, help="frames_per_batch")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2, help="ShmEnv workers and ParallelEnv processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="ShmEnv workers and ParallelEnv processes (0: ShmEnv's default, with the trainer's shard; ParallelEnv 2)",
+    )
     parser.add_argument("--no-parallel-per-env", action="store_true", help="skip ParallelEnv with one process per env")
     parser.add_argument(
         "--core",
@@ -343,6 +348,16 @@ def _bench(argv: list[str] | None = None) -> None:
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
         report(f"{title}, frames_per_batch={args.batch}, random policy:", rates, splits)
+
+
+def _pool(w: int) -> dict[str, Any]:
+    """ShmEnv's worker count: ``w``, or the pool's default (``--workers 0``: one fewer than
+    the cores with the trainer's shard, which ``trainer_shard="auto"`` takes)."""
+    return {"num_workers": w} if w else {}
+
+
+def _label(w: int) -> str:
+    return f"num_workers={w}" if w else "default workers"
 
 
 def _core(builders: dict[str, Callable[[], Any]], core: bool) -> dict[str, Callable[[], Any]]:
