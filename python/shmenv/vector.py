@@ -576,10 +576,10 @@ def make_vec(env: Any = None, num_envs: int = 1, *, id: Any = None, **options: A
       while the workers step theirs (default ``num_workers``: one fewer than the cores).
       Where envs are cheap this is one process per core instead of a trainer sharing a
       core with a worker; but those envs run in the trainer's process, so a crash there
-      ends the trainer. "auto" takes it for built-in envs in sync mode when
-      ``num_workers``/``envs_per_worker``, ``max_restarts`` and ``plugin`` are not given
-      (plugins and Python envs keep every env in a worker; True steps hosted Python envs
-      in the trainer too, answering calls for them in-process); ``envs.trainer_shard`` and
+      ends the trainer. "auto" takes it for built-in and hosted Python envs in sync mode
+      when ``num_workers``/``envs_per_worker``, ``max_restarts`` and ``plugin`` are not
+      given (plugins keep every env in a worker unless True; the trainer answers calls for
+      its hosted envs in-process); ``envs.trainer_shard`` and
       ``envs.trainer_shard_reason`` say what was chosen (docs/python.md).
     - ``pool_infos``: add ``infos["env_id"]`` and ``infos["elapsed_step"]`` to every
       result in sync mode too (async mode always has them, EnvPool style); by default a
