@@ -63,6 +63,28 @@ def step_alike(envs, ref, actions, where: str):
     return obs, infos, r_infos, term | trunc
 
 
+def lockstep_with_partial_resets(envs, ref, n: int, same_step: bool, steps: int = 400) -> int:
+    """Steps ``envs`` and ``ref`` alike with random actions for ``steps`` steps (checking
+    every result, and the final observations under same-step autoreset), resets every
+    other env alike every 50 steps, and returns how many episodes ended."""
+    rng = np.random.default_rng(1)
+    ends = 0
+    for t in range(steps):
+        actions = rng.integers(0, 2, size=n)
+        _, infos, ref_infos, done = step_alike(envs, ref, actions, f"step {t}")
+        if same_step and done.any():
+            for e in np.flatnonzero(done):
+                np.testing.assert_array_equal(infos["final_obs"][e], ref_infos["final_obs"][e])
+        ends += int(done.sum())
+        if t % 50 == 49:
+            # A partial reset of every other env, the trainer's and the workers' alike.
+            mask = np.arange(n) % 2 == (t // 50) % 2
+            obs, _ = envs.reset(seed=t, options={"reset_mask": mask})
+            want, _ = ref.reset(seed=t, options={"reset_mask": mask})
+            np.testing.assert_array_equal(obs, want, err_msg=f"partial reset at {t}")
+    return ends
+
+
 def keep_up(obs: np.ndarray) -> np.ndarray:
     """A CartPole controller that keeps the pole up past the 500-step limit."""
     x, x_dot, theta, theta_dot = obs.T

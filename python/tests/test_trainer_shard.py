@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 import shmenv
 from shmenv.errors import InvalidArgumentError
-from conftest import step_alike
+from conftest import lockstep_with_partial_resets, step_alike
 from test_plugins import compile_plugin
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,21 +35,7 @@ def test_a_trainer_shard_steps_as_sync_vector_env(mode, plugin, cartpole_c, no_l
         obs, _ = envs.reset(seed=7)
         want, _ = ref.reset(seed=7)
         np.testing.assert_array_equal(obs, want)
-        rng = np.random.default_rng(1)
-        ends = 0
-        for t in range(400):
-            actions = rng.integers(0, 2, size=n)
-            obs, infos, ref_infos, done = step_alike(envs, ref, actions, f"step {t}")
-            if mode == AutoresetMode.SAME_STEP and done.any():
-                for e in np.flatnonzero(done):
-                    np.testing.assert_array_equal(infos["final_obs"][e], ref_infos["final_obs"][e])
-            ends += int(done.sum())
-            if t % 50 == 49:
-                # A partial reset of every other env, the trainer's and the workers' alike.
-                mask = np.arange(n) % 2 == (t // 50) % 2
-                obs, _ = envs.reset(seed=t, options={"reset_mask": mask})
-                want, _ = ref.reset(seed=t, options={"reset_mask": mask})
-                np.testing.assert_array_equal(obs, want, err_msg=f"partial reset at {t}")
+        ends = lockstep_with_partial_resets(envs, ref, n, mode == AutoresetMode.SAME_STEP)
         assert ends > 0, "the comparison covers episode ends"
     ref.close()
 

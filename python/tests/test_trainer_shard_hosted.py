@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 
 import shmenv
 from shmenv.errors import InvalidArgumentError
-from conftest import children, step_alike
+from conftest import children, lockstep_with_partial_resets
 from test_infos import assert_vector_infos_equal
 from test_gymnasium_vector_conformance import step_both
 
@@ -40,21 +40,7 @@ def test_hosted_envs_in_the_trainer_step_as_sync_vector_env(mode, no_leaks):
         want, _ = ref.reset(seed=7)
         np.testing.assert_array_equal(obs, want)
         assert envs.get_attr("np_random_seed") == tuple(range(7, 7 + n))
-        rng = np.random.default_rng(1)
-        ends = 0
-        for t in range(400):
-            actions = rng.integers(0, 2, size=n)
-            obs, infos, ref_infos, done = step_alike(envs, ref, actions, f"step {t}")
-            if mode == AutoresetMode.SAME_STEP and done.any():
-                for e in np.flatnonzero(done):
-                    np.testing.assert_array_equal(infos["final_obs"][e], ref_infos["final_obs"][e])
-            ends += int(done.sum())
-            if t % 50 == 49:
-                # A partial reset of every other env, the trainer's and the workers' alike.
-                mask = np.arange(n) % 2 == (t // 50) % 2
-                obs, _ = envs.reset(seed=t, options={"reset_mask": mask})
-                want, _ = ref.reset(seed=t, options={"reset_mask": mask})
-                np.testing.assert_array_equal(obs, want, err_msg=f"partial reset at {t}")
+        ends = lockstep_with_partial_resets(envs, ref, n, mode == AutoresetMode.SAME_STEP)
         assert ends > 0, "the comparison covers episode ends"
         # The seeds, as Gymnasium's vector envs answer them, after the partial resets.
         assert envs.get_attr("np_random_seed") == ref.get_attr("np_random_seed")
