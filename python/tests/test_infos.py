@@ -34,6 +34,20 @@ def assert_infos_equal(got: dict, want: dict, where: str) -> None:
                 np.testing.assert_array_equal(got[key], value, err_msg=f"{where}.{key}")
 
 
+def assert_infos_step_alike(envs, ref, n: int, steps: int = 23) -> None:
+    """Resets (seed 4) and steps ``envs`` and ``ref`` with the same random actions of
+    ``InfoEnv`` (0..2), checking every step's infos against the reference's."""
+    _, infos = envs.reset(seed=4)
+    _, r_infos = ref.reset(seed=4)
+    assert_vector_infos_equal(infos, r_infos, "reset")
+    rng = np.random.default_rng(0)
+    for t in range(steps):
+        actions = rng.integers(0, 3, size=n)
+        *_, infos = envs.step(actions)
+        *_, r_infos = ref.step(actions)
+        assert_vector_infos_equal(infos, r_infos, f"step {t}")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 def test_sub_env_infos_reach_the_trainer_as_sync_vector_env_gives_them(mode, no_leaks):
@@ -42,15 +56,7 @@ def test_sub_env_infos_reach_the_trainer_as_sync_vector_env_gives_them(mode, no_
     n, mode_enum = 4, gym.vector.AutoresetMode(mode.title().replace("_", ""))
     ref = gym.vector.SyncVectorEnv([InfoEnv for _ in range(n)], autoreset_mode=mode_enum)
     with shmenv.make_vec("shmenv_fixtures.infos:InfoEnv", n, num_workers=2, autoreset_mode=mode) as envs:
-        _, infos = envs.reset(seed=4)
-        _, r_infos = ref.reset(seed=4)
-        assert_vector_infos_equal(infos, r_infos, "reset")
-        rng = np.random.default_rng(0)
-        for t in range(23):
-            actions = rng.integers(0, 3, size=n)
-            *_, infos = envs.step(actions)
-            *_, r_infos = ref.step(actions)
-            assert_vector_infos_equal(infos, r_infos, f"step {t}")
+        assert_infos_step_alike(envs, ref, n)
     ref.close()
 
 

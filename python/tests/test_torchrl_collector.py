@@ -19,19 +19,10 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 
 from shmenv.torchrl import ShmEnv  # noqa: E402
+from test_torchrl_users import serial_env_seeds  # noqa: E402
 
 N = 4
 STEPS = 32  # steps per collector batch: random-length CartPole episodes end inside each
-
-
-def serial_env_seeds(seed: int, n: int) -> list[int]:
-    """The seeds SerialEnv.set_seed(seed) gives its n envs (TorchRL's seed chain)."""
-    from torchrl._utils import seed_generator
-
-    seeds = [seed]
-    for _ in range(n - 1):
-        seeds.append(seed_generator(seeds[-1]))
-    return seeds
 
 
 def lean_policy(td):

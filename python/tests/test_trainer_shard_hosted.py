@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 import shmenv
 from shmenv.errors import InvalidArgumentError
 from conftest import children, lockstep_with_partial_resets
-from test_infos import assert_vector_infos_equal
+from test_infos import assert_infos_step_alike
 from test_gymnasium_vector_conformance import step_both
 
 pytestmark = pytest.mark.timeout(120)
@@ -58,15 +58,7 @@ def test_infos_of_the_trainers_envs_equal_sync_vector_envs(mode, no_leaks):
     entry = "shmenv_fixtures.infos:InfoEnv"
     with shmenv.make_vec(entry, n, num_workers=1, trainer_shard=True, autoreset_mode=mode) as envs:
         assert envs._pool.trainer_envs == (0, 2)
-        _, infos = envs.reset(seed=4)
-        _, r_infos = ref.reset(seed=4)
-        assert_vector_infos_equal(infos, r_infos, "reset")
-        rng = np.random.default_rng(0)
-        for t in range(23):
-            actions = rng.integers(0, 3, size=n)
-            *_, infos = envs.step(actions)
-            *_, r_infos = ref.step(actions)
-            assert_vector_infos_equal(infos, r_infos, f"step {t}")
+        assert_infos_step_alike(envs, ref, n)
     ref.close()
 
 
