@@ -24,11 +24,16 @@
 //! Atomic words (`atomic_u32`, `atomic_u64`) are the only bytes two processes write and
 //! read concurrently by design.
 
+use crate::protocol;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Words of the node mask [`Region::prefer_node`] passes: nodes 0 to 1023.
+const NODE_WORDS: usize = 16;
 
 /// A mapped shared-memory region backed by a memfd.
 #[derive(Debug)]
@@ -106,12 +111,23 @@ impl Region {
     }
 
     /// Grows the region to `len` bytes once, then seals it against any further size change
-    /// and pre-faults every page, so no step pays a page fault.
-    pub(crate) fn grow_and_seal(&mut self, len: usize) -> io::Result<()> {
+    /// and pre-faults every page, so no step pays a page fault. Each `(bytes, node)` of
+    /// `placement` (page-aligned ranges inside `len`, see `launch::numa`) asks the kernel,
+    /// before the pre-fault, to put those pages on memory node `node`.
+    pub(crate) fn grow_and_seal(
+        &mut self,
+        len: usize,
+        placement: &[(Range<usize>, usize)],
+    ) -> io::Result<()> {
         let file = self.file()?;
         file.set_len(len as u64)?;
         add_seals(file, libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL)?;
         self.map = map_file(file, len)?;
+        for (bytes, node) in placement {
+            // A hint: a kernel without NUMA (ENOSYS) or a node it refuses leaves the pages
+            // where the pre-fault puts them, which is only slower.
+            let _ = self.prefer_node(bytes.clone(), *node);
+        }
         match self.map.advise(Advice::PopulateWrite) {
             Ok(()) => return Ok(()),
             // Kernels before 5.14 do not know the advice: touch each page instead.
@@ -124,6 +140,40 @@ impl Region {
             // SAFETY: `off < len`, inside the mapping; a volatile read of a byte that no
             // other process writes yet (workers wait until the region is Ready).
             unsafe { std::ptr::read_volatile(self.map.as_ptr().add(off)) };
+        }
+        Ok(())
+    }
+
+    /// Sets the memory policy of the pages of `bytes` (page-aligned, inside the mapping)
+    /// to "preferably node `node`": the region's shared policy, which every process's
+    /// faults on those pages follow.
+    fn prefer_node(&self, bytes: Range<usize>, node: usize) -> io::Result<()> {
+        let aligned = bytes.start % protocol::PAGE == 0 && bytes.end % protocol::PAGE == 0;
+        if !aligned || bytes.start >= bytes.end || bytes.end > self.map.len() || node >= 64 * NODE_WORDS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot place {bytes:?} on node {node}"),
+            ));
+        }
+        let mut mask = [0u64; NODE_WORDS];
+        mask[node / 64] |= 1 << (node % 64);
+        // SAFETY: mbind changes only the kernel's placement policy of pages of this
+        // mapping (`bytes` is page-aligned and inside it, checked above); it reads `mask`
+        // (NODE_WORDS words, the bit count passed plus the one the kernel drops) and
+        // neither reads nor writes the region's bytes.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.map.as_mut_ptr().add(bytes.start),
+                bytes.end - bytes.start,
+                libc::MPOL_PREFERRED,
+                mask.as_ptr(),
+                64 * NODE_WORDS + 1,
+                0,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
         }
         Ok(())
     }
@@ -347,7 +397,7 @@ mod tests {
         let dup = unsafe { libc::dup(r.fd().unwrap()) };
         // SAFETY: a fresh region of this test's only.
         unsafe { r.write_bytes(0, b"hello") };
-        r.grow_and_seal(3 * 4096).unwrap();
+        r.grow_and_seal(3 * 4096, &[]).unwrap();
         let mut other = Region::from_inherited_fd(dup).unwrap();
         assert_eq!(other.len(), 3 * 4096);
         // SAFETY: no thread or process writes the region while this test reads it.
@@ -359,6 +409,52 @@ mod tests {
         assert!(other.file().unwrap().set_len(8 * 4096).is_err());
         other.remap().unwrap();
         assert_eq!(r.seals().unwrap() & libc::F_SEAL_GROW, libc::F_SEAL_GROW);
+    }
+
+    /// `get_mempolicy`'s flag: the policy of the page at an address (`numaif.h`).
+    const MPOL_F_ADDR: libc::c_ulong = 1 << 1;
+
+    /// The policy of the page at `offset` of `r`: (mode, node mask's first word).
+    fn policy_at(r: &Region, offset: usize) -> io::Result<(i32, u64)> {
+        let (mut mode, mut mask) = (0i32, [0u64; NODE_WORDS]);
+        // SAFETY: get_mempolicy writes `mode` and at most NODE_WORDS words of `mask`; with
+        // MPOL_F_ADDR it only looks up the policy of the page at that address, which lies
+        // inside `r`'s mapping.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_get_mempolicy,
+                &mut mode as *mut i32,
+                mask.as_mut_ptr(),
+                64 * NODE_WORDS + 1,
+                r.map.as_ptr().add(offset),
+                MPOL_F_ADDR,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((mode, mask[0]))
+    }
+
+    #[test]
+    fn placed_pages_prefer_their_node_and_the_others_keep_the_default() {
+        let mut r = Region::create("test", 4096).unwrap();
+        r.grow_and_seal(4 * 4096, &[(4096..3 * 4096, 0)]).unwrap();
+        match policy_at(&r, 4096) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                eprintln!("this kernel has no NUMA policies: placement is a no-op here");
+                return;
+            }
+            placed => assert_eq!(placed.unwrap(), (libc::MPOL_PREFERRED, 1)),
+        }
+        assert_eq!(policy_at(&r, 2 * 4096 + 100).unwrap(), (libc::MPOL_PREFERRED, 1));
+        assert_eq!(policy_at(&r, 0).unwrap().0, libc::MPOL_DEFAULT);
+        assert_eq!(policy_at(&r, 3 * 4096).unwrap().0, libc::MPOL_DEFAULT);
+        // Ranges that are not whole pages inside the mapping are refused, not half-applied.
+        for bad in [(100..4096, 0), (0..5 * 4096, 0), (4096..4096, 0), (0..4096, 4096)] {
+            let err = r.prefer_node(bad.0.clone(), bad.1).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        }
     }
 
     #[test]

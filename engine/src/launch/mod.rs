@@ -33,6 +33,7 @@ mod affinity;
 mod call_socket;
 pub mod fork;
 pub(crate) mod memory;
+pub(crate) mod numa;
 pub(crate) mod process_group;
 pub mod program;
 mod watch;

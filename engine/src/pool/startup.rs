@@ -36,6 +36,9 @@ pub(super) struct Startup {
     /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
     /// (`Sleep`) because other tasks held the cores.
     pub(super) placed_for: WaitMode,
+    /// The core each worker is pinned to, or will be once the pool waits actively on free
+    /// cores (`None`: not pinned); their rows' memory goes to those cores' nodes.
+    pub(super) worker_cpus: Vec<Option<usize>>,
     /// Builds the trainer's shard, when it has one; and why it has one or not.
     pub(super) shard_maker: Option<ShardMaker>,
     pub(super) shard_choice: TrainerShardChoice,
@@ -77,6 +80,7 @@ impl Pool {
             program,
             waiter,
             placed_for,
+            worker_cpus,
             shard_choice,
             own_shard,
             oom,
@@ -105,7 +109,7 @@ impl Pool {
             if params.autoreset == AutoReset::Disabled { vec![false; params.num_envs] } else { Vec::new() };
         let num_workers = params.num_workers;
         let pinned = match b.affinity {
-            CpuAffinity::Auto => b.affinity.assign(num_workers),
+            CpuAffinity::Auto => worker_cpus,
             _ => Vec::new(),
         };
         let tuner = (b.wait == WaitStrategy::Auto).then(wait_tuner::WaitTuner::new);
@@ -210,7 +214,8 @@ impl Startup {
             && b.wait == WaitStrategy::Auto
             && crate::launch::runnable_tasks().is_some_and(|running| running > spare);
         let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
-        let cores = if busy { vec![None; num_workers] } else { b.affinity.assign(num_workers) };
+        let worker_cpus = b.affinity.assign(num_workers);
+        let cores = if busy { vec![None; num_workers] } else { worker_cpus.clone() };
         let oom = OomWatch::read();
         let region_fd = region.fd().ok_or_else(|| BuildError::Region {
             what: "hand to the workers",
@@ -234,6 +239,7 @@ impl Startup {
             program,
             waiter,
             placed_for,
+            worker_cpus,
             shard_maker,
             shard_choice,
             own_shard: None,
@@ -285,8 +291,11 @@ impl Startup {
         // size in it can overflow.
         estimate::check_region(&self.params, &spec, &MemoryRoom::read())?;
         let layout = Layout::compute(&spec, &self.params);
+        let placement = crate::launch::numa::worker_nodes(&self.worker_cpus)
+            .map(|nodes| crate::launch::numa::worker_rows(&layout, &self.params, &nodes))
+            .unwrap_or_default();
         self.region
-            .grow_and_seal(layout.total_size)
+            .grow_and_seal(layout.total_size, &placement)
             .map_err(|source| BuildError::Region { what: "grow and seal", source })?;
         // SAFETY: only the trainer writes the header, and only from the thread building the
         // pool (this one); workers and observers only read it.

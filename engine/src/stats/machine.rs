@@ -77,10 +77,7 @@ pub(crate) fn topology_order(cpus: &[usize]) -> Vec<usize> {
 /// [`topology_order`] with the sysfs tree at `sys` (a test's own tree).
 fn topology_order_in(sys: &std::path::Path, cpus: &[usize]) -> Vec<usize> {
     let read = |path: std::path::PathBuf| std::fs::read_to_string(path).ok();
-    let nodes: Vec<Vec<usize>> = (0..1024)
-        .map_while(|k| read(sys.join(format!("node/node{k}/cpulist"))))
-        .map(|list| parse_cpu_list(&list).unwrap_or_default())
-        .collect();
+    let nodes = node_cpus_in(sys);
     let mut keyed = Vec::with_capacity(cpus.len());
     for &cpu in cpus {
         let topology = sys.join(format!("cpu/cpu{cpu}/topology"));
@@ -101,6 +98,20 @@ fn topology_order_in(sys: &std::path::Path, cpus: &[usize]) -> Vec<usize> {
         .collect();
     ranked.sort_unstable();
     ranked.into_iter().map(|(.., cpu)| cpu).collect()
+}
+
+/// The CPUs of each memory node, node 0 first (`/sys/devices/system/node/nodeK/cpulist`);
+/// empty where the kernel does not say.
+pub(crate) fn node_cpus() -> Vec<Vec<usize>> {
+    node_cpus_in(std::path::Path::new("/sys/devices/system"))
+}
+
+/// [`node_cpus`] with the sysfs tree at `sys`.
+fn node_cpus_in(sys: &std::path::Path) -> Vec<Vec<usize>> {
+    (0..1024)
+        .map_while(|k| std::fs::read_to_string(sys.join(format!("node/node{k}/cpulist"))).ok())
+        .map(|list| parse_cpu_list(&list).unwrap_or_default())
+        .collect()
 }
 
 /// A sysfs CPU list (`0-3,8,10-11`); `None` when it is not one.
