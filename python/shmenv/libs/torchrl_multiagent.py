@@ -21,11 +21,20 @@ every agent is done (``done_on_any=True``: when any is, ``PettingZooWrapper``'s 
 default). An agent that has left stays done (its flags as it ended), with zero
 observations and rewards, as ``PettingZooWrapper`` reports dead agents.
 
-The pool runs with ``autoreset_mode="disabled"``; TorchRL resets ended envs through
-``"_reset"`` masks, which become the pool's partial resets (seeded ``seed + i`` by
-``set_seed``). TorchRL's specs count discrete actions from 0: for a ``Discrete`` or
-``MultiDiscrete`` action space with a ``start`` (dmlab2d's ``turn`` is -1..1) the env
-gets the TorchRL action plus ``start`` (``PettingZooWrapper`` passes it unchanged).
+TorchRL resets ended envs itself (``"_reset"`` masks). The pool runs with
+``autoreset_mode="same_step"``: it resets an env in the step where its episode ends; that
+step returns the ended episode's final observations, rewards, flags and ``active`` mask (as
+a pool without autoreset returns them), and the next episode's first observations and
+``active`` mask are kept to answer TorchRL's reset of that env, so a ``Collector`` (or
+``rollout``) makes one pool call per batched step. A kept observation answers one reset; a
+reset with a ``seed`` or ``options``, or of an env the pool did not just reset, is a
+(partial) reset of the pool. With ``autoreset_mode="disabled"`` every ``"_reset"`` mask
+becomes a partial reset of the pool: the same tensors, one more pool call in each step
+where an env's episode ended. ``set_seed(s)`` seeds env ``i`` with ``s + i``.
+
+TorchRL's specs count discrete actions from 0: for a ``Discrete`` or ``MultiDiscrete``
+action space with a ``start`` (dmlab2d's ``turn`` is -1..1) the env gets the TorchRL
+action plus ``start`` (``PettingZooWrapper`` passes it unchanged).
 
 After ``close()`` (a ``Collector`` closes its env after ``total_frames``) the next reset
 builds new workers from the construction arguments; the env pickles by those arguments
@@ -51,6 +60,7 @@ from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform
 from torchrl.envs.utils import MarlGroupMapType
 
 from shmenv.errors import UsageError
+from shmenv.libs.torchrl_parts import Episodes, with_final_rows
 from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
 
 __all__ = ["MultiAgentShmEnv"]
@@ -68,6 +78,17 @@ def _grouping(group_map: Any) -> Any:
     return group_map
 
 
+def _mode_name(mode: Any) -> str:
+    """``"same_step"``, ``"disabled"`` or ``"next_step"`` for an ``AutoresetMode``, its
+    name or its value (``"SameStep"``); anything else as given."""
+    from gymnasium.vector import AutoresetMode
+
+    if isinstance(mode, str) and mode in {m.value for m in AutoresetMode}:
+        mode = AutoresetMode(mode)
+    name = getattr(mode, "name", mode)
+    return name.lower() if isinstance(name, str) else repr(mode)
+
+
 def _bool_spec(shape: tuple, device: Any) -> Categorical:
     return Categorical(2, shape=torch.Size(shape), dtype=torch.bool, device=device)
 
@@ -75,7 +96,9 @@ def _bool_spec(shape: tuple, device: Any) -> Categorical:
 class MultiAgentShmEnv(EnvBase):
     """A TorchRL env over ``num_envs`` multi-agent envs in shmenv workers; see the module
     docstring. ``env`` and the keywords are :func:`shmenv.multiagent.make_vec`'s
-    (``num_workers``, ``seed``, ``config``, ...)."""
+    (``num_workers``, ``seed``, ``config``, ...); ``autoreset_mode`` is ``"same_step"``
+    (the default: one pool call per step) or ``"disabled"`` (each ``"_reset"`` a partial
+    reset of the pool)."""
 
     def __init__(
         self,
@@ -89,15 +112,20 @@ class MultiAgentShmEnv(EnvBase):
         device: Any = None,
         **make_vec_options: Any,
     ):
-        mode = make_vec_options.pop("autoreset_mode", "disabled")
-        if str(getattr(mode, "value", mode)).lower() != "disabled":
+        mode = _mode_name(make_vec_options.pop("autoreset_mode", "same_step"))
+        if mode not in ("same_step", "disabled"):
             raise ValueError(
-                f"MultiAgentShmEnv resets ended envs through TorchRL's '_reset' masks: autoreset_mode "
-                f"must be 'disabled', got {mode!r}"
+                "MultiAgentShmEnv runs its pool with autoreset_mode='same_step' (the default: ended envs are "
+                "reset in the step, and TorchRL's '_reset' of them is answered without a pool call) or 'disabled' "
+                f"(each '_reset' is a partial reset of the pool); got autoreset_mode={mode!r}"
             )
         if make_vec_options.get("batch_size") not in (None, num_envs):
             raise ValueError("MultiAgentShmEnv steps every env together: leave batch_size unset")
-        self._build = (env, num_envs, dict(make_vec_options, group_map=group_map, done_on_any=done_on_any))
+        self._build = (
+            env,
+            num_envs,
+            dict(make_vec_options, group_map=group_map, done_on_any=done_on_any, autoreset_mode=mode),
+        )
         self._wrapper_options = dict(use_mask=use_mask, categorical_actions=categorical_actions)
         self._envs: MultiAgentVectorEnv = self._make_envs()
         try:
@@ -106,7 +134,12 @@ class MultiAgentShmEnv(EnvBase):
             self.use_mask = bool(use_mask)
             self.categorical_actions = bool(categorical_actions)
             self._left = {g: np.zeros((num_envs, len(m)), np.int8) for g, m in self.group_map.items()}
-            self._done_seen = np.zeros(num_envs, dtype=bool)  # the envs TorchRL last saw done
+            # Per-step row state in a plain object (EnvBase's __setattr__ is costly per step):
+            # the envs TorchRL last saw done, and under same-step autoreset the envs the pool
+            # reset in the last step with their kept first observations (reset_obs).
+            self._ep = Episodes()
+            self._ep.forget(num_envs, None)
+            self._folds = mode == "same_step"
             self._make_specs()
         except BaseException:
             self._envs.close()
@@ -120,7 +153,7 @@ class MultiAgentShmEnv(EnvBase):
         options = dict(options)
         group_map = _grouping(options.pop("group_map"))
         self._pid = os.getpid()
-        return make_vec(env, num_envs, group_map=group_map, autoreset_mode="disabled", **options)
+        return make_vec(env, num_envs, group_map=group_map, **options)
 
     def _rebuild_envs(self, reset: bool) -> None:
         """Builds the vector env again: after ``close()`` (a ``Collector`` closes its env
@@ -132,7 +165,7 @@ class MultiAgentShmEnv(EnvBase):
         self.is_closed = False
         for left in self._left.values():
             left[:] = 0
-        self._done_seen[:] = False
+        self._ep.forget(self.batch_size[0], None)
         if reset:
             self._envs.reset()
 
@@ -152,8 +185,9 @@ class MultiAgentShmEnv(EnvBase):
                     device=self.device,
                     categorical_action_encoding=self.categorical_actions,
                 )
-            group_obs = torch.stack([Composite({"observation": obs}) for _ in members], 0)
-            group_act = torch.stack([Composite({"action": act}) for _ in members], 0)
+            # Stacked specs (TorchRL's torch.stack of specs; typed as tensors by torch's stubs).
+            group_obs: Any = torch.stack([Composite({"observation": obs}) for _ in members], 0)  # type: ignore[arg-type]
+            group_act: Any = torch.stack([Composite({"action": act}) for _ in members], 0)  # type: ignore[arg-type]
             inner = group_obs["observation"]
             self._has_action_mask[group] = isinstance(inner, Composite) and "action_mask" in inner.keys()
             if self._has_action_mask[group]:
@@ -169,7 +203,8 @@ class MultiAgentShmEnv(EnvBase):
             observation[group] = group_obs.expand(n, *group_obs.shape)
             action[group] = group_act.expand(n, *group_act.shape)
             reward[group] = Composite(
-                {"reward": Unbounded(shape=(n, a, 1), device=self.device, dtype=torch.float32)}, shape=(n, a)
+                {"reward": Unbounded(shape=torch.Size((n, a, 1)), device=self.device, dtype=torch.float32)},
+                shape=(n, a),
             )
             flags = {k: _bool_spec((n, a, 1), self.device) for k in ("done", "terminated", "truncated")}
             done[group] = Composite(flags, shape=(n, a))
@@ -191,7 +226,7 @@ class MultiAgentShmEnv(EnvBase):
         """The groups' observation entries (observation, action_mask, mask) as tensors."""
         out: dict[str, Any] = {}
         for group in self.group_map:
-            spec = self.observation_spec[group]
+            spec: Any = self.observation_spec[group]
             value = obs[group]
             entry: dict[str, Any] = {}
             if self._has_action_mask[group]:
@@ -224,24 +259,30 @@ class MultiAgentShmEnv(EnvBase):
                 "MultiAgentShmEnv steps every env at once: a '_step' mask with False entries is "
                 "refused; reset the envs you do not want with a '_reset' mask"
             )
-        if np.count_nonzero(self._done_seen):
-            # Envs TorchRL last saw done, stepped without a '_reset' (an evaluation rollout
-            # between collector batches leaves envs done): reset first, as ShmEnv does.
-            stale = self._done_seen.copy()
-            self._envs.reset(options={"reset_mask": stale})
-            for left in self._left.values():
-                left[stale] = 0
+        ep = self._ep
+        if np.count_nonzero(ep.done_seen):  # count_nonzero: cheaper than any() per step
+            self._restart_stale()
         actions = {}
+        action_spec: Any = self.action_spec
         for group in self.group_map:
             value = tensordict.get((group, "action"))
-            spec = self.action_spec[group, "action"]
+            spec = action_spec[group, "action"]
             array = value.argmax(-1).cpu().numpy() if type(spec) is OneHot else spec.to_numpy(value, safe=False)
             start = self._action_start.get(group)
             actions[group] = array if start is None else array + start
         one = len(self.group_map) == 1
         obs, rewards, terms, truncs, infos = self._envs.step(actions[next(iter(actions))] if one else actions)
         obs, rewards, terms, truncs = (self._dicts(v) for v in (obs, rewards, terms, truncs))
-        source = self._observations(obs, self._dicts(infos["active"]))
+        active = self._dicts(infos["active"])
+        n = self.batch_size[0]
+        env_term = np.asarray(infos["env_terminated"], dtype=bool).reshape(n)
+        env_trunc = np.asarray(infos["env_truncated"], dtype=bool).reshape(n)
+        ended = env_term | env_trunc
+        if self._folds:
+            ep.fresh = ended
+            if np.count_nonzero(ended):
+                obs, active = self._final_rows(obs, active, infos, ended)
+        source = self._observations(obs, active)
         for group in self.group_map:
             term, trunc = self._flags(group, np.asarray(terms[group]), np.asarray(truncs[group]))
             source[group].update(
@@ -250,15 +291,41 @@ class MultiAgentShmEnv(EnvBase):
                 truncated=trunc,
                 done=term | trunc,
             )
-        n = self.batch_size[0]
-        env_term = torch.from_numpy(np.asarray(infos["env_terminated"])).view(n, 1)
-        env_trunc = torch.from_numpy(np.asarray(infos["env_truncated"])).view(n, 1)
-        env_done = env_term | env_trunc
-        # Written in place (EnvBase's __setattr__ is costly per step), and copied: TorchRL may
-        # write into the tensor.
-        np.copyto(self._done_seen, env_done.view(n).numpy())
-        source.update(terminated=env_term, truncated=env_trunc, done=env_done)
+        # Copies: TorchRL may write into the tensors, and ep keeps its own.
+        ep.ended = ep.done_seen = ended
+        env_term_t = torch.from_numpy(env_term.copy()).view(n, 1)
+        env_trunc_t = torch.from_numpy(env_trunc.copy()).view(n, 1)
+        source.update(terminated=env_term_t, truncated=env_trunc_t, done=env_term_t | env_trunc_t)
         return self._tensordict(source)
+
+    def _final_rows(self, obs: dict, active: dict, infos: dict, ended: np.ndarray) -> tuple[dict, dict]:
+        """Same-step autoreset: the rows of the envs that ended hold their next episode's
+        first observations and ``active`` flags. Those are kept (they answer TorchRL's reset
+        of the envs) and the step returns the ended episode's final observations and
+        ``active`` flags in their place, as a pool without autoreset returns them."""
+        self._ep.reset_obs = self._observations(obs, active)
+        rows = np.flatnonzero(ended)
+        final = infos["final_obs"]
+        one = len(self.group_map) == 1
+        finals = {g: [final[i] if one else final[i][g] for i in rows] for g in self.group_map}
+        return (
+            {g: with_final_rows(obs[g], finals[g], rows) for g in self.group_map},
+            self._dicts(infos["final_active"]),
+        )
+
+    def _restart_stale(self) -> None:
+        """Before a step: the envs TorchRL last saw done and now steps without a
+        ``"_reset"`` (an evaluation rollout between collector batches leaves envs done)
+        start from a reset, as ``ShmEnv``'s do: the one the pool made in the step where
+        their episode ended (same-step autoreset), or else a partial reset of the pool."""
+        ep = self._ep
+        stale = ep.done_seen & ~ep.fresh
+        if stale.any():
+            self._envs.reset(options={"reset_mask": np.ascontiguousarray(stale)})
+        seen = ep.done_seen.copy()
+        for left in self._left.values():
+            left[seen] = 0
+        ep.forget(self.batch_size[0], seen)
 
     def _tensordict(self, source: dict) -> TensorDictBase:
         """The result, each group a sub-tensordict of batch ``[num_envs, A]``."""
@@ -283,12 +350,17 @@ class MultiAgentShmEnv(EnvBase):
                 # No env to reset (only agents are done): TorchRL keeps its own rows.
                 return self._zero_reset()
         if mask is not None:
-            options = dict(options or {}, reset_mask=np.ascontiguousarray(mask, dtype=bool))
-        obs, infos = self._envs.reset(seed=seed, options=options)
+            mask = np.ascontiguousarray(mask, dtype=bool)
+        if seed is None and not options and np.count_nonzero(self._ep.fresh):
+            source = self._reset_kept(mask)
+        else:
+            if mask is not None:
+                options = dict(options or {}, reset_mask=mask)
+            obs, infos = self._envs.reset(seed=seed, options=options)
+            source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
         for left in self._left.values():
             left[slice(None) if mask is None else mask] = 0
-        self._done_seen[slice(None) if mask is None else mask] = False
-        source = self._observations(self._dicts(obs), self._dicts(infos["active"]))
+        self._ep.forget(self.batch_size[0], mask)
         n = self.batch_size[0]
         for group, members in self.group_map.items():
             source[group].update(
@@ -297,9 +369,22 @@ class MultiAgentShmEnv(EnvBase):
         source.update({k: torch.zeros(n, 1, dtype=torch.bool) for k in ("done", "terminated", "truncated")})
         return self._tensordict(source)
 
+    def _reset_kept(self, mask: np.ndarray | None) -> dict:
+        """A reset (of the envs in ``mask``, or all) where some of them were reset by the
+        pool in the last step (same-step autoreset): their rows are the kept first
+        observations and ``active`` flags, as a reset of them would return. Any other env
+        asked for gets a partial reset of the pool, whose rows for the kept envs are those
+        same observations (they have not stepped since)."""
+        wanted = np.ones(self.batch_size[0], dtype=bool) if mask is None else mask
+        rest = wanted & ~self._ep.fresh
+        if rest.any():
+            obs, infos = self._envs.reset(options={"reset_mask": rest})
+            return self._observations(self._dicts(obs), self._dicts(infos["active"]))
+        return {group: dict(entry) for group, entry in self._ep.reset_obs.items()}
+
     def _zero_reset(self) -> TensorDictBase:
         out = self.observation_spec.zero()
-        out.update(self.output_spec["full_done_spec"].zero())
+        out.update(self.full_done_spec.zero())
         return out
 
     def _set_seed(self, seed: int | None) -> None:

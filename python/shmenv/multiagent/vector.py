@@ -115,7 +115,10 @@ class MultiAgentVectorEnv:
     next; the others' action rows are ignored), ``infos["env_terminated"]`` and
     ``infos["env_truncated"]`` ``[num_envs]`` when an env's episode ended (every agent
     done); shmenv's ``env_id``, ``elapsed_step`` and episode statistics (the team return:
-    the sum of every agent's rewards) are there too."""
+    the sum of every agent's rewards) are there too. With ``autoreset_mode="same_step"``
+    an ended env's row holds its next episode's first observation and ``active`` flags,
+    its rewards and flags are the ended step's, and ``infos["final_obs"]`` and
+    ``infos["final_active"]`` hold the ended step's observations and ``active`` flags."""
 
     def __init__(self, pool: Any, layout: dict, label: str = ""):
         self.pool = pool
@@ -229,15 +232,20 @@ class MultiAgentVectorEnv:
 
     def _take_final(self, fields: dict, infos: dict) -> None:
         """Same-step autoreset: an ended env's row holds its next episode's first
-        observation; its step's rewards and flags come from the final observation, and
-        ``infos["final_obs"]`` keeps only the agents' observations."""
+        observation and ``active`` flags; its step's rewards and flags come from the final
+        observation, ``infos["final_obs"]`` keeps only the agents' observations, and
+        ``infos["final_active"]`` the agents' ``active`` flags after the step (every env's
+        row: an ended env's from its final observation, the others' as ``infos["active"]``)."""
         final = infos["final_obs"]
+        final_active = {g: np.array(fields["active"][g]) for g in self.groups}
         for i in np.flatnonzero(infos["_final_obs"]):
             last = final[i]
             for g in self.groups:
                 for f in ("reward", "terminated", "truncated"):
                     fields[f][g][i] = last[g][f]
+                final_active[g][i] = last[g]["active"]
             final[i] = _unwrap({g: last[g]["observation"] for g in self.groups}, self._one)
+        infos["final_active"] = _unwrap(final_active, self._one)
 
 
 def make_vec(
