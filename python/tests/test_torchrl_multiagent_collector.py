@@ -34,6 +34,7 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import SerialEnv  # noqa: E402
 from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # noqa: E402
 
+import conftest  # noqa: E402,F401 - puts the fixtures package on sys.path when run as a script
 from shmenv.multiagent.torchrl import MultiAgentShmEnv  # noqa: E402
 from shmenv_fixtures.multiagent import Leaving  # noqa: E402
 from test_torchrl_users import serial_env_seeds  # noqa: E402
@@ -320,6 +321,52 @@ def test_reset_mask_mixing_ended_and_running_envs(no_leaks):
         assert set(a.keys(True, True)) == set(b.keys(True, True))
         for key in b.keys(True, True):
             assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rows", [[True, False, True, False], [True] * N], ids=["partial", "every_env"])
+def test_fold_of_the_kept_rows_equals_torchrl_maybe_reset(rows, no_leaks):
+    """MultiAgentShmEnv's update of step_mdp's tensordict by the kept rows equals TorchRL's
+    maybe_reset answered by the same rows (its _update_during_reset), with the actions, a
+    policy output, a per-agent extra entry and the collector's nested trajectory ids in the
+    tensordict: a partial reset zeroes the other entries' reset rows, a reset of every env
+    leaves them; the done flags, the root's and the group's, are cleared."""
+    with _ours("walkers", "same_step", seed=0) as env:
+        td = walker_policy(env.reset())
+        td.set("policy_out", torch.arange(N * 3, dtype=torch.float32).view(N, 3) + 1)
+        td.set(("walker", "logits"), torch.rand(N, 3, 3) + 1)
+        td.set(("collector", "traj_ids"), torch.arange(N) + 1)
+        stepped = env.step(td)
+        mask = torch.tensor(rows)
+        for key in ("done", "terminated"):
+            stepped["next"].set(key, mask.view(N, 1).clone())
+        stepped["next"].set(("walker", "done"), torch.ones(N, 3, 1, dtype=torch.bool))
+        step_mdp = env._step_mdp(stepped)
+        generator = torch.Generator().manual_seed(1)
+        kept = {
+            "walker": {
+                "observation": torch.rand(N, 3, 3, generator=generator) + 10,
+                "mask": torch.rand(N, 3, generator=generator) > 0.5,
+            }
+        }
+        env._ep.reset_obs, env._ep.fresh = kept, mask.numpy().copy()
+        ours = step_mdp.clone()
+        assert env._fold_kept(ours, mask)
+        theirs = env.maybe_reset(step_mdp.clone())  # TorchRL's path: _reset answers from the kept rows
+    assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+    assert set(ours.keys(True, True)) >= {
+        ("walker", "action"),
+        ("walker", "logits"),
+        "policy_out",
+        ("collector", "traj_ids"),
+        ("walker", "observation"),
+        ("walker", "mask"),
+    }
+    for key in theirs.keys(True, True):
+        assert ours[key].dtype == theirs[key].dtype, key
+        assert torch.equal(ours[key], theirs[key]), key
+    assert not ours["done"].any() if all(rows) else not ours["done"][mask].any()
+    assert not ours["walker", "done"][mask].any()
 
 
 @pytest.mark.timeout(180)

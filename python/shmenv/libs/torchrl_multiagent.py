@@ -26,7 +26,11 @@ TorchRL resets ended envs itself (``"_reset"`` masks). The pool runs with
 step returns the ended episode's final observations, rewards, flags and ``active`` mask (as
 a pool without autoreset returns them), and the next episode's first observations and
 ``active`` mask are kept to answer TorchRL's reset of that env, so a ``Collector`` (or
-``rollout``) makes one pool call per batched step. A kept observation answers one reset; a
+``rollout``) makes one pool call per batched step. In ``step_and_maybe_reset`` (what a
+``Collector`` calls) the kept rows are folded into ``step_mdp``'s tensordict here, as
+TorchRL's ``maybe_reset`` folds a reset (the reset rows take the kept observations, their
+done flags are cleared and their other entries zeroed; a reset of every env leaves the
+other entries). A kept observation answers one reset; a
 reset with a ``seed`` or ``options``, or of an env the pool did not just reset, is a
 (partial) reset of the pool. With ``autoreset_mode="disabled"`` every ``"_reset"`` mask
 becomes a partial reset of the pool: the same tensors, one more pool call in each step
@@ -64,6 +68,8 @@ from shmenv.libs.torchrl_parts import Episodes, with_final_rows
 from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
 
 __all__ = ["MultiAgentShmEnv"]
+
+_FLAGS = ("done", "terminated", "truncated")
 
 
 def _grouping(group_map: Any) -> Any:
@@ -312,6 +318,74 @@ class MultiAgentShmEnv(EnvBase):
             {g: with_final_rows(obs[g], finals[g], rows) for g in self.group_map},
             self._dicts(infos["final_active"]),
         )
+
+    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """TorchRL's ``step``, ``step_mdp`` and ``maybe_reset``, the reset answered from the
+        rows the step kept (same-step autoreset) and folded in by :meth:`_fold_kept`: the
+        same tensordicts, one pool call, without TorchRL's reset machinery. Other cases
+        (autoreset disabled, a ``"_step"`` mask, post-step_mdp hooks) take TorchRL's path."""
+        if not self._folds or self._post_step_mdp_hooks is not None or "_step" in tensordict.keys():
+            return super()._step_and_maybe_reset(tensordict)
+        if tensordict.device != self.device:
+            tensordict = tensordict.to(self.device)
+        tensordict = self.step(tensordict)
+        tensordict_ = self._step_mdp(tensordict)
+        done = tensordict_.get("done", None)
+        if done is None or not done.any():
+            return tensordict, tensordict_
+        rows = done.reshape(self.batch_size)
+        mask = rows.cpu().numpy()
+        if (mask & ~self._ep.fresh).any() or not self._fold_kept(tensordict_, rows):
+            return tensordict, self.maybe_reset(tensordict_)
+        for left in self._left.values():
+            left[mask] = 0
+        self._ep.forget(self.batch_size[0], mask)
+        return tensordict, tensordict_
+
+    def _fold_kept(self, tensordict_: TensorDictBase, rows: torch.Tensor) -> bool:
+        """Updates ``tensordict_`` (``step_mdp``'s) as TorchRL's ``maybe_reset`` does when
+        the envs in ``rows`` (``[num_envs]``) are reset and the reset returns the kept rows
+        (``_update_during_reset`` with the root ``"_reset"``): for a partial reset the reset
+        rows take the kept observations (``mask``, ``action_mask``), the done flags (root and
+        groups) are cleared there and every other leaf's reset rows are zeroed (the actions,
+        the collector's trajectory ids, ...); a reset of every env takes the observations
+        and the cleared flags and leaves the other leaves. Returns False, changing nothing,
+        for a tensordict it does not know (not a plain ``TensorDict`` of tensors, or without
+        one of the reset's entries): TorchRL's own path then updates it."""
+        if type(tensordict_) is not TensorDict:
+            return False
+        kept: dict[tuple, torch.Tensor] = {}
+        for group, entry in self._ep.reset_obs.items():
+            for name, value in entry.items():
+                if isinstance(value, TensorDictBase):
+                    for sub, leaf in value.items(True, True):
+                        kept[(group, name, *((sub,) if isinstance(sub, str) else sub))] = leaf
+                else:
+                    kept[(group, name)] = value
+        cleared = {(f,) for f in _FLAGS} | {(g, f) for g in self.group_map for f in _FLAGS}
+        full = bool(rows.all())
+        updates = []
+        for key, value in tensordict_.items(True, True):
+            path = (key,) if isinstance(key, str) else key
+            if type(value) is not torch.Tensor:
+                return False
+            where = rows.to(value.device).view(-1, *([1] * (value.dim() - 1)))
+            source = kept.pop(path, None)
+            if source is not None:
+                source = source.to(value.device)
+                updates.append((path, source if full else torch.where(where, source, value)))
+            elif path in cleared:
+                cleared.discard(path)
+                updates.append((path, torch.zeros_like(value) if full else value.masked_fill(where, False)))
+            elif not full:
+                updates.append((path, value.masked_fill(where, 0)))
+        if kept or cleared:
+            return False
+        for path, value in updates:
+            # Tensors made here from the tensordict's own (same shapes, dtypes, devices): set
+            # unchecked and not in place, as TensorDict.where sets its results.
+            tensordict_._set_tuple(path, value, inplace=False, validated=True, non_blocking=False)
+        return True
 
     def _restart_stale(self) -> None:
         """Before a step: the envs TorchRL last saw done and now steps without a
