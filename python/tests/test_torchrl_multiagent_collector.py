@@ -4,7 +4,8 @@ reset of them is answered from the observations and ``active`` flags it kept), a
 equal, tensor for tensor, to those of the reset-call path (``autoreset_mode="disabled"``)
 and of ``SerialEnv(n, PettingZooWrapper)``, with episode ends inside the batches: walkers
 that leave at seeded random steps (episodes of 2 to 7 steps, ending at different steps in
-different envs) and MPE's simple_spread (every env ends at once).
+different envs), the same with per-agent Dict observations holding an action mask, and
+MPE's simple_spread (every env ends at once).
 
 The pool's calls are counted by the pool itself (``stats()["batches"]``: every step and
 reset call it served). Needs torch, torchrl and pettingzoo (mpe2 for simple_spread);
@@ -29,6 +30,7 @@ pytest.importorskip("torchrl", reason="torchrl (and torch) not installed: pip in
 pytest.importorskip("pettingzoo", reason="pettingzoo is not installed: pip install pettingzoo")
 
 import torch  # noqa: E402
+from gymnasium import spaces  # noqa: E402
 from gymnasium.vector import AutoresetMode  # noqa: E402
 from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import SerialEnv  # noqa: E402
@@ -43,11 +45,13 @@ N = 4
 STEPS = 24  # steps per collector batch: the walkers' 2-7 step episodes end inside each
 
 
-def varied_leaving_factory():
+def varied_leaving_factory(action_mask: bool = False):
     """A factory of ``Leaving`` envs whose walkers' lifetimes are drawn at every reset from
     the env's seeded generator (so episodes end at different steps in different envs, and
-    agents leave at different steps). Made inside a function so that cloudpickle sends it
-    by value to the workers (the test module is not imported there)."""
+    agents leave at different steps); with ``action_mask`` each walker's observation is a
+    Dict of its observation and an ``"action_mask"`` (action 2 allowed at even steps).
+    Made inside a function so that cloudpickle sends it by value to the workers (the test
+    module is not imported there)."""
 
     def make(strict: bool = True):
         class VariedLeaving(Leaving):
@@ -57,9 +61,36 @@ def varied_leaving_factory():
                 self.lifetimes["walker_2"] = max(self.lifetimes["walker_2"], 2)
                 return out
 
+            if action_mask:
+
+                def observation_space(self, agent):
+                    return spaces.Dict(
+                        {
+                            "observation": spaces.Box(-100.0, 100.0, (3,), np.float32),
+                            "action_mask": spaces.MultiBinary(3),
+                        }
+                    )
+
+                def _obs(self, agent):
+                    mask = np.array([1, 1, self._steps % 2 == 0], np.int8)
+                    return {"observation": super()._obs(agent), "action_mask": mask}
+
         return VariedLeaving(strict=strict)
 
     return make
+
+
+def masked_walker_policy(td):
+    """``walker_policy`` over the Dict observations of ``varied_leaving_factory(True)``
+    (TorchRL's layout: ``("walker", "observation", "observation")``, and the mask moved to
+    ``("walker", "action_mask")``); a masked action 2 of an agent in the env (its
+    ``"mask"``: gone agents' masks differ between wrappers, their actions are ignored)
+    becomes 0."""
+    obs = td["walker", "observation", "observation"]
+    action = (obs[..., 0] + obs[..., 1] + obs[..., 2]).long().remainder(3)
+    allowed = td["walker", "action_mask"].gather(-1, action.unsqueeze(-1)).squeeze(-1) | ~td["walker", "mask"]
+    td.set(("walker", "action"), torch.where(allowed, action, torch.zeros_like(action)))
+    return td
 
 
 def walker_policy(td):
@@ -85,6 +116,12 @@ def _spread_make():
 #: name -> (factory, group, policy, MultiAgentShmEnv keywords)
 CASES = {
     "walkers": (varied_leaving_factory, "walker", walker_policy, {"use_mask": True}),
+    "masked_walkers": (
+        functools.partial(varied_leaving_factory, True),
+        "walker",
+        masked_walker_policy,
+        {"use_mask": True},
+    ),
     "spread": (_spread_make, "agent", spread_policy, {}),
 }
 
@@ -145,23 +182,32 @@ def _steps_with_an_end(batch) -> int:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_one_pool_call_per_step_and_the_reset_call_paths_batches(case, no_leaks):
+def test_one_pool_call_per_step_and_the_reset_call_paths_batches(case, no_leaks, monkeypatch):
     """The same collection with same-step autoreset (the default) and with
     autoreset_mode='disabled' (TorchRL's resets as partial resets of the pool): equal
-    batches; one pool call per step against one more per step with an episode end."""
+    batches; one pool call per step against one more per step with an episode end. Under
+    same-step autoreset the wrapper's fold updates the tensordicts (TorchRL's maybe_reset
+    is not called)."""
     policy = CASES[case][2]
     batches, calls = {}, {}
+
+    def refused(self, tensordict):
+        raise AssertionError("TorchRL's maybe_reset was called: the fold did not take the tensordict")
+
     for mode in ("same_step", "disabled"):
         env = _ours(case, mode)
         assert env.envs.autoreset_mode == MODES[mode]
         env.reset(seed=7)
-        batches[mode], calls[mode] = collect(env, policy, 3, _pool_calls(env))
+        with monkeypatch.context() as patch:
+            if mode == "same_step":
+                patch.setattr(MultiAgentShmEnv, "maybe_reset", refused)
+            batches[mode], calls[mode] = collect(env, policy, 3, _pool_calls(env))
         env.close()
     ends = [_steps_with_an_end(b) for b in batches["same_step"]]
     assert min(ends) > 0
     for batch in batches["same_step"]:  # episode ends inside every batch, not only at its end
         assert batch["next", "done"][:, :-1].sum() >= 2
-    if case == "walkers":  # ...some of them in a step where other envs went on (partial resets)
+    if case != "spread":  # ...some of them in a step where other envs went on (partial resets)
         done = torch.cat([b["next", "done"].reshape(N, STEPS) for b in batches["same_step"]], 1)
         assert ((done.sum(0) > 0) & (done.sum(0) < N)).sum() >= 5
     assert calls["same_step"] == [STEPS] * 3
@@ -178,11 +224,14 @@ def test_batches_equal_serial_pettingzoo_wrapper(case, no_leaks):
     "next" root terminated/truncated flags are left out: an agent that left keeps the flag
     it ended with where the wrapper sets both, and the root truncated is set when one walker
     was truncated where the wrapper's all() leaves both root flags False (differences
-    documented in docs/multiagent.md; the done flags are compared)."""
+    documented in docs/multiagent.md; the done flags are compared). With Dict observations
+    the action_mask is left out too: for agents not in the env the wrapper gives every
+    action allowed, MultiAgentShmEnv the agent's last mask (the step it left) or zeros
+    (the reset-call path gives the same, checked above)."""
     factory, group, policy, options = CASES[case]
     make = factory()
     kwargs = dict(options, done_on_any=False)
-    ref = SerialEnv(N, lambda: _wrapper(make(strict=False) if case == "walkers" else make(), **kwargs))
+    ref = SerialEnv(N, lambda: _wrapper(make(strict=False) if case != "spread" else make(), **kwargs))
     try:
         ref.set_seed(123)
         expected, _ = collect(ref, policy, 2)
@@ -196,9 +245,9 @@ def test_batches_equal_serial_pettingzoo_wrapper(case, no_leaks):
     ours, theirs = set(got[0].keys(True, True)), set(expected[0].keys(True, True))
     assert ours <= theirs and all("info" in k for k in theirs - ours)  # the wrapper adds the agents' infos
     keys = sorted(ours, key=str)
-    if case == "walkers":
-        keys = [k for k in keys if isinstance(k, str) or k[-1] not in ("terminated", "truncated")]
-    assert len(keys) == len(ours) - (6 if case == "walkers" else 0)
+    left_out = {"walkers": ("terminated", "truncated"), "masked_walkers": ("terminated", "truncated", "action_mask")}
+    keys = [k for k in keys if isinstance(k, str) or k[-1] not in left_out.get(case, ())]
+    assert len(keys) == len(ours) - {"walkers": 6, "masked_walkers": 8}.get(case, 0)
     assert_batches_equal(expected, got, keys)
     assert sum(_steps_with_an_end(b) for b in got) >= 2
 
