@@ -33,9 +33,8 @@ pub(super) struct Startup {
     pub(super) params: PoolParams,
     pub(super) program: PathBuf,
     pub(super) waiter: Waiter,
-    /// The mode the wait tuner starts in, which is also what `CpuAffinity::Auto` placed
-    /// the workers for at spawn: `Active` (pinned), or `Sleep` (unpinned) because other
-    /// tasks held the cores.
+    /// What the workers were placed for at spawn: pinned (`Active`), or left unpinned
+    /// (`Sleep`) because other tasks held the cores.
     pub(super) placed_for: WaitMode,
     /// The core each worker is pinned to, or will be once the pool waits actively on free
     /// cores (`None`: not pinned); their rows' memory goes to those cores' nodes.
@@ -113,8 +112,8 @@ impl Pool {
             CpuAffinity::Auto => worker_cpus,
             _ => Vec::new(),
         };
-        let tuner = (b.wait == WaitStrategy::Auto).then(|| wait_tuner::WaitTuner::new(placed_for));
-        let mut core = Core {
+        let tuner = (b.wait == WaitStrategy::Auto).then(wait_tuner::WaitTuner::new);
+        let core = Core {
             supervisor,
             region_file,
             region: Arc::new(region),
@@ -149,7 +148,6 @@ impl Pool {
             shard_choice,
             oom,
         };
-        core.start_waiting();
         Ok(Pool { core, mode })
     }
 }
@@ -206,18 +204,18 @@ impl Startup {
             region.write_bytes(protocol::params_offset(num_workers), &params_json);
         }
 
-        // A pool with the wait tuner that starts while other tasks hold the cores starts
-        // asleep (see `WaitTuner::new`), and `CpuAffinity::Auto` then starts its workers
-        // unpinned: the tuner pins them once the pool waits actively and the cores are free
-        // (see `Core::tune`). Busy: more tasks runnable than the trainer (this one) and the
-        // cores the workers would not need.
+        // `CpuAffinity::Auto` with the wait tuner pins only onto free cores: on a machine
+        // already running other tasks the workers start unpinned, and the tuner pins them
+        // once the pool waits actively and the cores are free (see `Core::tune`).
+        // Busy: more tasks runnable than the trainer (this one) and the cores the workers
+        // would not need.
         let spare = crate::sync::available_cores().saturating_sub(num_workers).max(1);
-        let busy = b.wait == WaitStrategy::Auto
+        let busy = b.affinity == CpuAffinity::Auto
+            && b.wait == WaitStrategy::Auto
             && crate::launch::runnable_tasks().is_some_and(|running| running > spare);
         let placed_for = if busy { WaitMode::Sleep } else { WaitMode::Active };
         let worker_cpus = b.affinity.assign(num_workers);
-        let unpinned = busy && b.affinity == CpuAffinity::Auto;
-        let cores = if unpinned { vec![None; num_workers] } else { worker_cpus.clone() };
+        let cores = if busy { vec![None; num_workers] } else { worker_cpus.clone() };
         let oom = OomWatch::read();
         let region_fd = region.fd().ok_or_else(|| BuildError::Region {
             what: "hand to the workers",

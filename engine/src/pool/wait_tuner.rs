@@ -169,14 +169,11 @@ pub(super) struct WaitTuner {
 }
 
 impl WaitTuner {
-    /// A tuner starting in `start`; its first probe comes after `FIRST_INTERVAL_NS` of
-    /// batches. The pool starts it asleep when other tasks held the cores as it started
-    /// (its workers then start unpinned too): under contention the first probe would
-    /// otherwise come only after a few hundred milliseconds of waiting actively, each batch
-    /// a time slice late.
-    pub(super) fn new(start: WaitMode) -> WaitTuner {
+    /// A tuner starting in `WaitMode::Active`; its first probe comes after
+    /// `FIRST_INTERVAL_NS` of batches.
+    pub(super) fn new() -> WaitTuner {
         WaitTuner {
-            mode: start,
+            mode: WaitMode::Active,
             phase: Phase::Settled(Window::default()),
             last_batch_ns: None,
             call_ns: 0,
@@ -236,11 +233,8 @@ impl WaitTuner {
         }
         let inside = std::mem::take(&mut self.call_ns) as f64;
         let Some(last) = self.last_batch_ns.replace(now_ns) else {
-            // In the starting mode since the pool's first batch (for the re-pinning delay).
-            match self.mode {
-                WaitMode::Active => self.active_since_ns = now_ns,
-                WaitMode::Sleep => self.sleep_since_ns = now_ns,
-            }
+            // Waiting actively since the pool's first batch (for the re-pinning delay).
+            self.active_since_ns = now_ns;
             self.settle(now_ns, 0.0);
             return None;
         };
@@ -425,15 +419,6 @@ impl Core {
         free
     }
 
-    /// Makes the pool's processes wait in the tuner's starting mode (see
-    /// [`WaitTuner::new`]); the pool calls it once, when it is built.
-    pub(super) fn start_waiting(&mut self) {
-        let Some(tuner) = self.tuner.as_ref() else { return };
-        let (mode, probes, switches) = (tuner.chosen(), tuner.probes, tuner.switches);
-        self.follow_wait_mode(mode);
-        self.pool_stats().set_wait(mode, probes, switches);
-    }
-
     /// Makes every process of the pool wait in `mode`: the trainer now, the workers from
     /// their next wait (they read the `WAIT_MODE` word).
     fn follow_wait_mode(&mut self, mode: WaitMode) {
@@ -470,4 +455,143 @@ impl Core {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    /// Feeds `tuner` batches whose cost in each mode comes from `cost` (ns), back to back,
+    /// for `seconds`, following the modes it asks for; returns the mode followed at the end
+    /// and the share of the time spent in `WaitMode::Sleep`.
+    fn run(
+        tuner: &mut WaitTuner,
+        now: &mut u64,
+        seconds: f64,
+        cost: impl Fn(WaitMode) -> u64,
+    ) -> (WaitMode, f64) {
+        let mut following = tuner.mode;
+        let end = *now + (seconds * 1e9) as u64;
+        let mut asleep = 0;
+        while *now < end {
+            let c = cost(following);
+            *now += c;
+            if following == WaitMode::Sleep {
+                asleep += c;
+            }
+            if let Some(m) = tuner.on_call(*now, c, true) {
+                following = m;
+            }
+        }
+        (following, asleep as f64 / (seconds * 1e9))
+    }
+
+    #[test]
+    fn an_idle_pool_stays_active_and_probes_rarely() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        // CartPole-like on an idle machine: 45 us a batch active, 55 us asleep.
+        let (mode, asleep) =
+            run(&mut t, &mut now, 10.0, |m| if m == WaitMode::Active { 45_000 } else { 55_000 });
+        assert_eq!((mode, t.mode, t.switches), (WaitMode::Active, WaitMode::Active, 0));
+        assert!(asleep < 0.02, "{asleep}");
+        assert!(t.probes <= 10, "{}", t.probes);
+    }
+
+    #[test]
+    fn contention_makes_it_sleep_and_its_end_makes_it_active_again() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        let idle = |m| if m == WaitMode::Active { 45_000 } else { 55_000 };
+        let busy = |m| if m == WaitMode::Active { 3_000_000 } else { 130_000 };
+        run(&mut t, &mut now, 1.0, idle);
+        assert_eq!(t.mode, WaitMode::Active);
+        // Contention comes: the drift starts a probe at once, which sleeping wins.
+        let (mode, asleep) = run(&mut t, &mut now, 1.0, busy);
+        assert_eq!((mode, t.mode, t.switches), (WaitMode::Sleep, WaitMode::Sleep, 1));
+        assert!(asleep > 0.8, "{asleep}");
+        // It goes: the batches get cheaper, a probe finds active faster again.
+        let (mode, _) = run(&mut t, &mut now, 1.0, idle);
+        assert_eq!((mode, t.switches), (WaitMode::Active, 2));
+    }
+
+    #[test]
+    fn a_quick_return_to_a_mode_waits_twice_as_long_before_leaving_it_again() {
+        let mut t = WaitTuner::new();
+        let s = 1_000_000_000;
+        t.switch(s, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Sleep, FIRST_INTERVAL_NS));
+        // Back to waiting actively after 200 ms (sleeping won by chance): twice as long.
+        t.switch(s + 200_000_000, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Active, 2 * FIRST_INTERVAL_NS));
+        t.switch(s + 500_000_000, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Sleep, 2 * FIRST_INTERVAL_NS));
+        t.switch(s + 600_000_000, 50_000.0);
+        assert_eq!(t.interval_ns, 4 * FIRST_INTERVAL_NS);
+        // A long stay asleep (contention that lasted) is no quick return.
+        t.switch(s + 700_000_000, 50_000.0);
+        t.switch(s + 5 * s, 50_000.0);
+        assert_eq!((t.mode, t.interval_ns), (WaitMode::Active, FIRST_INTERVAL_NS));
+    }
+
+    #[test]
+    fn only_a_brief_spell_of_sleeping_pins_the_workers_again_at_once() {
+        let s = 1_000_000_000;
+        let mut t = WaitTuner::new();
+        assert!(!t.slept_briefly());
+        t.switch(s, 50_000.0);
+        assert!(!t.slept_briefly(), "asleep");
+        t.switch(s + 200_000_000, 50_000.0);
+        assert!(t.slept_briefly(), "back after 200 ms: sleeping won by chance");
+        t.switch(2 * s, 50_000.0);
+        t.switch(7 * s, 50_000.0);
+        assert!(!t.slept_briefly(), "back after 5 s: contention that lasted");
+    }
+
+    #[test]
+    fn small_batches_stay_active_through_wake_ups_and_single_stalls() {
+        // 2 us a batch active, 20 us asleep (a trainer that steps a shard itself); the
+        // first 3 batches back from sleeping pay a worker's wake-up from a deep idle state
+        // (110 us each), and one batch in 200 stalls 150 us (an interrupt, a kernel thread).
+        let mut t = WaitTuner::new();
+        let (mut now, mut following, mut waking, mut k) = (1u64, WaitMode::Active, 0, 0u64);
+        while now < 5_000_000_000 {
+            k += 1;
+            let mut c = if following == WaitMode::Active { 2_000 } else { 20_000 };
+            if waking > 0 {
+                (c, waking) = (110_000, waking - 1);
+            } else if k % 200 == 0 {
+                c += 150_000;
+            }
+            now += c;
+            if let Some(m) = t.on_call(now, c, true) {
+                if (following, m) == (WaitMode::Sleep, WaitMode::Active) {
+                    waking = 3;
+                }
+                following = m;
+            }
+        }
+        assert_eq!((t.mode, t.switches), (WaitMode::Active, 0), "{} probes", t.probes);
+    }
+
+    #[test]
+    fn a_mode_within_the_margin_does_not_take_over() {
+        let mut t = WaitTuner::new();
+        let mut now = 1;
+        let (mode, _) = run(&mut t, &mut now, 5.0, |m| if m == WaitMode::Active { 100_000 } else { 97_000 });
+        assert_eq!((mode, t.switches), (WaitMode::Active, 0));
+    }
+
+    #[test]
+    fn time_outside_pool_calls_counts_only_up_to_its_cap() {
+        let mut t = WaitTuner::new();
+        let mut now = 0;
+        for k in 0..100u64 {
+            // 10 us inside, 30 us outside, and one 1 s pause (an SGD phase) at batch 50.
+            now += 30_000 + if k == 50 { 1_000_000_000 } else { 0 } + 10_000;
+            t.on_call(now, 10_000, true);
+        }
+        assert!(t.outside_avg_ns < 200_000.0, "{}", t.outside_avg_ns);
+        // The window with the pause (compared in the probe it started) counts it as 140 us.
+        let Phase::Probe { against, .. } = t.phase else { panic!("{:?}", t.phase) };
+        assert_eq!((t.chosen(), t.following()), (WaitMode::Active, WaitMode::Sleep));
+        assert!(against.mean() < 100_000.0, "{}", against.mean());
+    }
+}
