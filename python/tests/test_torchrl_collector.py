@@ -38,18 +38,22 @@ def _gym_cartpole():
     return GymEnv("CartPole-v1")
 
 
-def collect(env, batches: int, calls=None) -> tuple[list, list[int]]:
-    """``batches`` collector batches of ``N * STEPS`` frames (cloned), and for each the
-    number of pool calls made while it was collected (``calls()``, when given)."""
-    collector = Collector(env, lean_policy, frames_per_batch=N * STEPS, total_frames=N * STEPS * (batches + 1))
-    out, counts = [], []
+def collect(env, batches: int, calls=None, *, policy=lean_policy, steps: int = STEPS, between=None):
+    """``batches`` collector batches of ``num_envs * steps`` frames (cloned), and for each
+    the number of pool calls made while it was collected (``calls()``, when given);
+    ``between(env)`` runs after each batch (an evaluation rollout), outside the count."""
+    frames = int(env.batch_size.numel()) * steps
+    collector = Collector(env, policy, frames_per_batch=frames, total_frames=frames * (batches + 1))
+    out: list = []
+    counts: list[int] = []
     before = calls() if calls else 0
     for batch in collector:
         out.append(batch.clone())
         if calls:
-            now = calls()
-            counts.append(now - before)
-            before = now
+            counts.append(calls() - before)
+        if between is not None:
+            between(env)
+        before = calls() if calls else 0
         if len(out) == batches:
             break
     collector.shutdown()

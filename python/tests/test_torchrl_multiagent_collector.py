@@ -39,6 +39,7 @@ from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # noqa: E402
 import conftest  # noqa: E402,F401 - puts the fixtures package on sys.path when run as a script
 from shmenv.multiagent.torchrl import MultiAgentShmEnv  # noqa: E402
 from shmenv_fixtures.multiagent import Leaving  # noqa: E402
+from test_torchrl_collector import collect as collect_batches  # noqa: E402
 from test_torchrl_users import serial_env_seeds  # noqa: E402
 
 N = 4
@@ -133,24 +134,8 @@ def _wrapper(env, **kwargs) -> PettingZooWrapper:
 
 
 def collect(env, policy, batches: int, calls=None, between=None) -> tuple[list, list[int]]:
-    """``batches`` collector batches of ``N * STEPS`` frames (cloned), and for each the
-    number of pool calls made while it was collected (``calls()``, when given);
-    ``between(env)`` runs after each batch (an evaluation rollout)."""
-    collector = Collector(env, policy, frames_per_batch=N * STEPS, total_frames=N * STEPS * (batches + 1))
-    out, counts = [], []
-    before = calls() if calls else 0
-    for batch in collector:
-        out.append(batch.clone())
-        if calls:
-            now = calls()
-            counts.append(now - before)
-        if between is not None:
-            between(env)
-        before = calls() if calls else 0
-        if len(out) == batches:
-            break
-    collector.shutdown()
-    return out, counts
+    """``test_torchrl_collector.collect`` with this file's policy and batch length."""
+    return collect_batches(env, batches, calls, policy=policy, steps=STEPS, between=between)
 
 
 def assert_batches_equal(a: list, b: list, keys=None) -> None:

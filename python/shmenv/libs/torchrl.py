@@ -61,7 +61,7 @@ from torchrl.data.tensor_specs import (
 from torchrl.envs.common import EnvBase
 
 import shmenv
-from shmenv.libs.torchrl_parts import Episodes, fold_resets, is_pixels, leaves, with_final_rows
+from shmenv.libs.torchrl_parts import Episodes, fold_resets, is_pixels, leaves, step_to_ended_rows, with_final_rows
 from shmenv.prechecks import check_open
 
 __all__ = ["ShmEnv"]
@@ -359,16 +359,12 @@ class ShmEnv(EnvBase):
         """TorchRL's ``step``, ``step_mdp`` and ``maybe_reset``, the last one answered from
         the reset observations the step brought (same-step auto-reset): the same
         tensordicts, one pool call. Other cases take TorchRL's own path."""
-        if not self._folds or getattr(self, "_post_step_mdp_hooks", None) is not None or "_step" in tensordict.keys():
+        stepped, tensordict_, rows = step_to_ended_rows(self, tensordict)
+        if stepped is None:
             return super()._step_and_maybe_reset(tensordict)
-        if tensordict.device != self.device:
-            tensordict = tensordict.to(self.device)
-        tensordict = self.step(tensordict)
-        tensordict_ = self._step_mdp(tensordict)
-        done = tensordict_.get("done", None)
-        if done is None or not done.any():
+        tensordict = stepped
+        if rows is None:
             return tensordict, tensordict_
-        rows = done.reshape(self.batch_size)
         mask = rows.cpu().numpy()
         if (mask & ~self._ep.fresh).any():  # not the step's own ends: TorchRL's reset
             return tensordict, self.maybe_reset(tensordict_)

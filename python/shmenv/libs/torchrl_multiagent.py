@@ -64,7 +64,7 @@ from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform
 from torchrl.envs.utils import MarlGroupMapType
 
 from shmenv.errors import UsageError
-from shmenv.libs.torchrl_parts import Episodes, with_final_rows
+from shmenv.libs.torchrl_parts import Episodes, step_to_ended_rows, with_final_rows
 from shmenv.multiagent.vector import MultiAgentVectorEnv, make_vec
 
 __all__ = ["MultiAgentShmEnv"]
@@ -324,16 +324,12 @@ class MultiAgentShmEnv(EnvBase):
         rows the step kept (same-step autoreset) and folded in by :meth:`_fold_kept`: the
         same tensordicts, one pool call, without TorchRL's reset machinery. Other cases
         (autoreset disabled, a ``"_step"`` mask, post-step_mdp hooks) take TorchRL's path."""
-        if not self._folds or self._post_step_mdp_hooks is not None or "_step" in tensordict.keys():
+        stepped, tensordict_, rows = step_to_ended_rows(self, tensordict)
+        if stepped is None:
             return super()._step_and_maybe_reset(tensordict)
-        if tensordict.device != self.device:
-            tensordict = tensordict.to(self.device)
-        tensordict = self.step(tensordict)
-        tensordict_ = self._step_mdp(tensordict)
-        done = tensordict_.get("done", None)
-        if done is None or not done.any():
+        tensordict = stepped
+        if rows is None:
             return tensordict, tensordict_
-        rows = done.reshape(self.batch_size)
         mask = rows.cpu().numpy()
         if (mask & ~self._ep.fresh).any() or not self._fold_kept(tensordict_, rows):
             return tensordict, self.maybe_reset(tensordict_)

@@ -56,6 +56,22 @@ class Episodes:
             self.fresh = self.fresh & ~mask
 
 
+def step_to_ended_rows(env: Any, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase, Any]:
+    """The front half of a same-step wrapper's ``_step_and_maybe_reset``: TorchRL's ``step``
+    and ``step_mdp`` on ``env``'s device, and the envs the step ended (a ``[num_envs]``
+    bool tensor), or None when none did; or None for all three where TorchRL's own path
+    must run (autoreset disabled, post-step_mdp hooks, a ``"_step"`` mask)."""
+    if not env._folds or getattr(env, "_post_step_mdp_hooks", None) is not None or "_step" in tensordict.keys():
+        return None, None, None  # type: ignore[return-value]
+    if tensordict.device != env.device:
+        tensordict = tensordict.to(env.device)
+    tensordict = env.step(tensordict)
+    tensordict_ = env._step_mdp(tensordict)
+    done = tensordict_.get("done", None)
+    rows = None if done is None or not done.any() else done.reshape(env.batch_size)
+    return tensordict, tensordict_, rows
+
+
 def with_final_rows(obs: Any, finals: Any, rows: np.ndarray) -> Any:
     """A copy of the batch ``obs`` (an array or a dict of them, nested) whose ``rows`` hold
     ``finals`` (the final observations of those rows, one per row, as the pool's
