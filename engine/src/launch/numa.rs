@@ -46,9 +46,9 @@ pub(crate) fn worker_rows(
     for (w, node) in nodes.iter().enumerate().filter_map(|(w, node)| Some((w, (*node)?))) {
         let envs = params.shard(w);
         for block in &layout.blocks {
-            let slots = block.obs.iter().chain(&block.final_obs).chain(&block.columns);
             out.extend(
-                slots
+                block
+                    .slots()
                     .map(|slot| whole_pages(slot.rows(envs.clone())))
                     .filter(|r| !r.is_empty())
                     .map(|r| (r, node)),
@@ -122,7 +122,7 @@ mod tests {
             let w = *node; // workers 0 and 1 sit on nodes 0 and 1
             let owner = p.shard(w);
             let inside = layout.blocks.iter().any(|b| {
-                b.obs.iter().chain(&b.final_obs).chain(&b.columns).any(|s| {
+                b.slots().any(|s| {
                     let rows = s.rows(owner.clone());
                     rows.start <= bytes.start && bytes.end <= rows.end
                 })

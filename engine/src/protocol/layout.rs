@@ -48,7 +48,8 @@ impl ResultBlock {
         &self.columns[c as usize]
     }
 
-    fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
+    /// Every array of the block: observations, final observations, result columns.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &ArraySlot> {
         self.obs.iter().chain(self.final_obs.iter()).chain(self.columns.iter())
     }
 }
