@@ -39,7 +39,7 @@ pub mod program;
 mod watch;
 
 pub use affinity::CpuAffinity;
-pub(crate) use affinity::{place, runnable_tasks};
+pub(crate) use affinity::{place, runnable_tasks, OthersWatch};
 pub use call_socket::{CallSocket, CALL_SOCKET_ENV};
 use watch::supervise;
 

@@ -116,6 +116,9 @@ struct Core {
     /// Workers kept unpinned because other tasks held the cores are not pinned again
     /// before this time (see `Core::cores_look_free`).
     busy_until_ns: u64,
+    /// `CpuAffinity::Auto` with the wait tuner: whether other programs keep the cores busy
+    /// (see `Core::tune`).
+    others: crate::launch::OthersWatch,
     first_reset_done: bool,
     has_reset: bool,
     closed: Option<String>,

@@ -130,6 +130,7 @@ impl Pool {
             pinned,
             placed_for,
             busy_until_ns: 0,
+            others: Default::default(),
             first_reset_done: false,
             has_reset: false,
             closed: None,

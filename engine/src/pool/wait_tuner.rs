@@ -384,16 +384,26 @@ impl Core {
             self.follow_wait_mode(mode);
             self.pool_stats().set_wait(chosen, probes, switches);
         }
-        // Unpinned at once when the pool sleeps, a probe of sleeping included (it measures
-        // what a switch would bring: under contention a pinned worker waits for the core a
-        // busy process holds, however it waits), pinned again once it has waited actively
-        // for a while (see `REPIN_AFTER_NS`), or at once after a brief spell of sleeping
-        // (sleeping did not hold up: the machine is idle, where pinned workers are faster).
-        // Never pinned again while other tasks hold the cores, however waiting actively
-        // came to win (under contention it wins stretches by chance).
+        // While the pool sleeps (a probe of sleeping included) the workers stay pinned only
+        // while other programs are known to leave the cores alone (a pinned worker waits
+        // for the core a busy process holds, however it waits; beside the trainer's own
+        // threads, between batches, pinned workers step faster, asleep too). Pinned again
+        // once the pool has waited actively for a while (see `REPIN_AFTER_NS`), or at once
+        // after a brief spell of sleeping (sleeping did not hold up: the machine is idle,
+        // where pinned workers are faster). Never pinned again while other tasks hold the
+        // cores, however waiting actively came to win (under contention it wins stretches
+        // by chance).
+        let others_busy = match self.pinned.first() {
+            Some(Some(_)) => self.others.look(now_ns, self.supervisor.pids()),
+            _ => None,
+        };
         let placement = match following {
+            WaitMode::Sleep if others_busy == Some(false) => WaitMode::Active,
             WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_briefly => self.placed_for,
-            WaitMode::Active if self.placed_for == WaitMode::Sleep && !self.cores_look_free(now_ns) => {
+            WaitMode::Active
+                if self.placed_for == WaitMode::Sleep
+                    && (others_busy == Some(true) || !self.cores_look_free(now_ns)) =>
+            {
                 WaitMode::Sleep
             }
             mode => mode,

@@ -56,7 +56,7 @@ fn affinity(tid: u32) -> Option<Vec<usize>> {
 }
 
 /// Nanoseconds per `/proc/stat` tick (`sysconf(_SC_CLK_TCK)`, 100 per second on Linux).
-fn ns_per_tick() -> u64 {
+pub(crate) fn ns_per_tick() -> u64 {
     // SAFETY: sysconf reads a configuration value; it has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     1_000_000_000 / if hz > 0 { hz as u64 } else { 100 }
