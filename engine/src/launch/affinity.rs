@@ -222,16 +222,17 @@ mod tests {
 
     #[test]
     fn a_window_ends_at_the_first_look_a_window_length_after_its_start() {
-        // Times are made up (the /proc readings are real but microseconds apart, so the
-        // others' share of these windows is about nothing).
+        // Times are made up and long (the /proc readings are real but microseconds apart:
+        // at most a tick of each CPU between them, a few hundredths of a core on 128 CPUs
+        // over these 150 s windows).
         let mut watch = OthersWatch::default();
-        let t0 = 1_000 * MS;
+        let (t0, long) = (1_000 * MS, 300 * WINDOW_NS);
         assert_eq!(watch.look(t0, &[]), None, "the first look starts a window");
         assert_eq!(watch.look(t0 + WINDOW_NS - 1, &[]), None, "not a window yet");
-        assert_eq!(watch.look(t0 + 3 * WINDOW_NS, &[]), Some(false), "a long window");
+        assert_eq!(watch.look(t0 + long, &[]), Some(false), "a window of any length");
         watch.busy = Some(true);
-        assert_eq!(watch.look(t0 + 4 * WINDOW_NS - 1, &[]), Some(true), "the last window's answer");
-        assert_eq!(watch.look(t0 + 4 * WINDOW_NS, &[]), Some(false));
+        assert_eq!(watch.look(t0 + long + WINDOW_NS - 1, &[]), Some(true), "the last window's answer");
+        assert_eq!(watch.look(t0 + 2 * long, &[]), Some(false));
     }
 
     #[test]
