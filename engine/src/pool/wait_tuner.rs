@@ -436,9 +436,9 @@ impl Core {
         self.waiter.follow(mode);
     }
 
-    /// Places the workers pinned by `CpuAffinity::Auto` for `mode`: on their cores while
-    /// the pool waits actively, anywhere while it sleeps (a pinned worker cannot flee a
-    /// core a busy process holds).
+    /// Places the workers pinned by `CpuAffinity::Auto` as `tune` chose: on their cores for
+    /// `Active`, anywhere for `Sleep` (a pinned worker cannot flee a core a busy process
+    /// holds).
     fn place_workers(&mut self, mode: WaitMode) {
         if mode == self.placed_for || self.supervisor.any_exited() {
             return; // A pid may be stale after an exit: placement waits for the next call.
@@ -451,9 +451,9 @@ impl Core {
         }
     }
 
-    /// A replacement of worker `w` is placed like the others: unpinned while the pool
-    /// sleeps, on its core while it waits actively (it was spawned where the pool's first
-    /// workers were: on its core, or anywhere when the cores were busy at the start).
+    /// A replacement of worker `w` is placed like the others: on its core or anywhere, as
+    /// `tune` last chose (it was spawned where the pool's first workers were: on its core,
+    /// or anywhere when the cores were busy at the start).
     pub(super) fn place_replacement(&self, w: usize) {
         if let Some(&Some(cpu)) = self.pinned.get(w) {
             crate::launch::place(
