@@ -371,6 +371,26 @@ impl WaitTuner {
     }
 }
 
+/// Where `Core::tune` places the workers (`Active`: on their cores, `Sleep`: anywhere),
+/// given the mode they follow, where they are, whether pinning them again is due in
+/// `active`, what the last window of other programs' CPU time said (`None`: no window yet)
+/// and, asked only when it matters, whether the runnable tasks leave the cores free.
+fn placement(
+    following: WaitMode,
+    placed_for: WaitMode,
+    repin_due: bool,
+    others_busy: Option<bool>,
+    cores_look_free: impl FnOnce() -> bool,
+) -> WaitMode {
+    match following {
+        WaitMode::Sleep if others_busy == Some(false) => WaitMode::Active,
+        WaitMode::Sleep => WaitMode::Sleep,
+        WaitMode::Active if !repin_due || placed_for == WaitMode::Active => placed_for,
+        WaitMode::Active if others_busy == Some(true) || !cores_look_free() => WaitMode::Sleep,
+        WaitMode::Active => WaitMode::Active,
+    }
+}
+
 impl Core {
     /// Feeds the tuner a pool call that ended at `now_ns` after `call_ns`, and applies what
     /// it chose: the mode every process waits in and where the workers run.
@@ -397,17 +417,9 @@ impl Core {
             Some(Some(_)) => self.others.look(now_ns, self.supervisor.pids()),
             _ => None,
         };
-        let placement = match following {
-            WaitMode::Sleep if others_busy == Some(false) => WaitMode::Active,
-            WaitMode::Active if active_for < REPIN_AFTER_NS && !slept_briefly => self.placed_for,
-            WaitMode::Active
-                if self.placed_for == WaitMode::Sleep
-                    && (others_busy == Some(true) || !self.cores_look_free(now_ns)) =>
-            {
-                WaitMode::Sleep
-            }
-            mode => mode,
-        };
+        let repin_due = active_for >= REPIN_AFTER_NS || slept_briefly;
+        let placement =
+            placement(following, self.placed_for, repin_due, others_busy, || self.cores_look_free(now_ns));
         self.place_workers(placement);
     }
 

@@ -135,3 +135,24 @@ fn time_outside_pool_calls_counts_only_up_to_its_cap() {
     assert_eq!((t.chosen(), t.following()), (WaitMode::Active, WaitMode::Sleep));
     assert!(against.mean() < 100_000.0, "{}", against.mean());
 }
+
+#[test]
+fn a_sleeping_pool_keeps_its_workers_pinned_only_while_other_programs_leave_the_cores_alone() {
+    use WaitMode::{Active, Sleep};
+    let free = || true;
+    // Asleep (a probe of sleeping included): the last window decides; none yet: unpinned.
+    for placed in [Active, Sleep] {
+        assert_eq!(placement(Sleep, placed, false, Some(false), free), Active);
+        assert_eq!(placement(Sleep, placed, false, Some(true), free), Sleep);
+        assert_eq!(placement(Sleep, placed, false, None, free), Sleep);
+    }
+    // Waiting actively: workers stay where they are until pinning them again is due...
+    assert_eq!(placement(Active, Sleep, false, Some(false), free), Sleep);
+    assert_eq!(placement(Active, Active, true, Some(true), free), Active);
+    // ...and are pinned then only if neither the last window nor the runnable tasks say the
+    // cores are busy (the runnable tasks are not even read after a busy window).
+    assert_eq!(placement(Active, Sleep, true, Some(false), free), Active);
+    assert_eq!(placement(Active, Sleep, true, None, free), Active);
+    assert_eq!(placement(Active, Sleep, true, Some(true), || panic!("not asked")), Sleep);
+    assert_eq!(placement(Active, Sleep, true, Some(false), || false), Sleep);
+}
