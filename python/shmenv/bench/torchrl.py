@@ -215,7 +215,7 @@ def run(
 ) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float, float]]]]:
     """Rounds interleaved over the builders; each round builds the env afresh outside the
     timing (the Collector's constructor resets it, which starts ParallelEnv's processes)
-    and times the collection of ``frames`` frames after ``warmup`` batches. ``threads``:
+    and times the collection of ``frames`` frames (over all envs) after ``warmup`` batches. ``threads``:
     torch's threads, set again before each round (closing a ``SerialEnv`` or
     ``ParallelEnv`` raises torch's thread count by its worker count). Returns the frames/s
     of each round and, for ShmEnv and MultiThreadedEnv, each timed batch's split in seconds
@@ -331,20 +331,20 @@ def _bench(argv: list[str] | None = None) -> None:
     if args.workload in ("cartpole", "all"):
         frames = args.frames or 4096
         builders = _core(cartpole_builders(n, w, per_env), args.core)
-        rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads, args.warmup)
-        done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
+        rates, splits = run(builders, args.rounds, frames * n, args.batch, args.torch_threads, args.warmup)
+        done.append((f"CartPole-v1, {n} envs: median of {args.rounds} rounds, {frames} frames per env", rates, splits))
     if args.workload in ("pong", "all"):
         if not _has("ale_py"):
             print("Pong skipped: ale-py is not installed (pip install ale-py)")
         else:
             frames = args.frames or 2048
             builders = _core(pong_builders(n, w, per_env, plugin), args.core)
-            rates, splits = run(builders, args.rounds, frames, args.batch, args.torch_threads, args.warmup)
-            done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
+            rates, splits = run(builders, args.rounds, frames * n, args.batch, args.torch_threads, args.warmup)
+            done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames per env", rates, splits))
     if args.workload == "raw-pong":
         frames = args.frames or 2048
-        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames, args.batch, args.torch_threads, args.warmup)
-        done.append((f"ALE/Pong-v5, {n} envs: median of {args.rounds} rounds, {frames} frames each", rates, splits))
+        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames * n, args.batch, args.torch_threads, args.warmup)
+        done.append((f"ALE/Pong-v5, {n} envs: median of {args.rounds} rounds, {frames} frames per env", rates, splits))
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
         report(f"{title}, frames_per_batch={args.batch}, random policy:", rates, splits)
