@@ -343,7 +343,9 @@ def _bench(argv: list[str] | None = None) -> None:
             done.append((f"Pong, {n} envs: median of {args.rounds} rounds, {frames} frames per env", rates, splits))
     if args.workload == "raw-pong":
         frames = args.frames or 2048
-        rates, splits = run(raw_pong_builders(n, w), args.rounds, frames * n, args.batch, args.torch_threads, args.warmup)
+        rates, splits = run(
+            raw_pong_builders(n, w), args.rounds, frames * n, args.batch, args.torch_threads, args.warmup
+        )
         done.append((f"ALE/Pong-v5, {n} envs: median of {args.rounds} rounds, {frames} frames per env", rates, splits))
     print(f"load average after: {os.getloadavg()}")
     for title, rates, splits in done:
