@@ -52,7 +52,7 @@
 //! named `shmenv-worker` next to the executable, then on `$PATH`.
 
 pub use shmenv_engine::error::OomKill;
-pub use shmenv_engine::pool::{TrainerShardChoice, TrainerShardMode};
+pub use shmenv_engine::pool::{TrainerShardChoice, TrainerShardMode, HANDOFF_COST};
 pub use shmenv_engine::spec::{Bool8, BoundProblem, SpecError, F16};
 pub use shmenv_engine::{
     ActionError, ArrayView, AutoReset, Batch, BuildError, CpuAffinity, DType, Element, EnvSpec, Episode,

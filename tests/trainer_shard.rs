@@ -307,7 +307,11 @@ fn auto_takes_the_trainers_shard_only_for_sync_pools_with_the_default_workers() 
     let mut pool = auto(builder("CartPole-v1").num_envs(32)).build().unwrap();
     let choice = pool.trainer_shard_choice();
     assert_eq!(choice.on, cores >= 2, "{choice:?}");
-    if choice.on {
+    // CartPole's batch of 32 may cost less than a handoff (release builds): then the
+    // trainer steps every env (`tests/trainer_alone.rs`).
+    if choice.all {
+        assert_eq!((pool.num_workers(), pool.trainer_envs()), (0, 0..32));
+    } else if choice.on {
         assert_eq!(pool.num_workers(), (cores.min(32) - 1).max(1));
         assert_eq!(pool.trainer_envs(), 0..32 / (pool.num_workers() + 1));
         assert!(pool.worker_pids().len() == pool.num_workers());

@@ -131,6 +131,12 @@ pub fn count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A worker count: 0 (the trainer steps every env itself) or more.
+pub fn workers(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .map_err(|_| format!("must be a whole number (0: the trainer steps every env), got {s:?}"))
+}
+
 /// A finite number in `min..=max` (inclusive), in `unit`.
 fn number_in(s: &str, min: f64, max: f64, unit: &str) -> Result<f64, String> {
     let range = format!("must be a number of {unit} from {min} to {max}");

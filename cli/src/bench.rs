@@ -22,8 +22,9 @@ use std::time::Duration;
 pub struct BenchArgs {
     #[command(flatten)]
     pub(crate) envs: Envs,
-    /// Number of worker processes (default: available cores; one fewer with the trainer's shard).
-    #[arg(long, value_parser = args::count, allow_negative_numbers = true)]
+    /// Number of worker processes (default: available cores; one fewer with the trainer's shard;
+    /// none where a batch costs less than a handoff). 0: the trainer steps every env itself.
+    #[arg(long, value_parser = args::workers, allow_negative_numbers = true)]
     pub(crate) workers: Option<usize>,
     /// Whether the trainer steps a shard of the envs itself (sync mode): the envs are then
     /// split into workers + 1 shards, the trainer's first, one process fewer per core.
@@ -124,7 +125,7 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
             "env": args.envs.env, "config": config, "num_envs": args.envs.num_envs, "batch_size": batch_size,
             "workers": workers, "wait": wait, "affinity": args.affinity.name(), "seconds": ours.seconds,
             "steps": ours.steps, "steps_per_sec": ours.rate(), "stats": stats,
-            "trainer_shard": shard.on, "trainer_shard_reason": shard.reason,
+            "trainer_shard": shard.on, "trainer_shard_all": shard.all, "trainer_shard_reason": shard.reason,
         });
         if let Some(p) = &profile {
             out["profile"] = json!(p);
@@ -140,16 +141,17 @@ pub fn run(registry: &Registry, args: BenchArgs) -> Result<(), Error> {
     }
     let n = args.envs.num_envs;
     let mode = if batch_size < n { format!("async, batches of {batch_size}") } else { "sync".into() };
-    let shards = if shard.on { " and the trainer" } else { "" };
-    println!(
-        "{} x {n} on {workers} workers{shards} ({mode}, wait {wait}), {:.1} s",
-        args.envs.env, ours.seconds
-    );
+    let on = match (shard.all, shard.on) {
+        (true, _) => "the trainer alone (no worker process)".to_string(),
+        (false, true) => format!("{workers} workers and the trainer"),
+        (false, false) => format!("{workers} workers"),
+    };
+    println!("{} x {n} on {on} ({mode}, wait {wait}), {:.1} s", args.envs.env, ours.seconds);
     println!("  shmenv pool:   {:>10} steps/s", fmt_rate(ours.rate()));
     if let (Some(b), Some(r)) = (&baseline, ratio) {
         println!("  serial loop:   {:>10} steps/s (same envs and actions, in-process)", fmt_rate(b.rate()));
         println!("  ratio:         {r:>10.2}x");
-        println!("  {}", ratio_hint(r));
+        println!("  {}", ratio_hint(r, shard.all));
     }
     if let Some(p) = &profile {
         let on = if shard.on { "on" } else { "off" };
@@ -170,9 +172,11 @@ impl BenchArgs {
             plugin: self.envs.plugin.is_some(),
             sync: self.batch_size.is_none_or(|b| b == n),
             restarts: self.max_restarts.is_some(),
-            workers_given: self.workers.is_some(),
+            // No worker given: the trainer steps every env, unless the shard is off.
+            workers_given: self.workers.is_some_and(|w| w > 0),
             num_envs: n,
             cores: shmenv_engine::sync::available_cores(),
+            batch_cost: None,
         }
         .decide()
         .is_ok_and(|c| c.on)
@@ -263,9 +267,13 @@ pub(crate) fn check_memory(
 }
 
 /// What to expect of the ratio, and what to check when it is low.
-fn ratio_hint(ratio: f64) -> String {
+fn ratio_hint(ratio: f64, alone: bool) -> String {
     let (load, cores) = (load_average(), shmenv_engine::sync::available_cores());
-    if ratio < 0.9 && load > 0.7 * cores as f64 {
+    if alone {
+        "no worker process: a batch costs less than a handoff, so the trainer steps every env, as the serial \
+         loop does, plus the pool's bookkeeping (expect 0.75-0.95x; more envs a batch are handed to workers)"
+            .into()
+    } else if ratio < 0.9 && load > 0.7 * cores as f64 {
         format!(
             "load average {load:.2} on {cores} cores: other processes hold the cores, which slows a pool (a handoff \
              per batch) more than a serial loop; --profile shows it, --contend 2 compares settings"
@@ -358,6 +366,13 @@ fn print_profile(p: &StatsReport) {
         p.workers.iter().map(|w| pct(f(w)).trim().to_string()).collect::<Vec<_>>().join(", ")
     };
     println!("  where the pool's time went ({:.1} s of pool rounds, {} batches):", p.seconds, p.batches);
+    if p.workers.is_empty() {
+        println!("    no worker process: the trainer steps every env (batches too cheap to hand off)");
+        println!("    trainer in its envs      {}   (of the trainer's time)", pct(p.shard_share));
+        println!("    waiting for a CPU        {}   (run-queue delay)", pct(p.trainer_runqueue_share));
+        println!("  verdict: {} (the trainer steps the envs itself: a cheaper env step, or more envs per batch, which would then be handed to workers)", p.verdict());
+        return;
+    }
     println!(
         "    workers in env code      {}   (per worker: {})",
         pct(mean(|w| w.utilization)),

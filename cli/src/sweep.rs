@@ -231,8 +231,10 @@ fn default_values(args: &BenchArgs, sweep: Sweep, cores: usize) -> Vec<usize> {
             v.into_iter().map(|w| w.min(most)).collect()
         }
         Sweep::NumEnvs => {
-            let workers =
-                args.workers.unwrap_or_else(|| default_num_workers(usize::MAX, cores, args.shard_on()));
+            let workers = args
+                .workers
+                .unwrap_or_else(|| default_num_workers(usize::MAX, cores, args.shard_on()))
+                .max(1);
             let batch = args.batch_size.unwrap_or(1);
             [1, 4, 16, 64, 256, 1024].iter().map(|k| k * workers).filter(|v| v % batch == 0).collect()
         }

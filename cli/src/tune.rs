@@ -8,8 +8,7 @@ use crate::stepping::{contenders, fmt_rate, load_average, Progress, Tally};
 use crate::Error;
 use serde_json::{json, Value};
 use shmenv::worker::Registry;
-use shmenv::{Pool, TrainerShardChoice, TrainerShardMode, WaitStrategy};
-use shmenv_engine::pool::ShardQuestion;
+use shmenv::{Pool, TrainerShardMode, WaitStrategy};
 use std::time::Duration;
 
 /// `shmenv tune` arguments.
@@ -121,7 +120,17 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
     let plugin = args.envs.plugin.as_deref();
     let rec = Recommendation { env: &args.envs.env, plugin, config: &config, num_envs: n, best };
     let own_rec = own.as_ref().map(|best| Recommendation { best, ..rec });
-    let by_default = default_shard(&args.envs, cores);
+    // The defaults as a pool built with them decides (the trainer's shard measures the
+    // envs' cost at build), timed like the trials.
+    let default_pool = args
+        .envs
+        .builder()?
+        .seed(0)
+        .trainer_shard(shmenv::worker::trainer_shard(registry.clone()))
+        .trainer_shard_mode(TrainerShardMode::Auto)
+        .build()?;
+    let (by_default, default_workers) = (default_pool.trainer_shard_choice(), default_pool.num_workers());
+    let default_rate = trial(default_pool, slice)?;
     let fronts = |r: &Recommendation<'_>| json!({"cli": r.cli(), "rust": r.rust(), "python": r.python()});
     if args.json {
         println!(
@@ -129,7 +138,9 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
             json!({"env": args.envs.env, "num_envs": n, "shapes": trials, "ranked": finals,
                    "recommended": fronts(&rec), "with_trainer_shard": own_rec.as_ref().map(fronts),
                    "trainer_shard_trial": own_trial,
-                   "default_trainer_shard": {"on": by_default.on, "reason": by_default.reason},
+                   "default_trainer_shard": {"on": by_default.on, "all": by_default.all,
+                                             "reason": by_default.reason},
+                   "default_pool": {"workers": default_workers, "steps_per_sec": default_rate},
                    "load_average_before": loads.0, "load_average_after": loads.1,
                    "cores": cores})
         );
@@ -155,7 +166,7 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
             fmt_rate(r.best.steps_per_sec),
             r.best.steps_per_sec / best.steps_per_sec
         );
-        if by_default.on {
+        if by_default.on && !by_default.all {
             println!(
                 "  (the default, trainer_shard auto, takes it when the worker count is left to the pool)"
             );
@@ -164,25 +175,18 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
         println!("  Rust:    {}", r.rust());
         println!("  Python:  {}", r.python());
     }
-    let on = if by_default.on { "on" } else { "off" };
-    println!("the trainer's shard with the defaults (trainer_shard auto): {on}, {}", by_default.reason);
-    Ok(())
-}
-
-/// What `trainer_shard` auto decides for a sync pool of `envs` with the default workers.
-fn default_shard(envs: &Envs, cores: usize) -> TrainerShardChoice {
-    let question = ShardQuestion {
-        mode: TrainerShardMode::Auto,
-        buildable: true,
-        plugin: envs.plugin.is_some(),
-        sync: true,
-        restarts: false,
-        workers_given: false,
-        num_envs: envs.num_envs,
-        cores,
+    let on = match (by_default.all, by_default.on) {
+        (true, _) => "every env, no worker process".to_string(),
+        (false, true) => format!("on, beside {default_workers} workers"),
+        (false, false) => format!("off, {default_workers} workers"),
     };
-    // Auto never refuses; `off` stands in should that change.
-    question.decide().unwrap_or(TrainerShardChoice { on: false, reason: "undecided" })
+    println!(
+        "the defaults (trainer_shard auto): {} steps/s, {:.2}x the recommended; the trainer's shard {on} ({})",
+        fmt_rate(default_rate),
+        default_rate / best.steps_per_sec,
+        by_default.reason
+    );
+    Ok(())
 }
 
 /// The fastest sync pool with a trainer shard (1 to `cores - 1` workers and the trainer,

@@ -187,8 +187,11 @@ def trainer_shard_choice(
     plugin: bool,
     sync: bool,
     restarts: bool,
-) -> tuple[bool, str]:
-    """Whether a pool gets the trainer's shard (the engine's rule), and why."""
+    native: tuple[str, str] | None = None,
+) -> tuple[bool, bool, str]:
+    """Whether a pool gets the trainer's shard (the engine's rule), whether that shard is
+    every env (no worker process), and why. ``native``: a built-in env's id and JSON
+    config, whose batch cost the engine then measures."""
 
 def builtin_env_ids() -> list[str]:
     """The ids of the built-in (Rust) envs."""

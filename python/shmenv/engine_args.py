@@ -79,8 +79,10 @@ def plan_pool(
     if resolved.python and obs_mode != "same":
         resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
     num_envs = _count("num_envs", num_envs)
-    shard = _trainer_shard(o, resolved, num_envs, plugin is not None)
-    num_workers = _num_workers(num_envs, o.num_workers, o.envs_per_worker, shard[0])
+    on, alone, reason = _trainer_shard(o, resolved, num_envs, plugin is not None)
+    shard = (on, reason)
+    # A batch cheaper than a handoff to a worker: the trainer steps every env, no worker.
+    num_workers = 0 if alone else _num_workers(num_envs, o.num_workers, o.envs_per_worker, on)
     if resolved.config.get("kind") == "factory" and resolved.python:
         which = resolved.config.get("env_factory")
         if which is not None and len(which) != num_envs:
@@ -119,18 +121,31 @@ def plan_pool(
     return PoolPlan(resolved, mode, obs_mode, num_envs, num_workers, batch, seed, shard, pool_args)
 
 
-def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, str]:
+def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, bool, str]:
     """Whether the trainer steps a shard (``trainer_shard``: True/"on", False/"off" or
-    "auto"), and why: the engine's rule, with what only Python knows (another worker
-    program cannot be built in the trainer; built-in and hosted Python envs can)."""
+    "auto"), whether that shard is every env (no worker process), and why: the engine's
+    rule, with what only Python knows (another worker program cannot be built in the
+    trainer; built-in and hosted Python envs can). For built-in envs the engine measures
+    what a batch costs, as a pool's build does."""
     value = o.trainer_shard  # checked by PoolOptions.of
     mode = ("on" if value else "off") if isinstance(value, (bool, np.bool_)) else str(value)
+    # num_workers=0: no worker process, the trainer steps every env.
+    alone = isinstance(o.num_workers, (int, np.integer)) and not isinstance(o.num_workers, bool) and o.num_workers == 0
+    if alone:
+        if mode == "off":
+            raise InvalidArgumentError(
+                "num_workers=0 has the trainer step every env, which trainer_shard=False forbids: pass "
+                "num_workers=1 or more, or drop trainer_shard=False"
+            )
+        if o.envs_per_worker is not None:
+            raise InvalidArgumentError("num_workers=0 starts no worker, so envs_per_worker has no meaning: drop it")
+        mode = "on"
     if mode == "on" and o.worker_program is not None:
         raise InvalidArgumentError(
             "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
             f"envs of worker_program={o.worker_program!r}: drop one of the two"
         )
-    return _shmenv.trainer_shard_choice(
+    on, every, reason = _shmenv.trainer_shard_choice(
         mode,
         num_envs=num_envs,
         workers_given=o.num_workers is not None or o.envs_per_worker is not None,
@@ -138,4 +153,10 @@ def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bo
         plugin=plugin,
         sync=o.batch_size is None or o.batch_size == num_envs,
         restarts=o.max_restarts is not None,
+        native=(resolved.engine_id, json.dumps(resolved.config))
+        if resolved.backend == "native" and o.worker_program is None
+        else None,
     )
+    if alone:
+        return True, True, "num_workers 0: the trainer steps every env"
+    return on, every, reason

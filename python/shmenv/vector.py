@@ -85,7 +85,7 @@ class ShmVectorEnv(VectorEnv):
         worker process, made by the engine when it spawns it); a spec mismatch between the
         workers' envs raises as ``AsyncVectorEnv`` words it."""
         resolved, pool_args = plan.resolved, plan.pool_args
-        if resolved.python and 1 <= plan.num_workers <= plan.num_envs:
+        if resolved.python and plan.num_workers <= plan.num_envs:
             # A replacement worker that does not take the shared fds is waited for as long as a step.
             self._calls = CallChannel(
                 plan.num_workers, restart_wait=pool_args["step_timeout"], replaces_workers=self._restart

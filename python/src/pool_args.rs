@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use shmenv_engine::launch::CpuAffinity;
 use shmenv_engine::pool::{ShardQuestion, TrainerShardMode};
-use shmenv_engine::protocol::{AutoReset, UnknownAutoReset};
+use shmenv_engine::protocol::{AutoReset, PoolParams, UnknownAutoReset};
 use shmenv_engine::{Pool, PoolBuilder, WaitStrategy, WorkerCommand};
 use std::time::Duration;
 
@@ -35,10 +35,15 @@ pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize
 /// Whether a pool gets the trainer's shard, decided by the engine's rule
 /// (`ShardQuestion::decide`): `mode` is `auto`, `on` or `off`; `buildable` says the
 /// trainer can build the envs (native, from shmenv's own registry or a plugin), `plugin`
-/// that a plugin library runs them. Returns whether, and why.
+/// that a plugin library runs them; `native` (a built-in env's id and JSON config) has
+/// the engine measure what a batch costs, as a pool's build does (`auto` then has the
+/// trainer step every env where a batch costs less than a handoff). Returns whether,
+/// whether every env, and why.
 #[pyfunction]
-#[pyo3(signature = (mode, *, num_envs, workers_given, buildable, plugin, sync, restarts))]
+#[pyo3(signature = (mode, *, num_envs, workers_given, buildable, plugin, sync, restarts, native = None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn trainer_shard_choice(
+    py: Python<'_>,
     mode: &str,
     num_envs: usize,
     workers_given: bool,
@@ -46,14 +51,32 @@ pub(crate) fn trainer_shard_choice(
     plugin: bool,
     sync: bool,
     restarts: bool,
-) -> PyResult<(bool, &'static str)> {
+    native: Option<(String, String)>,
+) -> PyResult<(bool, bool, &'static str)> {
     let mode = TrainerShardMode::from_name(mode).ok_or_else(|| {
         invalid_argument(format!("trainer_shard must be True, False, 'auto', 'on' or 'off', got {mode:?}"))
     })?;
     let cores = shmenv_engine::sync::available_cores();
-    let question = ShardQuestion { mode, buildable, plugin, sync, restarts, workers_given, num_envs, cores };
+    let mut question = ShardQuestion {
+        mode,
+        buildable,
+        plugin,
+        sync,
+        restarts,
+        workers_given,
+        num_envs,
+        cores,
+        batch_cost: None,
+    };
+    if let Some((env_id, config_json)) = native.filter(|_| question.wants_cost()) {
+        let config = crate::checks::parse_config(py, &env_id, &config_json)?;
+        let params =
+            PoolParams { config, trainer_shard: true, ..PoolBuilder::default_params(&env_id, num_envs, 0) };
+        let make = shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins());
+        question.batch_cost = py.detach(|| shmenv_engine::pool::batch_cost(&make, &params));
+    }
     let choice = question.decide().map_err(|e| invalid_argument(e.to_string()))?;
-    Ok((choice.on, choice.reason))
+    Ok((choice.on, choice.all, choice.reason))
 }
 
 /// A worker command: `program`, its arguments, extra environment.

@@ -1,8 +1,10 @@
 """``make_vec(..., trainer_shard=True)``: the trainer steps the first shard of native envs
 itself. It steps as Gymnasium's ``SyncVectorEnv`` does (built-in and C plugin CartPole, both
 auto-reset modes, partial resets), takes one worker fewer by default, and refuses what it
-cannot run (async mode, another worker program) before any process starts. Hosted Python envs
-in the trainer's shard: test_trainer_shard_hosted.py."""
+cannot run (async mode, another worker program) before any process starts. With
+``num_workers=0``, or by default where a batch costs less than a handoff to a worker, the
+trainer steps every env and no worker process starts. Hosted Python envs in the trainer's
+shard: test_trainer_shard_hosted.py."""
 
 from __future__ import annotations
 
@@ -70,17 +72,20 @@ def _cores() -> int:
 @pytest.mark.parametrize(
     ("env", "n", "options", "reason"),
     [
-        ("CartPole-v1", 32, {}, "sync mode, envs the trainer can build"),
+        # Burn-v0 at 20 us a step: a batch dearer than a handoff keeps the workers.
+        ("Burn-v0", 32, {"config": {"step_us": 20}}, "sync mode, envs the trainer can build"),
+        ("CartPole-v1", 1, {}, "a batch costs less than a handoff"),
         ("CartPole-v1", 32, {"num_workers": 2}, "the worker count was given"),
         ("CartPole-v1", 32, {"envs_per_worker": 16}, "the worker count was given"),
         ("CartPole-v1", 32, {"batch_size": 16}, "async mode"),
         ("CartPole-v1", 32, {"max_restarts": 2}, "restarts asked for"),
-        ("CartPole-v1", 1, {}, "too few envs"),
+        ("Burn-v0", 1, {"config": {"step_us": 20}}, "too few envs"),
         (lambda: gym.make("CartPole-v1"), 4, {}, "sync mode, envs the trainer can build"),
         (lambda: gym.make("CartPole-v1"), 4, {"max_restarts": 1}, "restarts asked for"),
     ],
     ids=[
         "sync-builtin",
+        "cheaper-than-a-handoff",
         "workers-given",
         "envs-per-worker",
         "async",
@@ -95,11 +100,14 @@ def test_the_default_takes_the_trainer_shard_only_where_it_is_safe_and_faster(en
     with the worker count left to the pool get the trainer's shard (on two cores or more);
     everything else keeps every env in a worker, and ``trainer_shard_reason`` says why."""
     with shmenv.make_vec(env, n, **options) as envs:
-        on = reason.startswith("sync") and _cores() >= 2
+        alone = "handoff" in reason  # on one core too
+        on = alone or (reason.startswith("sync") and _cores() >= 2)
         if reason.startswith("sync") and not on:
             reason = "one core"
         assert (envs.trainer_shard, reason in envs.trainer_shard_reason) == (on, True), envs.trainer_shard_reason
-        if on:
+        if alone:
+            assert (envs.num_workers, envs.worker_pids) == (0, [])
+        elif on:
             # One worker fewer than the cores: the trainer steps the first shard itself.
             assert envs.num_workers == max(1, min(_cores(), n) - 1)
             assert len(envs.worker_pids) == envs.num_workers
@@ -111,7 +119,8 @@ def test_the_default_steps_as_sync_vector_env_and_a_plugin_keeps_its_workers(car
     n = 6
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
     with shmenv.make_vec("CartPole-v1", n) as envs:
-        assert envs.trainer_shard == (_cores() >= 2)
+        # Every env in the trainer where a batch is cheaper than a handoff, else a shard.
+        assert envs.trainer_shard or _cores() < 2, envs.trainer_shard_reason
         np.testing.assert_array_equal(envs.reset(seed=11)[0], ref.reset(seed=11)[0])
         rng = np.random.default_rng(4)
         for t in range(300):
@@ -119,3 +128,38 @@ def test_the_default_steps_as_sync_vector_env_and_a_plugin_keeps_its_workers(car
     ref.close()
     with shmenv.make_vec("CartPoleC-v1", n, plugin=cartpole_c) as envs:
         assert not envs.trainer_shard and "plugin envs keep their crash isolation" in envs.trainer_shard_reason
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["builtin", "hosted"])
+def test_no_worker_steps_every_env_in_the_trainer_as_sync_vector_env(hosted, no_leaks):
+    """``num_workers=0``: no worker process; the batches, episode ends and partial resets
+    of ``SyncVectorEnv``; env calls answered in-process; ``trainer_shard=False`` refused."""
+    n = 5
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    env = gym.spec("CartPole-v1") if hosted else "CartPole-v1"
+    with shmenv.make_vec(env, n, num_workers=0) as envs:
+        assert (envs.num_workers, envs.worker_pids, envs.trainer_shard) == (0, [], True)
+        assert "num_workers 0" in envs.trainer_shard_reason
+        np.testing.assert_array_equal(envs.reset(seed=7)[0], ref.reset(seed=7)[0])
+        ends = lockstep_with_partial_resets(envs, ref, n, False)
+        assert ends > 0, "the comparison covers episode ends"
+        if hosted:  # env calls are answered by the trainer's own envs
+            assert [s.id for s in envs.get_attr("spec")] == ["CartPole-v1"] * n
+    ref.close()
+    with pytest.raises(InvalidArgumentError, match="num_workers=0 has the trainer step every env"):
+        shmenv.make_vec(env, n, num_workers=0, trainer_shard=False)
+    with pytest.raises(InvalidArgumentError, match="sync mode only"):
+        shmenv.make_vec(env, 4, num_workers=0, batch_size=2)
+
+
+def test_the_default_measures_a_batch_of_built_in_envs_against_a_handoff():
+    """The engine's probe (a throwaway set of envs, timed): one CartPole is cheaper than a
+    handoff, 16 Burn-v0 envs of 20 us a step are not; hosted envs are not measured."""
+    choice = shmenv._shmenv.trainer_shard_choice
+    common = dict(workers_given=False, buildable=True, plugin=False, sync=True, restarts=False)
+    on, alone, reason = choice("auto", num_envs=1, native=("CartPole-v1", "{}"), **common)
+    assert on and alone and "handoff" in reason, reason
+    on, alone, reason = choice("auto", num_envs=16, native=("Burn-v0", '{"step_us": 20}'), **common)
+    assert not alone and (on or _cores() < 2), reason
+    on, alone, reason = choice("auto", num_envs=16, **common)
+    assert not alone, reason

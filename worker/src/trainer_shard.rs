@@ -4,12 +4,20 @@
 
 use crate::host::{run_command, shard_report, BatchScope, NoScope};
 use crate::registry::Registry;
-use crate::shard::EnvShard;
+use crate::shard::{EnvShard, LocalRows};
 use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::pool::TrainerShard;
 use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
+use shmenv_engine::spec::{Element, Space};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// [`InTrainer::probe_batch_time`] times rounds of `PROBE_ROUND` batches (the clock's own
+/// cost spread over them), `PROBE_ROUNDS` at most, for `PROBE_TIME` at most.
+const PROBE_ROUND: u32 = 4;
+const PROBE_ROUNDS: usize = 8;
+const PROBE_TIME: Duration = Duration::from_millis(2);
 
 /// What [`PoolBuilder::trainer_shard`](shmenv_engine::PoolBuilder::trainer_shard) takes to
 /// step the first shard of a pool in the trainer: its envs, built from `registry` (or from
@@ -44,7 +52,9 @@ pub fn trainer_shard_with_scope(
 ) -> impl Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync + 'static {
     let scope: Arc<dyn BatchScope + Send + Sync> = Arc::new(scope);
     move |params: &PoolParams| {
-        let mut shard = EnvShard::new(&registry, params, params.trainer_envs()).map_err(shard_report)?;
+        // No step-time samples: only workers publish them (two clock reads a batch fewer).
+        let unsampled = PoolParams { stats: false, ..params.clone() };
+        let mut shard = EnvShard::new(&registry, &unsampled, params.trainer_envs()).map_err(shard_report)?;
         shard.stop_forked_copies(Owner::current(), Place::Trainer);
         Ok(Box::new(InTrainer { shard, scope: scope.clone() }) as Box<dyn TrainerShard>)
     }
@@ -64,6 +74,47 @@ impl TrainerShard for InTrainer {
 
     fn resets(&self) -> u64 {
         self.shard.resets()
+    }
+
+    fn probe_batch_time(&mut self, enough: Duration) -> Option<Duration> {
+        let action = valid_action(&self.shard.spec().action);
+        let actions = action.repeat(self.shard.range().len());
+        let mut rows = LocalRows::new(self.shard.spec(), self.shard.range().len(), false);
+        let mut least: Option<Duration> = None;
+        let mut failed = false;
+        self.scope.run(&mut || {
+            if self.shard.reset_all(Some(0), &mut rows.rows()).is_err() {
+                failed = true;
+                return;
+            }
+            // A first batch dearer than `enough` answers at once (envs that take long to
+            // step are not stepped for long).
+            let first = Instant::now();
+            if self.shard.step_all(&actions, &mut rows.rows()).is_err() {
+                failed = true;
+                return;
+            }
+            if first.elapsed() > enough {
+                least = Some(first.elapsed());
+                return;
+            }
+            let started = Instant::now();
+            for _ in 0..PROBE_ROUNDS {
+                let t = Instant::now();
+                for _ in 0..PROBE_ROUND {
+                    if self.shard.step_all(&actions, &mut rows.rows()).is_err() {
+                        failed = true;
+                        return;
+                    }
+                }
+                let batch = t.elapsed() / PROBE_ROUND;
+                least = Some(least.map_or(batch, |l| l.min(batch)));
+                if started.elapsed() > PROBE_TIME {
+                    break;
+                }
+            }
+        });
+        least.filter(|_| !failed)
     }
 
     unsafe fn run(
@@ -87,5 +138,41 @@ impl TrainerShard for InTrainer {
         }
         // SAFETY: the caller's exclusive access to the shard's rows (this method's contract).
         unsafe { run_command(region, command, actions, &mut self.shard, block, &*self.scope) }
+    }
+}
+
+/// One valid action row of `space`, as bytes: the lowest value of discrete spaces, and 0
+/// (or the bound nearest it) of each `Box` element.
+fn valid_action(space: &Space) -> Vec<u8> {
+    let n = space.num_elements();
+    let value = |j: usize| match space {
+        Space::Discrete { start, .. } => *start as f64,
+        Space::MultiDiscrete { .. } => space.multi_discrete_range(j).map_or(0.0, |(lo, _)| lo as f64),
+        Space::MultiBinary { .. } => 0.0,
+        Space::Box { .. } => space.box_bounds(j).map_or(0.0, |(lo, hi)| 0.0f64.clamp(lo, hi)),
+    };
+    shmenv_engine::with_element!(space.dtype(), T => {
+        let row: Vec<T> = (0..n).map(|j| T::from_f64(value(j))).collect();
+        shmenv_engine::spec::as_bytes(&row).to_vec()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmenv_engine::spec::DType;
+
+    #[test]
+    fn valid_actions_lie_in_their_spaces() {
+        let as_i64 = |s: &Space| bytemuck::pod_read_unaligned::<i64>(&valid_action(s));
+        assert_eq!(as_i64(&Space::discrete(3)), 0);
+        let shifted = Space::Discrete { n: 3, start: -1 };
+        assert_eq!(as_i64(&shifted), -1);
+        let above = Space::boxed(DType::F32, &[2], 1.5, 4.0);
+        let f32s = |b: Vec<u8>| b.chunks(4).map(bytemuck::pod_read_unaligned::<f32>).collect::<Vec<_>>();
+        assert_eq!(f32s(valid_action(&above)), [1.5, 1.5]);
+        let around = Space::boxed(DType::F64, &[1], -2.0, 2.0);
+        assert_eq!(bytemuck::pod_read_unaligned::<f64>(&valid_action(&around)), 0.0);
+        assert_eq!(valid_action(&Space::multi_binary(4)), [0; 4]);
     }
 }

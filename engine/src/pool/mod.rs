@@ -37,9 +37,9 @@ pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 use failure::Abort;
 pub use settings::{default_num_workers, MAX_WORKERS};
-pub use shard_choice::{ShardQuestion, TrainerShardChoice, TrainerShardMode};
+pub use shard_choice::{ShardQuestion, TrainerShardChoice, TrainerShardMode, HANDOFF_COST};
 pub use startup::closest_match;
-pub use trainer_shard::{declare_program_shard, TrainerShard};
+pub use trainer_shard::{batch_cost, declare_program_shard, MakeTrainerShard, TrainerShard};
 
 /// A pool of envs stepped by worker processes through shared memory.
 ///
@@ -449,6 +449,10 @@ impl Core {
             self.pool_stats().follow_caller(tid);
         }
         self.pool_stats().add_call(now - entered, waited, batch);
+        if batch && self.params.num_workers == 0 {
+            // The trainer stepped every env: the call's time is its shard's.
+            self.pool_stats().add_shard(0, 0, now - entered);
+        }
         if batch && self.tuner.is_some() && self.waiter.mode() == WaitMode::Sleep {
             self.pool_stats().add_sleep_batch();
         }

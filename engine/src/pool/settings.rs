@@ -1,7 +1,7 @@
 //! Validation of a [`PoolBuilder`]'s settings, before any process or memory exists.
 
 use super::builder::FailurePolicy;
-use super::shard_choice::{ShardQuestion, TrainerShardChoice};
+use super::shard_choice::{ShardQuestion, TrainerShardChoice, TrainerShardMode};
 use super::trainer_shard::{program_shard, ShardMaker};
 use super::PoolBuilder;
 use crate::error::BuildError;
@@ -47,8 +47,13 @@ fn settle_shard(
     let workers_are_this_program =
         b.worker_command.is_none() && std::env::var_os(crate::launch::program::PROGRAM_ENV).is_none();
     let maker = b.trainer_shard.clone().or_else(|| program_shard().filter(|_| workers_are_this_program));
-    let choice = ShardQuestion {
-        mode: b.trainer_shard_mode,
+    // No worker asked for: the trainer steps every env, unless the shard was turned off.
+    let alone = b.num_workers == Some(0);
+    let mut question = ShardQuestion {
+        mode: match b.trainer_shard_mode {
+            TrainerShardMode::Auto if alone => TrainerShardMode::On,
+            mode => mode,
+        },
         buildable: maker.is_some(),
         plugin: b.plugin.is_some(),
         sync: b.batch_size.is_none_or(|s| s == b.num_envs),
@@ -56,9 +61,39 @@ fn settle_shard(
         workers_given: b.num_workers.is_some(),
         num_envs: b.num_envs,
         cores,
+        batch_cost: None,
+    };
+    if let Some(maker) = maker.as_ref().filter(|_| question.wants_cost()) {
+        question.batch_cost = maker.batch_cost(&probe_params(b, cores));
     }
-    .decide()?;
+    let mut choice = question.decide()?;
+    if alone && choice.on {
+        choice =
+            TrainerShardChoice { on: true, all: true, reason: "num_workers 0: the trainer steps every env" };
+    }
     Ok((maker.filter(|_| choice.on), choice))
+}
+
+/// The parameters of a pool of `b`'s envs all stepped by the trainer: what
+/// [`ShardMaker::batch_cost`] measures.
+fn probe_params(b: &PoolBuilder, cores: usize) -> protocol::PoolParams {
+    protocol::PoolParams {
+        env_id: b.env_id.clone(),
+        config: b.config.clone(),
+        num_envs: b.num_envs,
+        num_workers: 0,
+        autoreset: b.autoreset,
+        max_episode_steps: b.max_episode_steps,
+        wait: b.wait,
+        batch_size: b.num_envs,
+        ring_depth: b.ring_depth,
+        stats: false,
+        trace: false,
+        restart: false,
+        plugin: None,
+        cores,
+        trainer_shard: true,
+    }
 }
 
 /// Checks every setting; returns the number of workers, the batch size and the trainer's
@@ -69,16 +104,20 @@ pub(super) fn check(b: &PoolBuilder, cores: usize) -> Result<Settled, BuildError
         return invalid(format!("num_envs must be between 1 and {MAX_ENVS}, got {}", b.num_envs));
     }
     let (shard, shard_choice) = settle_shard(b, cores)?;
-    let num_workers = b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores, shard.is_some()));
+    let num_workers = match shard_choice.all {
+        true => 0,
+        false => b.num_workers.unwrap_or(default_num_workers(b.num_envs, cores, shard.is_some())),
+    };
     let most = if b.num_envs <= MAX_WORKERS {
         format!("num_envs ({})", b.num_envs)
     } else {
         format!("{MAX_WORKERS} (the most workers per pool)")
     };
-    if num_workers == 0 || num_workers > b.num_envs.min(MAX_WORKERS) {
+    if (num_workers == 0 && !shard_choice.all) || num_workers > b.num_envs.min(MAX_WORKERS) {
         return invalid(format!(
             "num_workers must be between 1 and {most}, got {num_workers}; this machine has {cores} cores, \
-             and workers beyond the cores add no speed"
+             and workers beyond the cores add no speed (0, where the trainer steps every env itself, needs \
+             trainer_shard on or auto)"
         ));
     }
     let batch_size = b.batch_size.unwrap_or(b.num_envs);

@@ -9,12 +9,31 @@
 //! envs), not a plugin's, the worker count left to the pool, at least two cores and no
 //! restarts asked for. Measured on 2 cores it never lost to the workers alone, idle or
 //! beside busy processes, cheap envs or costly (`docs/benchmarks.md`, "The trainer's own
-//! shard"): a trainer that would wait through the batch steps a shard instead. The choice is made once, when the pool is built: envs
-//! live in one process for their whole life, so a change of load re-decides how the
-//! trainer waits (the wait tuner), not where the envs run.
+//! shard"): a trainer that would wait through the batch steps a shard instead.
+//!
+//! Where a whole batch costs less than [`HANDOFF_COST`] (measured at build on a throwaway
+//! shard: [`TrainerShard::probe_batch_time`](super::TrainerShard::probe_batch_time)),
+//! handing part of it to a worker costs more than stepping it: the trainer then steps
+//! every env and the pool has no worker process.
+//!
+//! The choice is made once, when the pool is built: envs live in one process for their
+//! whole life, so a change of load re-decides how the trainer waits (the wait tuner), not
+//! where the envs run. A batch too cheap to hand off idle is too cheap under load too
+//! (handoffs only get dearer), and the shard measured at least as fast as the workers alone
+//! at every load tried.
 
 use super::settings::default_num_workers;
 use crate::error::BuildError;
+use std::time::Duration;
+
+/// Below this cost of a whole batch stepped in one process, `Auto` has the trainer step
+/// every env itself: a handoff to a worker (the post, the worker's wake-up or spin, the
+/// result rows moving between cores, the wait) costs about as much as the part of the
+/// batch the worker would take. Measured on 2 cores (`docs/benchmarks.md`, "Batches too
+/// cheap to hand off"): CartPole costs about 24 ns an env step, and the pool of the
+/// trainer's shard and one worker overtook the serial loop between 64 envs (1.5 us a
+/// batch) and 128 (3 us).
+pub const HANDOFF_COST: Duration = Duration::from_micros(2);
 
 /// Whether the trainer steps a shard of the envs ([`PoolBuilder::trainer_shard_mode`]).
 ///
@@ -76,6 +95,9 @@ pub struct ShardQuestion {
     pub num_envs: usize,
     /// Cores this process may use.
     pub cores: usize,
+    /// What one batch of every env costs stepped in one process, when it was measured
+    /// (the builder measures it where [`ShardQuestion::wants_cost`]).
+    pub batch_cost: Option<Duration>,
 }
 
 /// What was decided, and why ([`crate::Pool::trainer_shard_choice`]).
@@ -83,6 +105,8 @@ pub struct ShardQuestion {
 pub struct TrainerShardChoice {
     /// The trainer steps a shard.
     pub on: bool,
+    /// The trainer's shard is every env: the pool has no worker process.
+    pub all: bool,
     /// Why, in a few words, for tables and profiles.
     pub reason: &'static str,
 }
@@ -93,16 +117,19 @@ impl ShardQuestion {
     ///
     /// ```
     /// use shmenv_engine::pool::{ShardQuestion, TrainerShardMode};
+    /// use std::time::Duration;
     /// let q = ShardQuestion {
     ///     mode: TrainerShardMode::Auto, buildable: true, plugin: false, sync: true,
-    ///     restarts: false, workers_given: false, num_envs: 32, cores: 2,
+    ///     restarts: false, workers_given: false, num_envs: 32, cores: 2, batch_cost: None,
     /// };
     /// assert!(q.decide()?.on);
     /// assert!(!ShardQuestion { plugin: true, ..q }.decide()?.on);
+    /// let cheap = ShardQuestion { batch_cost: Some(Duration::from_nanos(800)), ..q };
+    /// assert!(cheap.decide()?.all);
     /// # Ok::<(), shmenv_engine::BuildError>(())
     /// ```
     pub fn decide(&self) -> Result<TrainerShardChoice, BuildError> {
-        let choice = |on, reason| Ok(TrainerShardChoice { on, reason });
+        let choice = |on, reason| Ok(TrainerShardChoice { on, all: false, reason });
         match self.mode {
             TrainerShardMode::Off => choice(false, "off as asked"),
             TrainerShardMode::On => {
@@ -120,23 +147,44 @@ impl ShardQuestion {
         }
     }
 
-    /// `Auto`'s rule, first reason first.
-    fn auto(&self) -> TrainerShardChoice {
-        let off = |reason| TrainerShardChoice { on: false, reason };
+    /// Whether the decision would use [`batch_cost`](Self::batch_cost): `Auto`, where the
+    /// trainer may step envs at all.
+    pub fn wants_cost(&self) -> bool {
+        self.mode == TrainerShardMode::Auto && self.safety_refusal().is_none()
+    }
+
+    /// Why `Auto` keeps every env in the workers whatever the envs cost, if it does.
+    fn safety_refusal(&self) -> Option<&'static str> {
         if !self.sync {
-            return off("async mode: the trainer's shard is for sync batches");
+            return Some("async mode: the trainer's shard is for sync batches");
         }
         if self.plugin {
-            return off("plugin envs keep their crash isolation in worker processes");
+            return Some("plugin envs keep their crash isolation in worker processes");
         }
         if !self.buildable {
-            return off("the trainer cannot build these envs (not in the worker program's registry)");
+            return Some("the trainer cannot build these envs (not in the worker program's registry)");
         }
         if self.restarts {
-            return off("restarts asked for: a crash in the trainer could not be restarted");
+            return Some("restarts asked for: a crash in the trainer could not be restarted");
         }
         if self.workers_given {
-            return off("the worker count was given");
+            return Some("the worker count was given");
+        }
+        None
+    }
+
+    /// `Auto`'s rule, first reason first.
+    fn auto(&self) -> TrainerShardChoice {
+        let off = |reason| TrainerShardChoice { on: false, all: false, reason };
+        if let Some(reason) = self.safety_refusal() {
+            return off(reason);
+        }
+        if self.batch_cost.is_some_and(|c| c < HANDOFF_COST) {
+            return TrainerShardChoice {
+                on: true,
+                all: true,
+                reason: "a batch costs less than a handoff to a worker: the trainer steps every env",
+            };
         }
         if self.cores < 2 {
             return off("one core: the trainer and a worker share it either way");
@@ -146,6 +194,7 @@ impl ShardQuestion {
         }
         TrainerShardChoice {
             on: true,
+            all: false,
             reason: "sync mode, envs the trainer can build: it steps a shard instead of waiting",
         }
     }
@@ -165,6 +214,7 @@ mod tests {
             workers_given: false,
             num_envs: 32,
             cores: 2,
+            batch_cost: None,
         }
     }
 
@@ -173,6 +223,27 @@ mod tests {
         assert!(auto().decide().unwrap().on);
         assert!(ShardQuestion { num_envs: 2, ..auto() }.decide().unwrap().on);
         assert!(ShardQuestion { cores: 16, num_envs: 6144, ..auto() }.decide().unwrap().on);
+        assert!(!auto().decide().unwrap().all, "an unmeasured batch keeps the workers");
+    }
+
+    #[test]
+    fn auto_steps_every_env_in_the_trainer_where_a_batch_costs_less_than_a_handoff() {
+        let cost = |us: f64| ShardQuestion { batch_cost: Some(Duration::from_secs_f64(us * 1e-6)), ..auto() };
+        for cheap in [cost(0.1), cost(1.9), ShardQuestion { cores: 1, ..cost(1.0) }] {
+            let c = cheap.decide().unwrap();
+            assert!(c.on && c.all && c.reason.contains("handoff"), "{cheap:?}: {c:?}");
+            assert!(cheap.wants_cost());
+        }
+        // Dear batches keep the shard and the workers; the safety refusals come first.
+        let dear = cost(2.0).decide().unwrap();
+        assert!(dear.on && !dear.all, "{dear:?}");
+        for unsafe_ in
+            [ShardQuestion { plugin: true, ..cost(0.1) }, ShardQuestion { restarts: true, ..cost(0.1) }]
+        {
+            assert!(!unsafe_.decide().unwrap().on && !unsafe_.wants_cost(), "{unsafe_:?}");
+        }
+        let on = ShardQuestion { mode: TrainerShardMode::On, ..cost(0.1) };
+        assert!(!on.decide().unwrap().all && !on.wants_cost(), "on as asked keeps the workers");
     }
 
     #[test]

@@ -112,7 +112,8 @@ impl Pool {
             CpuAffinity::Auto => worker_cpus,
             _ => Vec::new(),
         };
-        let tuner = (b.wait == WaitStrategy::Auto).then(wait_tuner::WaitTuner::new);
+        // With no worker the trainer never waits: nothing to tune.
+        let tuner = (b.wait == WaitStrategy::Auto && num_workers > 0).then(wait_tuner::WaitTuner::new);
         let core = Core {
             supervisor,
             region_file,
@@ -277,14 +278,19 @@ impl Startup {
                 other: specs[other].to_string(),
             });
         }
-        if let Some(own) = self.own_shard.as_mut().map(|s| s.spec_json()).filter(|own| *own != specs[0]) {
-            return Err(BuildError::TrainerShard(format!(
-                "its envs report {own}, the workers' {}; build them from the registry the worker \
-                 program uses",
-                specs[0]
-            )));
-        }
-        let spec = EnvSpec::from_json(&specs[0]).map_err(|message| BuildError::WorkerFailed {
+        // A pool without workers (the trainer steps every env) takes its own envs' spec.
+        let spec = match (specs.first(), self.own_shard.as_mut().map(|s| s.spec_json())) {
+            (Some(theirs), Some(own)) if own != *theirs => {
+                return Err(BuildError::TrainerShard(format!(
+                    "its envs report {own}, the workers' {theirs}; build them from the registry the \
+                     worker program uses"
+                )))
+            }
+            (Some(theirs), _) => theirs.clone(),
+            (None, Some(own)) => own,
+            (None, None) => return Err(BuildError::TrainerShard("a pool of no worker and no envs".into())),
+        };
+        let spec = EnvSpec::from_json(&spec).map_err(|message| BuildError::WorkerFailed {
             worker: 0,
             message: format!("bad spec: {message}"),
         })?;

@@ -18,6 +18,11 @@ use crate::stats::now_ns;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+/// The most envs the throwaway shard of [`ShardMaker::batch_cost`] builds: enough for a
+/// time above the clock's resolution, few enough that envs costly to build cost little.
+const PROBE_ENVS: usize = 8;
 
 /// Envs stepped on the trainer's thread, into their rows of the region
 /// ([`PoolParams::trainer_envs`]).
@@ -27,6 +32,17 @@ pub trait TrainerShard: Send {
 
     /// Episodes begun so far (commanded and automatic resets), for the stats.
     fn resets(&self) -> u64;
+
+    /// Resets the envs, steps them a few times with one valid action and returns the least
+    /// time one step of all of them took; `None` where it cannot tell (the default). A
+    /// first batch that takes longer than `enough` may be the answer: the pool needs to
+    /// know only whether a batch is cheaper than a handoff. It changes the envs' state:
+    /// the pool calls it only on a throwaway shard it builds to measure what a batch costs
+    /// ([`HANDOFF_COST`](super::HANDOFF_COST)).
+    fn probe_batch_time(&mut self, enough: Duration) -> Option<Duration> {
+        let _ = enough;
+        None
+    }
 
     /// Runs sync command `command` (not `Close`) on every env of the shard with `actions`
     /// (the shard's action rows, from the trainer's own checked copy: never read back
@@ -51,8 +67,7 @@ pub trait TrainerShard: Send {
 
 /// Builds a pool's [`TrainerShard`] from its parameters, or says why not as a worker
 /// would ([`WorkerReport`]: unknown env, bad config, ...).
-pub(crate) type MakeTrainerShard =
-    dyn Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync;
+pub type MakeTrainerShard = dyn Fn(&PoolParams) -> Result<Box<dyn TrainerShard>, WorkerReport> + Send + Sync;
 
 /// What [`PoolBuilder::trainer_shard`](super::PoolBuilder::trainer_shard) holds.
 #[derive(Clone)]
@@ -70,6 +85,34 @@ impl ShardMaker {
         })?;
         Ok(OwnShard::new(shard))
     }
+
+    /// What one batch of `params`' envs costs stepped in the trainer ([`batch_cost`]).
+    pub(super) fn batch_cost(&self, params: &PoolParams) -> Option<Duration> {
+        batch_cost(&*self.0, params)
+    }
+}
+
+/// What one batch of `params`' envs costs stepped in the trainer, measured on a throwaway
+/// shard that `make` builds: up to [`PROBE_ENVS`] of the envs, timed and dropped, the time
+/// scaled to every env. `None` when it cannot tell: the envs fail to build (the workers
+/// will say why), panic, or do not measure themselves. What `trainer_shard` auto decides
+/// from ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
+pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams) -> Option<Duration> {
+    let probed = PROBE_ENVS.min(params.num_envs).max(1);
+    let probe = PoolParams {
+        num_envs: probed,
+        num_workers: 0,
+        trainer_shard: true,
+        stats: false,
+        trace: false,
+        ..params.clone()
+    };
+    let scale = params.num_envs as f64 / probed as f64;
+    // A first batch (caches cold) fifty times dearer than a handoff is dear, however many
+    // envs the pool has.
+    let enough = super::HANDOFF_COST * 50;
+    let time = catch_unwind(AssertUnwindSafe(|| make(&probe).ok()?.probe_batch_time(enough))).ok()??;
+    Some(time.mul_f64(scale))
 }
 
 /// The shard maker of this program's own registry ([`declare_program_shard`]).
@@ -154,8 +197,10 @@ impl Core {
     /// stats. An env's failure, or a panic of the shard itself, closes the pool.
     pub(super) fn run_own_shard(&mut self, command: Command, j: usize) -> Result<(), PoolFailure> {
         let Some(own) = &mut self.own_shard else { return Ok(()) };
-        // Two clock reads a batch only when something records them.
-        let timed = self.params.stats || self.trace.is_some();
+        // Two clock reads a batch only when something records them. Without workers the
+        // shard's time is the call's, which `end_call` counts (two reads fewer a batch).
+        let alone = self.params.num_workers == 0;
+        let timed = (self.params.stats && !alone) || self.trace.is_some();
         let started = if timed { now_ns() } else { 0 };
         let envs = self.params.trainer_envs();
         let OwnShard { shard, actions, resets_seen } = own;
@@ -184,17 +229,16 @@ impl Core {
         if let Some(failure) = failure {
             return Err(self.fail(failure));
         }
-        if !timed {
-            return Ok(());
-        }
-        let ended = now_ns();
+        let ended = if timed { now_ns() } else { started };
         if self.params.stats {
             let steps = if command == Command::Step { envs.len() } else { 0 };
             let resets = shard.resets();
             let new_resets = resets.saturating_sub(std::mem::replace(resets_seen, resets));
             self.pool_stats().add_shard(steps as u64, new_resets, ended - started);
         }
-        self.record_spans(&[("own shard", started, ended)]);
+        if timed {
+            self.record_spans(&[("own shard", started, ended)]);
+        }
         Ok(())
     }
 }

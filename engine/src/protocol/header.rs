@@ -63,7 +63,8 @@ impl Header {
                 std::mem::size_of::<Header>()
             )));
         }
-        if self.num_workers == 0 || self.num_envs < self.num_workers {
+        // No worker is a pool whose trainer steps every env (an observer may attach).
+        if self.num_envs == 0 || self.num_envs < self.num_workers {
             return Err(HeaderError::Corrupt(format!(
                 "{} envs on {} workers",
                 self.num_envs, self.num_workers
@@ -164,8 +165,13 @@ mod tests {
         assert!(matches!(bad.validate(len), Err(HeaderError::BadMagic { .. })));
         let bad = Header { version: 99, ..h };
         assert!(matches!(bad.validate(len), Err(HeaderError::VersionMismatch { found: 99, .. })));
-        let bad = Header { num_workers: 0, ..h };
+        let bad = Header { num_workers: 5, ..h };
         assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
+        let bad = Header { num_envs: 0, ..h };
+        assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));
+        // No worker: the trainer steps every env (its bootstrap part has no worker areas).
+        let alone = Header::new(4, 0, 10);
+        assert_eq!(alone.validate(bootstrap_size(0)), Ok(()));
         assert!(matches!(h.validate(100), Err(HeaderError::Corrupt(_))));
         let bad = Header { params_len: u32::MAX, ..h };
         assert!(matches!(bad.validate(len), Err(HeaderError::Corrupt(_))));

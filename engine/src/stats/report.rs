@@ -186,7 +186,11 @@ impl StatsReport {
     /// included).
     pub fn verdict(&self) -> Verdict {
         let n = self.workers.len().max(1) as f64;
-        let util = self.workers.iter().map(|w| w.utilization).sum::<f64>() / n;
+        // Without workers the trainer steps every env: its shard's share is the envs'.
+        let util = match self.workers.is_empty() {
+            true => self.shard_share,
+            false => self.workers.iter().map(|w| w.utilization).sum::<f64>() / n,
+        };
         let outside = 1.0 - self.trainer_call_share;
         let runqueue = self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n;
         // Processes that step envs: the workers, and the trainer with a shard of its own.
