@@ -8,7 +8,7 @@ use crate::stepping::{contenders, fmt_rate, load_average, Progress, Tally};
 use crate::Error;
 use serde_json::{json, Value};
 use shmenv::worker::Registry;
-use shmenv::{Pool, TrainerShardMode, WaitStrategy};
+use shmenv::{Pool, TrainerShardChoice, TrainerShardMode, WaitStrategy};
 use std::time::Duration;
 
 /// `shmenv tune` arguments.
@@ -111,26 +111,27 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
     }
     trials.sort_by(|a, b| b.steps_per_sec.total_cmp(&a.steps_per_sec));
     let finals = final_trials(&trials[..trials.len().min(FINALISTS)], cores, &run)?;
-    let best = recommended(&finals).ok_or("no configuration could run")?;
+    let ranked = recommended(&finals).ok_or("no configuration could run")?;
+    // The defaults, as a pool built with them decides (with no worker where a batch costs
+    // less than a handoff): recommended unless a trial beats them by more than 5%.
+    let (by_default, defaults) = default_trial(registry, &args.envs, slice)?;
+    let defaults_win = defaults.steps_per_sec >= ranked.steps_per_sec * (1.0 - DEFAULTS_WITHIN);
+    let best = if defaults_win { &defaults } else { ranked };
     // Not a default (it trades the trainer's safety from its envs for speed): measured apart
     // and shown when it is clearly faster.
     let own_trial = trainer_shard_trial(n, cores, &with_trainer_shard)?;
     let own = own_trial.clone().filter(|t| t.steps_per_sec > best.steps_per_sec * (1.0 + DEFAULTS_WITHIN));
     let loads = (load_before, load_average());
     let plugin = args.envs.plugin.as_deref();
-    let rec = Recommendation { env: &args.envs.env, plugin, config: &config, num_envs: n, best };
-    let own_rec = own.as_ref().map(|best| Recommendation { best, ..rec });
-    // The defaults as a pool built with them decides (the trainer's shard measures the
-    // envs' cost at build), timed like the trials.
-    let default_pool = args
-        .envs
-        .builder()?
-        .seed(0)
-        .trainer_shard(shmenv::worker::trainer_shard(registry.clone()))
-        .trainer_shard_mode(TrainerShardMode::Auto)
-        .build()?;
-    let (by_default, default_workers) = (default_pool.trainer_shard_choice(), default_pool.num_workers());
-    let default_rate = trial(default_pool, slice)?;
+    let rec = Recommendation {
+        env: &args.envs.env,
+        plugin,
+        config: &config,
+        num_envs: n,
+        best,
+        defaults: defaults_win,
+    };
+    let own_rec = own.as_ref().map(|best| Recommendation { best, defaults: false, ..rec });
     let fronts = |r: &Recommendation<'_>| json!({"cli": r.cli(), "rust": r.rust(), "python": r.python()});
     if args.json {
         println!(
@@ -140,33 +141,60 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
                    "trainer_shard_trial": own_trial,
                    "default_trainer_shard": {"on": by_default.on, "all": by_default.all,
                                              "reason": by_default.reason},
-                   "default_pool": {"workers": default_workers, "steps_per_sec": default_rate},
+                   "default_pool": {"workers": defaults.workers, "steps_per_sec": defaults.steps_per_sec},
                    "load_average_before": loads.0, "load_average_after": loads.1,
                    "cores": cores})
         );
         return Ok(());
     }
     print_ranking(&args.envs.env, n, cores, trials.len(), &finals);
+    print_advice(&Advice {
+        rec,
+        own_rec,
+        by_default,
+        defaults: &defaults,
+        ranked: ranked.steps_per_sec,
+        loads,
+        cores,
+    });
+    Ok(())
+}
+
+/// What `tune` advises, for its text output.
+struct Advice<'a> {
+    rec: Recommendation<'a>,
+    own_rec: Option<Recommendation<'a>>,
+    by_default: TrainerShardChoice,
+    defaults: &'a Trial,
+    /// The best trial's steps/s.
+    ranked: f64,
+    loads: (f64, f64),
+    cores: usize,
+}
+
+/// The recommendation, the trainer-shard alternative and the defaults' line.
+fn print_advice(a: &Advice<'_>) {
+    let (rec, best, cores) = (&a.rec, a.rec.best, a.cores);
     println!(
         "measured at a load average of {:.2} to {:.2} on {cores} cores: the ranking holds for a machine \
          this busy (rerun when the load differs; the default wait adapts to it)",
-        loads.0, loads.1
+        a.loads.0, a.loads.1
     );
     println!("recommended (the defaults, auto wait and auto affinity, unless another setting beats them by over 5%):");
     println!("  CLI:     {}", rec.cli());
     println!("  Rust:    {}", rec.rust());
     println!("  Python:  {}", rec.python());
-    if best.batch_size < n {
+    if best.batch_size < rec.num_envs {
         println!("  (async: use send()/recv(); sync step() needs batch_size = num_envs)");
     }
-    if let Some(r) = &own_rec {
+    if let Some(r) = &a.own_rec {
         println!(
             "faster still, {} steps/s ({:.2}x), with the trainer stepping a shard itself; its envs then run in \
              the trainer's process (a crash there is the trainer's):",
             fmt_rate(r.best.steps_per_sec),
             r.best.steps_per_sec / best.steps_per_sec
         );
-        if by_default.on && !by_default.all {
+        if a.by_default.on && !a.by_default.all {
             println!(
                 "  (the default, trainer_shard auto, takes it when the worker count is left to the pool)"
             );
@@ -175,18 +203,18 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
         println!("  Rust:    {}", r.rust());
         println!("  Python:  {}", r.python());
     }
-    let on = match (by_default.all, by_default.on) {
+    let workers = a.defaults.workers;
+    let on = match (a.by_default.all, a.by_default.on) {
         (true, _) => "every env, no worker process".to_string(),
-        (false, true) => format!("on, beside {default_workers} workers"),
-        (false, false) => format!("off, {default_workers} workers"),
+        (false, true) => format!("on, beside {workers} workers"),
+        (false, false) => format!("off, {workers} workers"),
     };
     println!(
-        "the defaults (trainer_shard auto): {} steps/s, {:.2}x the recommended; the trainer's shard {on} ({})",
-        fmt_rate(default_rate),
-        default_rate / best.steps_per_sec,
-        by_default.reason
+        "the defaults (trainer_shard auto): {} steps/s, {:.2}x the best trial; the trainer's shard {on} ({})",
+        fmt_rate(a.defaults.steps_per_sec),
+        a.defaults.steps_per_sec / a.ranked,
+        a.by_default.reason
     );
-    Ok(())
 }
 
 /// The fastest sync pool with a trainer shard (1 to `cores - 1` workers and the trainer,
@@ -286,6 +314,35 @@ fn envs_per_worker(n: usize, w: usize) -> String {
     }
 }
 
+/// The pool of `envs` with every other setting at its default (the trainer's shard from
+/// `registry`, `trainer_shard` auto): what it chose, and its trial.
+fn default_trial(
+    registry: &Registry,
+    envs: &Envs,
+    slice: Duration,
+) -> Result<(TrainerShardChoice, Trial), Error> {
+    let pool = envs
+        .builder()?
+        .seed(0)
+        .trainer_shard(shmenv::worker::trainer_shard(registry.clone()))
+        .trainer_shard_mode(TrainerShardMode::Auto)
+        .build()?;
+    let (choice, workers, n) = (pool.trainer_shard_choice(), pool.num_workers(), pool.num_envs());
+    let steps_per_sec = trial(pool, slice)?;
+    let envs_per_worker = envs_per_worker(n, workers.max(1));
+    let trial = Trial {
+        workers,
+        // The default's own choice, not a setting to give.
+        trainer_shard: false,
+        envs_per_worker,
+        batch_size: n,
+        wait: "auto",
+        affinity: "auto",
+        steps_per_sec,
+    };
+    Ok((choice, trial))
+}
+
 /// Steps `pool` with random actions for `slice` (after a short warm-up); returns steps/s.
 fn trial(pool: Pool, slice: Duration) -> Result<f64, Error> {
     let (mut stepper, _) = contenders("tune", pool, 0, None)?;
@@ -303,6 +360,8 @@ struct Recommendation<'a> {
     config: &'a Value,
     num_envs: usize,
     best: &'a Trial,
+    /// `best` is the pool of the defaults: no worker count or shard setting to give.
+    defaults: bool,
 }
 
 /// A setting the recommendation gives beyond env id, envs and workers.
@@ -348,7 +407,10 @@ impl Recommendation<'_> {
     /// `shmenv bench` flags.
     fn cli(&self) -> String {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
-        let head = format!("shmenv bench --env {env} --num-envs {n} --workers {w}");
+        let head = match self.defaults {
+            true => format!("shmenv bench --env {env} --num-envs {n}"),
+            false => format!("shmenv bench --env {env} --num-envs {n} --workers {w}"),
+        };
         let part = |s: Setting<'_>| match s {
             Setting::Plugin(p) => format!(" --plugin {}", p.display()),
             Setting::Config(c) => format!(" --config '{c}'"),
@@ -363,7 +425,10 @@ impl Recommendation<'_> {
     /// `Pool::builder` calls.
     fn rust(&self) -> String {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
-        let head = format!("Pool::builder({env:?}).num_envs({n}).num_workers({w})");
+        let head = match self.defaults {
+            true => format!("Pool::builder({env:?}).num_envs({n})"),
+            false => format!("Pool::builder({env:?}).num_envs({n}).num_workers({w})"),
+        };
         let part = |s: Setting<'_>| match s {
             Setting::Plugin(p) => format!(".plugin({:?})", p.display().to_string()),
             Setting::Config(c) => format!(".config(serde_json::json!({c}))"),
@@ -380,7 +445,10 @@ impl Recommendation<'_> {
     /// `shmenv.make_vec` keywords.
     fn python(&self) -> String {
         let (env, n, w) = (self.env, self.num_envs, self.best.workers);
-        let head = format!("shmenv.make_vec({env:?}, num_envs={n}, num_workers={w}");
+        let head = match self.defaults {
+            true => format!("shmenv.make_vec({env:?}, num_envs={n}"),
+            false => format!("shmenv.make_vec({env:?}, num_envs={n}, num_workers={w}"),
+        };
         let part = |s: Setting<'_>| match s {
             Setting::Plugin(p) => format!(", plugin={:?}", p.display().to_string()),
             Setting::Config(c) => format!(", config={}", python_literal(c)),
@@ -426,7 +494,14 @@ mod tests {
             steps_per_sec: 1.0,
         };
         let config = json!({"step_us": 5, "fast": true, "name": null});
-        let rec = Recommendation { env: "Burn-v0", plugin: None, config: &config, num_envs: 4, best: &best };
+        let rec = Recommendation {
+            env: "Burn-v0",
+            plugin: None,
+            config: &config,
+            num_envs: 4,
+            best: &best,
+            defaults: false,
+        };
         assert_eq!(
             rec.cli(),
             r#"shmenv bench --env Burn-v0 --num-envs 4 --workers 2 --config '{"fast":true,"name":null,"step_us":5}' --batch-size 2 --wait spin --affinity none"#
@@ -453,8 +528,14 @@ mod tests {
             steps_per_sec: 1.0,
         };
         let config = json!({});
-        let rec =
-            Recommendation { env: "CartPole-v1", plugin: None, config: &config, num_envs: 32, best: &best };
+        let rec = Recommendation {
+            env: "CartPole-v1",
+            plugin: None,
+            config: &config,
+            num_envs: 32,
+            best: &best,
+            defaults: false,
+        };
         assert_eq!(rec.cli(), "shmenv bench --env CartPole-v1 --num-envs 32 --workers 1 --trainer-shard");
         assert_eq!(
             rec.rust(),
@@ -481,5 +562,33 @@ mod tests {
         assert_eq!(recommended(&close).map(|r| (r.wait, r.affinity)), Some(("auto", "auto")));
         let far = [t("block", "none", 100.0), t("auto", "auto", 80.0)];
         assert_eq!(recommended(&far).map(|r| (r.wait, r.affinity)), Some(("block", "none")));
+    }
+
+    #[test]
+    fn the_defaults_are_written_without_a_worker_count() {
+        let best = Trial {
+            workers: 0,
+            trainer_shard: false,
+            envs_per_worker: "32".into(),
+            batch_size: 32,
+            wait: "auto",
+            affinity: "auto",
+            steps_per_sec: 1.0,
+        };
+        let config = json!({"step_us": 1});
+        let rec = Recommendation {
+            env: "Burn-v0",
+            plugin: None,
+            config: &config,
+            num_envs: 32,
+            best: &best,
+            defaults: true,
+        };
+        assert_eq!(rec.cli(), r#"shmenv bench --env Burn-v0 --num-envs 32 --config '{"step_us":1}'"#);
+        assert_eq!(
+            rec.rust(),
+            r#"Pool::builder("Burn-v0").num_envs(32).config(serde_json::json!({"step_us":1}))"#
+        );
+        assert_eq!(rec.python(), r#"shmenv.make_vec("Burn-v0", num_envs=32, config={"step_us": 1})"#);
     }
 }

@@ -27,6 +27,15 @@ fn refused(args: &[&str]) -> String {
     stderr
 }
 
+/// Runs a command line the pool refuses at build (exit 1); returns its stderr.
+fn refused_at_build(args: &[&str]) -> String {
+    let out = shmenv(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?} must fail (exit 1): {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
 #[test]
 fn numbers_out_of_range_are_refused_by_name_value_and_range() {
     let _w = Watchdog::new("cli numbers", Duration::from_secs(60));
@@ -42,7 +51,11 @@ fn numbers_out_of_range_are_refused_by_name_value_and_range() {
         (&["tune", "--seconds", "1e300"], "--seconds <SECONDS>", "seconds from 0.05 to 60"),
         (&["top", "--pid", "1", "--interval", "0"], "--interval <INTERVAL>", "seconds from 0.05 to 3600"),
         (&["bench", "--num-envs", "0"], "--num-envs <NUM_ENVS>", "must be at least 1, got 0"),
-        (&["bench", "--workers", "0"], "--workers <WORKERS>", "must be at least 1, got 0"),
+        (
+            &["bench", "--workers", "-1"],
+            "--workers <WORKERS>",
+            "must be a whole number (0: the trainer steps every env)",
+        ),
         (
             &["bench", "--batch-size", "x"],
             "--batch-size <BATCH_SIZE>",
@@ -127,6 +140,11 @@ fn bench_takes_the_trainers_shard_by_default_for_built_in_sync_pools() {
     // A bare --trainer-shard is `on`, with the workers given too.
     let (on, reason, _) = run(&["--workers", "1", "--trainer-shard"]);
     assert!(on && reason == "on as asked", "{reason}");
+    // --workers 0: the trainer steps every env; not with the shard off.
+    let (on, reason, v) = run(&["--workers", "0"]);
+    assert!(on && v["trainer_shard_all"] == true && v["workers"] == 0, "{reason}: {v}");
+    let err = refused_at_build(&["bench", "--workers", "0", "--trainer-shard", "off", "--seconds", "0.1"]);
+    assert!(err.contains("needs trainer_shard on or auto"), "{err}");
 }
 
 #[test]
