@@ -177,6 +177,7 @@ impl BenchArgs {
             num_envs: n,
             cores: shmenv_engine::sync::available_cores(),
             batch_cost: None,
+            busy: false,
         }
         .decide()
         .is_ok_and(|c| c.on)

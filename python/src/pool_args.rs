@@ -67,13 +67,17 @@ pub(crate) fn trainer_shard_choice(
         num_envs,
         cores,
         batch_cost: None,
+        busy: false,
     };
     if let Some((env_id, config_json)) = native.filter(|_| question.wants_cost()) {
         let config = crate::checks::parse_config(py, &env_id, &config_json)?;
         let params =
             PoolParams { config, trainer_shard: true, ..PoolBuilder::default_params(&env_id, num_envs, 0) };
         let make = shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins());
+        // Busy before and after the probe, as the builder decides.
+        let busy_before = shmenv_engine::pool::others_hold_the_cores(cores);
         question.batch_cost = py.detach(|| shmenv_engine::pool::batch_cost(&make, &params));
+        question.busy = busy_before && shmenv_engine::pool::others_hold_the_cores(cores);
     }
     let choice = question.decide().map_err(|e| invalid_argument(e.to_string()))?;
     Ok((choice.on, choice.all, choice.reason))

@@ -37,7 +37,10 @@ pub use builder::{FailurePolicy, PoolBuilder};
 use control::{trainer_semaphore, Control};
 use failure::Abort;
 pub use settings::{default_num_workers, MAX_WORKERS};
-pub use shard_choice::{ShardQuestion, TrainerShardChoice, TrainerShardMode, HANDOFF_COST};
+pub use shard_choice::{
+    others_hold_the_cores, ShardQuestion, TrainerShardChoice, TrainerShardMode, HANDOFF_COST,
+    HANDOFF_COST_BUSY,
+};
 pub use startup::closest_match;
 pub use trainer_shard::{batch_cost, declare_program_shard, MakeTrainerShard, TrainerShard};
 

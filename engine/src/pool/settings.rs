@@ -62,9 +62,13 @@ fn settle_shard(
         num_envs: b.num_envs,
         cores,
         batch_cost: None,
+        busy: false,
     };
     if let Some(maker) = maker.as_ref().filter(|_| question.wants_cost()) {
+        // Busy before and after the probe: one count can catch a task that runs for a moment.
+        let busy_before = super::shard_choice::others_hold_the_cores(cores);
         question.batch_cost = maker.batch_cost(&probe_params(b, cores));
+        question.busy = busy_before && super::shard_choice::others_hold_the_cores(cores);
     }
     let mut choice = question.decide()?;
     if alone && choice.on {

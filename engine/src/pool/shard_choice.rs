@@ -35,6 +35,13 @@ use std::time::Duration;
 /// batch) and 128 (3 us).
 pub const HANDOFF_COST: Duration = Duration::from_micros(2);
 
+/// [`HANDOFF_COST`] when other programs held the cores as the pool was built: a worker then
+/// shares its core, and a handoff waits for it. Measured beside two busy processes on 2
+/// cores (`docs/benchmarks.md`, "Batches too cheap to hand off"): the trainer alone against
+/// its shard and a worker was 1.53x at 96 CartPole envs (2.3 us a batch) and 0.99x at 128
+/// (3 us).
+pub const HANDOFF_COST_BUSY: Duration = Duration::from_micros(3);
+
 /// Whether the trainer steps a shard of the envs ([`PoolBuilder::trainer_shard_mode`]).
 ///
 /// [`PoolBuilder::trainer_shard_mode`]: super::PoolBuilder::trainer_shard_mode
@@ -98,6 +105,16 @@ pub struct ShardQuestion {
     /// What one batch of every env costs stepped in one process, when it was measured
     /// (the builder measures it where [`ShardQuestion::wants_cost`]).
     pub batch_cost: Option<Duration>,
+    /// Other programs held the cores when the pool was built
+    /// ([`others_hold_the_cores`]): a handoff costs [`HANDOFF_COST_BUSY`].
+    pub busy: bool,
+}
+
+/// Whether more tasks are runnable right now than the trainer and the cores it would leave
+/// to workers: what [`ShardQuestion::busy`] is built from (the rule by which a pool starts
+/// its workers unpinned).
+pub fn others_hold_the_cores(cores: usize) -> bool {
+    crate::launch::runnable_tasks().is_some_and(|running| running > cores.saturating_sub(1).max(1))
 }
 
 /// What was decided, and why ([`crate::Pool::trainer_shard_choice`]).
@@ -121,6 +138,7 @@ impl ShardQuestion {
     /// let q = ShardQuestion {
     ///     mode: TrainerShardMode::Auto, buildable: true, plugin: false, sync: true,
     ///     restarts: false, workers_given: false, num_envs: 32, cores: 2, batch_cost: None,
+    ///     busy: false,
     /// };
     /// assert!(q.decide()?.on);
     /// assert!(!ShardQuestion { plugin: true, ..q }.decide()?.on);
@@ -179,7 +197,8 @@ impl ShardQuestion {
         if let Some(reason) = self.safety_refusal() {
             return off(reason);
         }
-        if self.batch_cost.is_some_and(|c| c < HANDOFF_COST) {
+        let handoff = if self.busy { HANDOFF_COST_BUSY } else { HANDOFF_COST };
+        if self.batch_cost.is_some_and(|c| c < handoff) {
             return TrainerShardChoice {
                 on: true,
                 all: true,
@@ -215,6 +234,7 @@ mod tests {
             num_envs: 32,
             cores: 2,
             batch_cost: None,
+            busy: false,
         }
     }
 
@@ -244,6 +264,9 @@ mod tests {
         }
         let on = ShardQuestion { mode: TrainerShardMode::On, ..cost(0.1) };
         assert!(!on.decide().unwrap().all && !on.wants_cost(), "on as asked keeps the workers");
+        // Other programs holding the cores make a handoff dearer: a dearer batch runs alone.
+        assert!(ShardQuestion { busy: true, ..cost(2.5) }.decide().unwrap().all);
+        assert!(!ShardQuestion { busy: true, ..cost(3.0) }.decide().unwrap().all);
     }
 
     #[test]
