@@ -93,7 +93,7 @@ impl ShardMaker {
 }
 
 /// What one batch of `params`' envs costs stepped in the trainer, measured on a throwaway
-/// shard that `make` builds: up to [`PROBE_ENVS`] of the envs, timed and dropped, the time
+/// shard that `make` builds: up to 8 of the envs, timed and dropped, the time
 /// scaled to every env. `None` when it cannot tell: the envs fail to build (the workers
 /// will say why), panic, or do not measure themselves. What `trainer_shard` auto decides
 /// from ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
