@@ -10,16 +10,18 @@ mod common;
 use common::{batch_rows, builder, child_pids, dev_shm_entries, open_fds, Watchdog};
 use serde_json::json;
 use shmenv::worker::{trainer_shard, Registry};
-use shmenv::{Pool, PoolFailure, StepError, TrainerShardMode, HANDOFF_COST};
+use shmenv::{FailurePolicy, Pool, PoolFailure, StepError, TrainerShardMode, HANDOFF_COST};
 use shmenv_engine::pool::TrainerShard;
 use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
 use std::time::Duration;
 
-/// The built-ins' trainer shard, reporting `cost` for a probe's batch.
+/// The built-ins' trainer shard, reporting `per_env` for each of its `envs` in a probe's
+/// batch.
 struct Costed {
     inner: Box<dyn TrainerShard>,
-    cost: Duration,
+    per_env: Duration,
+    envs: u32,
 }
 
 impl TrainerShard for Costed {
@@ -31,8 +33,8 @@ impl TrainerShard for Costed {
         self.inner.resets()
     }
 
-    fn probe_batch_time(&mut self, _enough: Duration) -> Option<Duration> {
-        Some(self.cost)
+    fn probe_batch_time(&mut self, _seed: Option<u64>, _enough: Duration) -> Option<Duration> {
+        Some(self.per_env * self.envs)
     }
 
     unsafe fn run(
@@ -48,30 +50,26 @@ impl TrainerShard for Costed {
     }
 }
 
-/// A pool of `n` envs `env` with `trainer_shard` auto, whose shard says a probe's batch
-/// of `probed` envs costs `cost`.
+/// A pool of `n` envs `env` with `trainer_shard` auto, whose shard says a batch of every
+/// env costs `batch`.
 fn auto_pool(
     env: &str,
     config: serde_json::Value,
     n: usize,
-    cost: Duration,
+    batch: Duration,
 ) -> Result<Pool, shmenv::BuildError> {
     let make = trainer_shard(Registry::with_builtins());
+    let per_env = batch / n as u32;
     builder(env)
         .config(config)
         .num_envs(n)
         .seed(5)
         .trainer_shard(move |params: &PoolParams| -> Result<Box<dyn TrainerShard>, WorkerReport> {
-            Ok(Box::new(Costed { inner: make(params)?, cost }))
+            let envs = params.trainer_envs().len() as u32;
+            Ok(Box::new(Costed { inner: make(params)?, per_env, envs }))
         })
         .trainer_shard_mode(TrainerShardMode::Auto)
         .build()
-}
-
-/// The batch cost below which the trainer steps every env, as a probe of `probed` envs
-/// reports it for a pool of `n`.
-fn probe_cost(batch: Duration, probed: usize, n: usize) -> Duration {
-    batch.mul_f64(probed as f64 / n as f64)
 }
 
 #[test]
@@ -79,7 +77,7 @@ fn a_batch_cheaper_than_a_handoff_runs_in_the_trainer_alone_and_leaves_nothing_b
     let _w = Watchdog::new("trainer alone", Duration::from_secs(120));
     let (fds, shm) = (open_fds(), dev_shm_entries());
     let n = 12;
-    let cheap = probe_cost(HANDOFF_COST / 4, 8, n);
+    let cheap = HANDOFF_COST / 4;
     let mut alone = auto_pool("CartPole-v1", json!({}), n, cheap).unwrap();
     let choice = alone.trainer_shard_choice();
     assert!(choice.on && choice.all && choice.reason.contains("handoff"), "{choice:?}");
@@ -107,7 +105,7 @@ fn a_batch_cheaper_than_a_handoff_runs_in_the_trainer_alone_and_leaves_nothing_b
     drop((alone, reference));
 
     // A dear batch keeps the workers beside the trainer's shard.
-    let dear = auto_pool("CartPole-v1", json!({}), n, probe_cost(HANDOFF_COST * 4, 8, n)).unwrap();
+    let dear = auto_pool("CartPole-v1", json!({}), n, HANDOFF_COST * 4).unwrap();
     let choice = dear.trainer_shard_choice();
     assert!(choice.on && !choice.all && dear.num_workers() >= 1, "{choice:?}");
     drop(dear);
@@ -121,6 +119,27 @@ fn a_batch_cheaper_than_a_handoff_runs_in_the_trainer_alone_and_leaves_nothing_b
     let err = (0..10).find_map(|_| burning.step(&[0i64; 4]).err()).expect("Burn-v0 panics at step 3");
     assert!(matches!(err, StepError::Failed(PoolFailure::EnvPanicked { env_id: 0, .. })), "{err}");
     drop(burning);
+
+    // What needs a worker is refused with no worker, naming it and the fix.
+    let make = || {
+        builder("CartPole-v1")
+            .num_envs(4)
+            .num_workers(0)
+            .trainer_shard(trainer_shard(Registry::with_builtins()))
+    };
+    let refusals = [
+        (make().failure_policy(FailurePolicy::Restart { max_restarts: 1 }), "restarts"),
+        (make().step_timeout(Duration::from_secs(5)), "step_timeout"),
+        (make().batch_size(2), "async mode"),
+        (builder("CartPole-v1").num_envs(4).num_workers(0), "envs the trainer can build"),
+    ];
+    for (b, what) in refusals {
+        let err = b.build().unwrap_err().to_string();
+        assert!(err.contains(what) && err.contains("give num_workers 1 or more"), "{what}: {err}");
+    }
+    // Auto keeps workers where a step timeout was asked for (they are what it times).
+    let timed = make().num_workers(2).step_timeout(Duration::from_secs(5));
+    assert!(!timed.build().unwrap().trainer_shard_choice().all);
 
     assert!(child_pids().is_empty(), "{:?}", child_pids());
     assert_eq!(open_fds(), fds, "fds left open");
@@ -139,15 +158,15 @@ fn the_probe_times_a_throwaway_shard_of_real_envs() {
     };
     // Burn-v0 spins `step_us` a step: four envs cost at least 4 x 200 us a batch.
     let mut burn = make(&params("Burn-v0", json!({"step_us": 200}))).unwrap();
-    let time = burn.probe_batch_time(Duration::from_secs(1)).expect("a batch of Burn-v0 is timed");
+    let time = burn.probe_batch_time(Some(0), Duration::from_secs(1)).expect("a batch of Burn-v0 is timed");
     assert!(time >= Duration::from_micros(800), "{time:?}");
     // A first batch dearer than `enough` is the answer.
     assert!(burn
-        .probe_batch_time(Duration::from_micros(100))
+        .probe_batch_time(Some(0), Duration::from_micros(100))
         .is_some_and(|t| t >= Duration::from_micros(800)));
     let mut cartpole = make(&params("CartPole-v1", json!({}))).unwrap();
-    assert!(cartpole.probe_batch_time(Duration::from_secs(1)).is_some_and(|t| t > Duration::ZERO));
+    assert!(cartpole.probe_batch_time(None, Duration::from_secs(1)).is_some_and(|t| t > Duration::ZERO));
     // An env that panics while probed gives no time (the workers will report it).
     let mut panicking = make(&params("Burn-v0", json!({"fault": "panic", "fault_step": 1}))).unwrap();
-    assert_eq!(panicking.probe_batch_time(Duration::from_secs(1)), None);
+    assert_eq!(panicking.probe_batch_time(Some(0), Duration::from_secs(1)), None);
 }

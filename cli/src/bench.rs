@@ -178,6 +178,7 @@ impl BenchArgs {
             cores: shmenv_engine::sync::available_cores(),
             batch_cost: None,
             busy: false,
+            step_timeout: false,
         }
         .decide()
         .is_ok_and(|c| c.on)
@@ -271,8 +272,8 @@ pub(crate) fn check_memory(
 fn ratio_hint(ratio: f64, alone: bool) -> String {
     let (load, cores) = (load_average(), shmenv_engine::sync::available_cores());
     if alone {
-        "no worker process: a batch costs less than a handoff, so the trainer steps every env, as the serial \
-         loop does, plus the pool's bookkeeping (expect 0.75-0.95x; more envs a batch are handed to workers)"
+        "no worker process: the trainer steps every env, as the serial loop does, plus the pool's bookkeeping \
+         (expect 0.75-0.95x)"
             .into()
     } else if ratio < 0.9 && load > 0.7 * cores as f64 {
         format!(

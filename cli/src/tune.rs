@@ -141,7 +141,8 @@ pub fn run(registry: &Registry, args: TuneArgs) -> Result<(), Error> {
                    "trainer_shard_trial": own_trial,
                    "default_trainer_shard": {"on": by_default.on, "all": by_default.all,
                                              "reason": by_default.reason},
-                   "default_pool": {"workers": defaults.workers, "steps_per_sec": defaults.steps_per_sec},
+                   "default_pool": {"workers": defaults.workers, "steps_per_sec": defaults.steps_per_sec,
+                                    "recommended": defaults_win},
                    "load_average_before": loads.0, "load_average_after": loads.1,
                    "cores": cores})
         );

@@ -114,7 +114,9 @@ fn tune_ranks_configurations_and_recommends_one() {
     // trial beats them by more than 5%: then no worker count is written.
     let default_rate = v["default_pool"]["steps_per_sec"].as_f64().unwrap();
     assert!(default_rate > 0.0 && v["default_pool"]["workers"].is_u64(), "{v}");
-    if default_rate >= rates[0] * 0.95 {
+    if v["default_pool"]["recommended"].as_bool().unwrap() {
+        // Within 5% of the ranked recommendation, itself within 5% of the fastest trial.
+        assert!(default_rate >= rates[0] * 0.95 * 0.95, "{v}");
         assert_eq!(rec["cli"], "shmenv bench --env Burn-v0 --num-envs 4", "{v}");
         assert_eq!(rec["python"], "shmenv.make_vec(\"Burn-v0\", num_envs=4)", "{v}");
         return;

@@ -187,11 +187,13 @@ def trainer_shard_choice(
     plugin: bool,
     sync: bool,
     restarts: bool,
+    step_timeout: bool = False,
+    seed: int | None = None,
     native: tuple[str, str] | None = None,
 ) -> tuple[bool, bool, str]:
     """Whether a pool gets the trainer's shard (the engine's rule), whether that shard is
     every env (no worker process), and why. ``native``: a built-in env's id and JSON
-    config, whose batch cost the engine then measures."""
+    config, whose batch cost the engine then measures (its envs seeded from ``seed``)."""
 
 def builtin_env_ids() -> list[str]:
     """The ids of the built-in (Rust) envs."""

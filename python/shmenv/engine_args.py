@@ -79,7 +79,8 @@ def plan_pool(
     if resolved.python and obs_mode != "same":
         resolved.config["observation_mode"] = modes.worker_mode(obs_mode)
     num_envs = _count("num_envs", num_envs)
-    on, alone, reason = _trainer_shard(o, resolved, num_envs, plugin is not None)
+    seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
+    on, alone, reason = _trainer_shard(o, resolved, num_envs, plugin is not None, seed)
     shard = (on, reason)
     # A batch cheaper than a handoff to a worker: the trainer steps every env, no worker.
     num_workers = 0 if alone else _num_workers(num_envs, o.num_workers, o.envs_per_worker, on)
@@ -90,7 +91,6 @@ def plan_pool(
         # Workers pick env i's factory by their shard (the engine's split of the envs).
         resolved.config.update(num_envs=num_envs, num_workers=num_workers, trainer_shard=shard[0])
     batch = num_envs if o.batch_size is None else _count("batch_size", o.batch_size)
-    seed = None if o.seed is None else seed_value(_integer("seed", o.seed), "seed")
     zero_copy_async = batch < num_envs and not o.copy
     program, worker_args, worker_env = worker_command(resolved, o.worker_program)
     ring_depth, retain_batches = ring_settings(o.ring_depth, zero_copy_async)
@@ -121,12 +121,14 @@ def plan_pool(
     return PoolPlan(resolved, mode, obs_mode, num_envs, num_workers, batch, seed, shard, pool_args)
 
 
-def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool) -> tuple[bool, bool, str]:
+def _trainer_shard(
+    o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bool, seed: int | None
+) -> tuple[bool, bool, str]:
     """Whether the trainer steps a shard (``trainer_shard``: True/"on", False/"off" or
     "auto"), whether that shard is every env (no worker process), and why: the engine's
     rule, with what only Python knows (another worker program cannot be built in the
     trainer; built-in and hosted Python envs can). For built-in envs the engine measures
-    what a batch costs, as a pool's build does."""
+    what a batch costs, as a pool's build does (its envs seeded from ``seed``)."""
     value = o.trainer_shard  # checked by PoolOptions.of
     mode = ("on" if value else "off") if isinstance(value, (bool, np.bool_)) else str(value)
     # num_workers=0: no worker process, the trainer steps every env.
@@ -140,6 +142,11 @@ def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bo
         if o.envs_per_worker is not None:
             raise InvalidArgumentError("num_workers=0 starts no worker, so envs_per_worker has no meaning: drop it")
         mode = "on"
+    if alone and o.worker_program is not None:
+        raise InvalidArgumentError(
+            "num_workers=0 has the trainer build every env from shmenv's own registry, which cannot know the "
+            f"envs of worker_program={o.worker_program!r}: give num_workers=1 or more"
+        )
     if mode == "on" and o.worker_program is not None:
         raise InvalidArgumentError(
             "trainer_shard=True builds the trainer's envs from shmenv's own registry, which cannot know the "
@@ -153,6 +160,8 @@ def _trainer_shard(o: PoolOptions, resolved: Resolved, num_envs: int, plugin: bo
         plugin=plugin,
         sync=o.batch_size is None or o.batch_size == num_envs,
         restarts=o.max_restarts is not None,
+        step_timeout=o.step_timeout is not None,
+        seed=seed,
         native=(resolved.engine_id, json.dumps(resolved.config))
         if resolved.backend == "native" and o.worker_program is None
         else None,

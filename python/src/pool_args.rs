@@ -37,10 +37,13 @@ pub(crate) fn default_num_workers(num_envs: usize, trainer_shard: bool) -> usize
 /// trainer can build the envs (native, from shmenv's own registry or a plugin), `plugin`
 /// that a plugin library runs them; `native` (a built-in env's id and JSON config) has
 /// the engine measure what a batch costs, as a pool's build does (`auto` then has the
-/// trainer step every env where a batch costs less than a handoff). Returns whether,
-/// whether every env, and why.
+/// trainer step every env where a batch costs less than a handoff; its envs are seeded
+/// from `seed` as the pool's are). Returns whether, whether every env, and why.
 #[pyfunction]
-#[pyo3(signature = (mode, *, num_envs, workers_given, buildable, plugin, sync, restarts, native = None))]
+#[pyo3(signature = (
+    mode, *, num_envs, workers_given, buildable, plugin, sync, restarts, step_timeout = false, seed = None,
+    native = None
+))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn trainer_shard_choice(
     py: Python<'_>,
@@ -51,6 +54,8 @@ pub(crate) fn trainer_shard_choice(
     plugin: bool,
     sync: bool,
     restarts: bool,
+    step_timeout: bool,
+    seed: Option<u64>,
     native: Option<(String, String)>,
 ) -> PyResult<(bool, bool, &'static str)> {
     let mode = TrainerShardMode::from_name(mode).ok_or_else(|| {
@@ -68,6 +73,7 @@ pub(crate) fn trainer_shard_choice(
         cores,
         batch_cost: None,
         busy: false,
+        step_timeout,
     };
     if let Some((env_id, config_json)) = native.filter(|_| question.wants_cost()) {
         let config = crate::checks::parse_config(py, &env_id, &config_json)?;
@@ -76,7 +82,7 @@ pub(crate) fn trainer_shard_choice(
         let make = shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins());
         // Busy before and after the probe, as the builder decides.
         let busy_before = shmenv_engine::pool::others_hold_the_cores(cores);
-        question.batch_cost = py.detach(|| shmenv_engine::pool::batch_cost(&make, &params));
+        question.batch_cost = py.detach(|| shmenv_engine::pool::batch_cost(&make, &params, seed));
         question.busy = busy_before && shmenv_engine::pool::others_hold_the_cores(cores);
     }
     let choice = question.decide().map_err(|e| invalid_argument(e.to_string()))?;

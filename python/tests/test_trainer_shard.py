@@ -74,7 +74,7 @@ def _cores() -> int:
     [
         # Burn-v0 at 20 us a step: a batch dearer than a handoff keeps the workers.
         ("Burn-v0", 32, {"config": {"step_us": 20}}, "sync mode, envs the trainer can build"),
-        ("CartPole-v1", 1, {}, "a batch costs less than a handoff"),
+        ("CartPole-v1", 4, {}, "a batch costs less than a handoff"),
         ("CartPole-v1", 32, {"num_workers": 2}, "the worker count was given"),
         ("CartPole-v1", 32, {"envs_per_worker": 16}, "the worker count was given"),
         ("CartPole-v1", 32, {"batch_size": 16}, "async mode"),
@@ -100,9 +100,9 @@ def test_the_default_takes_the_trainer_shard_only_where_it_is_safe_and_faster(en
     with the worker count left to the pool get the trainer's shard (on two cores or more);
     everything else keeps every env in a worker, and ``trainer_shard_reason`` says why."""
     with shmenv.make_vec(env, n, **options) as envs:
-        alone = "handoff" in reason  # on one core too
-        on = alone or (reason.startswith("sync") and _cores() >= 2)
-        if reason.startswith("sync") and not on:
+        alone = "handoff" in reason and _cores() >= 2
+        on = (alone or reason.startswith("sync")) and _cores() >= 2
+        if (reason.startswith("sync") or "handoff" in reason) and not on:
             reason = "one core"
         assert (envs.trainer_shard, reason in envs.trainer_shard_reason) == (on, True), envs.trainer_shard_reason
         if alone:
@@ -148,17 +148,29 @@ def test_no_worker_steps_every_env_in_the_trainer_as_sync_vector_env(hosted, no_
     ref.close()
     with pytest.raises(InvalidArgumentError, match="num_workers=0 has the trainer step every env"):
         shmenv.make_vec(env, n, num_workers=0, trainer_shard=False)
-    with pytest.raises(InvalidArgumentError, match="sync mode only"):
-        shmenv.make_vec(env, 4, num_workers=0, batch_size=2)
+    for options, what in [
+        ({"batch_size": 2}, "async mode"),
+        ({"max_restarts": 1}, "restarts"),
+        ({"step_timeout": 5.0}, "a step_timeout"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=f"cannot serve {what}"):
+            shmenv.make_vec(env, 4, num_workers=0, **options)
+    with pytest.raises(InvalidArgumentError, match="num_workers=0 has the trainer build every env"):
+        shmenv.make_vec(env, 4, num_workers=0, worker_program="/bin/true")
 
 
 def test_the_default_measures_a_batch_of_built_in_envs_against_a_handoff():
-    """The engine's probe (a throwaway set of envs, timed): one CartPole is cheaper than a
-    handoff, 16 Burn-v0 envs of 20 us a step are not; hosted envs are not measured."""
+    """The engine's probe (a throwaway set of envs, timed): 4 CartPole envs are cheaper than
+    a handoff, 16 Burn-v0 envs of 20 us a step are not; hosted envs are not measured, and
+    neither are pools where the trainer would step no env (one core, one env) or that ask
+    for a step timeout."""
     choice = shmenv._shmenv.trainer_shard_choice
     common = dict(workers_given=False, buildable=True, plugin=False, sync=True, restarts=False)
-    on, alone, reason = choice("auto", num_envs=1, native=("CartPole-v1", "{}"), **common)
-    assert on and alone and "handoff" in reason, reason
+    cartpole = ("CartPole-v1", "{}")
+    on, alone, reason = choice("auto", num_envs=4, seed=3, native=cartpole, **common)
+    assert (on, alone, "handoff" in reason) == ((True,) * 3 if _cores() >= 2 else (False,) * 3), reason
+    assert not choice("auto", num_envs=1, native=cartpole, **common)[1]
+    assert not choice("auto", num_envs=4, step_timeout=True, native=cartpole, **common)[1]
     on, alone, reason = choice("auto", num_envs=16, native=("Burn-v0", '{"step_us": 20}'), **common)
     assert not alone and (on or _cores() < 2), reason
     on, alone, reason = choice("auto", num_envs=16, **common)

@@ -7,7 +7,7 @@ use crate::registry::Registry;
 use crate::shard::{EnvShard, LocalRows};
 use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::pool::TrainerShard;
-use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
+use shmenv_engine::protocol::{AutoReset, Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
 use shmenv_engine::spec::{Element, Space};
 use std::sync::Arc;
@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 const PROBE_ROUND: u32 = 4;
 const PROBE_ROUNDS: usize = 8;
 const PROBE_TIME: Duration = Duration::from_millis(2);
+/// The most bytes of observation rows [`InTrainer::probe_batch_time`] allocates.
+const PROBE_ROWS_MAX: usize = 16 << 20;
 
 /// What [`PoolBuilder::trainer_shard`](shmenv_engine::PoolBuilder::trainer_shard) takes to
 /// step the first shard of a pool in the trainer: its envs, built from `registry` (or from
@@ -76,14 +78,20 @@ impl TrainerShard for InTrainer {
         self.shard.resets()
     }
 
-    fn probe_batch_time(&mut self, enough: Duration) -> Option<Duration> {
-        let action = valid_action(&self.shard.spec().action);
-        let actions = action.repeat(self.shard.range().len());
-        let mut rows = LocalRows::new(self.shard.spec(), self.shard.range().len(), false);
+    fn probe_batch_time(&mut self, seed: Option<u64>, enough: Duration) -> Option<Duration> {
+        let n = self.shard.range().len();
+        // Rows in this process's memory, not yet checked against the room it has: envs
+        // whose rows are this large are never cheaper than a handoff anyway.
+        if self.shard.obs_row_bytes().iter().sum::<usize>().saturating_mul(n) > PROBE_ROWS_MAX {
+            return None;
+        }
+        let actions = valid_action(&self.shard.spec().action).repeat(n);
+        let same_step = self.shard.autoreset() == AutoReset::SameStep;
+        let mut rows = LocalRows::new(self.shard.spec(), n, same_step);
         let mut least: Option<Duration> = None;
         let mut failed = false;
         self.scope.run(&mut || {
-            if self.shard.reset_all(Some(0), &mut rows.rows()).is_err() {
+            if self.shard.reset_all(seed, &mut rows.rows()).is_err() {
                 failed = true;
                 return;
             }

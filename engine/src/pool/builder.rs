@@ -158,8 +158,11 @@ impl PoolBuilder {
         self
     }
 
-    /// Number of worker processes (default: available cores, at most `num_envs`). Each
-    /// hosts a contiguous shard of envs.
+    /// Number of worker processes (default: available cores, at most `num_envs`; one fewer
+    /// with the trainer's shard; none where `trainer_shard_mode` auto finds a batch cheaper
+    /// than a handoff). Each hosts a contiguous shard of envs. 0: the trainer steps every
+    /// env itself (sync mode, envs the trainer can build, no restarts and no step timeout,
+    /// which need workers; a plugin's envs then run in the trainer too).
     pub fn num_workers(mut self, w: usize) -> Self {
         self.num_workers = Some(w);
         self
@@ -307,7 +310,12 @@ impl PoolBuilder {
     /// program's registry (this program's, declared by `serve_if_worker`, or the one given
     /// to [`trainer_shard`](Self::trainer_shard)), when the worker count is left to the
     /// pool, there are two cores or more, no restarts are asked for and no plugin runs the
-    /// envs; [`Pool::trainer_shard_choice`] says what it chose and why. What the shard
+    /// envs. There it also measures what a batch costs, on a throwaway set of up to 8 of the
+    /// envs built, reset (seeded as the pool seeds them) and stepped in the trainer before
+    /// any worker starts ([`HANDOFF_COST`](super::HANDOFF_COST)): a batch cheaper than a
+    /// handoff to a worker runs in the trainer alone, with no worker process (not with a
+    /// step timeout, which times workers). [`Pool::trainer_shard_choice`] says what it
+    /// chose and why. What the shard
     /// trades away: those envs run inside the trainer, so a crash there ends the trainer,
     /// a hang there is the trainer's (the step timeout covers only the wait for the
     /// workers) and a panic closes the pool as a worker's does. Plugins, whose C code can

@@ -63,12 +63,16 @@ fn settle_shard(
         cores,
         batch_cost: None,
         busy: false,
+        step_timeout: b.step_timeout.is_some(),
     };
     if let Some(maker) = maker.as_ref().filter(|_| question.wants_cost()) {
         // Busy before and after the probe: one count can catch a task that runs for a moment.
         let busy_before = super::shard_choice::others_hold_the_cores(cores);
-        question.batch_cost = maker.batch_cost(&probe_params(b, cores));
+        question.batch_cost = maker.batch_cost(&probe_params(b, cores), b.seed);
         question.busy = busy_before && super::shard_choice::others_hold_the_cores(cores);
+    }
+    if alone {
+        refuse_alone(b, &question)?;
     }
     let mut choice = question.decide()?;
     if alone && choice.on {
@@ -76,6 +80,29 @@ fn settle_shard(
             TrainerShardChoice { on: true, all: true, reason: "num_workers 0: the trainer steps every env" };
     }
     Ok((maker.filter(|_| choice.on), choice))
+}
+
+/// `num_workers(0)`'s refusals: what needs a worker (restarts, a step timeout, async mode),
+/// and envs the trainer cannot build.
+fn refuse_alone(b: &PoolBuilder, question: &ShardQuestion) -> Result<(), BuildError> {
+    let need = if question.restarts {
+        Some("restarts (failure_policy), which replace dead workers")
+    } else if question.step_timeout {
+        Some("a step_timeout, which times workers")
+    } else if !question.sync {
+        Some("async mode (batch_size below num_envs), whose batches hold the workers that finished first")
+    } else if !question.buildable && b.trainer_shard_mode != TrainerShardMode::Off {
+        Some("envs the trainer can build (this program serves none: call shmenv::worker::serve_if_worker(registry) first, or pass .trainer_shard(shmenv::worker::trainer_shard(registry)))")
+    } else {
+        None
+    };
+    match need {
+        Some(what) => Err(BuildError::InvalidArgument(format!(
+            "num_workers is 0, so the trainer steps every env and no worker exists; that cannot serve {what}: \
+             give num_workers 1 or more"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The parameters of a pool of `b`'s envs all stepped by the trainer: what
@@ -86,9 +113,10 @@ fn probe_params(b: &PoolBuilder, cores: usize) -> protocol::PoolParams {
         config: b.config.clone(),
         num_envs: b.num_envs,
         num_workers: 0,
-        autoreset: b.autoreset,
         max_episode_steps: b.max_episode_steps,
         wait: b.wait,
+        // Every env of the pool alike, whatever happens at an episode's end: NextStep.
+        autoreset: protocol::AutoReset::NextStep,
         batch_size: b.num_envs,
         ring_depth: b.ring_depth,
         stats: false,

@@ -108,6 +108,9 @@ pub struct ShardQuestion {
     /// Other programs held the cores when the pool was built
     /// ([`others_hold_the_cores`]): a handoff costs [`HANDOFF_COST_BUSY`].
     pub busy: bool,
+    /// A step timeout was asked for: a pool with no worker would have nothing to time, so
+    /// the trainer keeps workers beside its shard however cheap the batch.
+    pub step_timeout: bool,
 }
 
 /// Whether more tasks are runnable right now than the trainer and the cores it would leave
@@ -138,7 +141,7 @@ impl ShardQuestion {
     /// let q = ShardQuestion {
     ///     mode: TrainerShardMode::Auto, buildable: true, plugin: false, sync: true,
     ///     restarts: false, workers_given: false, num_envs: 32, cores: 2, batch_cost: None,
-    ///     busy: false,
+    ///     busy: false, step_timeout: false,
     /// };
     /// assert!(q.decide()?.on);
     /// assert!(!ShardQuestion { plugin: true, ..q }.decide()?.on);
@@ -166,9 +169,10 @@ impl ShardQuestion {
     }
 
     /// Whether the decision would use [`batch_cost`](Self::batch_cost): `Auto`, where the
-    /// trainer may step envs at all.
+    /// trainer steps a shard whatever the cost (so measuring it runs no env code in the
+    /// trainer that the shard would not), and no step timeout is asked for.
     pub fn wants_cost(&self) -> bool {
-        self.mode == TrainerShardMode::Auto && self.safety_refusal().is_none()
+        self.mode == TrainerShardMode::Auto && self.shard_refusal().is_none() && !self.step_timeout
     }
 
     /// Why `Auto` keeps every env in the workers whatever the envs cost, if it does.
@@ -191,25 +195,33 @@ impl ShardQuestion {
         None
     }
 
+    /// Why `Auto` keeps every env in the workers, if it does: a safety refusal, or a
+    /// machine or pool where a shard cannot help.
+    fn shard_refusal(&self) -> Option<&'static str> {
+        if let Some(reason) = self.safety_refusal() {
+            return Some(reason);
+        }
+        if self.cores < 2 {
+            return Some("one core: the trainer and a worker share it either way");
+        }
+        if self.num_envs <= default_num_workers(self.num_envs, self.cores, true) {
+            return Some("too few envs for a shard each for the workers and the trainer");
+        }
+        None
+    }
+
     /// `Auto`'s rule, first reason first.
     fn auto(&self) -> TrainerShardChoice {
-        let off = |reason| TrainerShardChoice { on: false, all: false, reason };
-        if let Some(reason) = self.safety_refusal() {
-            return off(reason);
+        if let Some(reason) = self.shard_refusal() {
+            return TrainerShardChoice { on: false, all: false, reason };
         }
         let handoff = if self.busy { HANDOFF_COST_BUSY } else { HANDOFF_COST };
-        if self.batch_cost.is_some_and(|c| c < handoff) {
+        if !self.step_timeout && self.batch_cost.is_some_and(|c| c < handoff) {
             return TrainerShardChoice {
                 on: true,
                 all: true,
                 reason: "a batch costs less than a handoff to a worker: the trainer steps every env",
             };
-        }
-        if self.cores < 2 {
-            return off("one core: the trainer and a worker share it either way");
-        }
-        if self.num_envs <= default_num_workers(self.num_envs, self.cores, true) {
-            return off("too few envs for a shard each for the workers and the trainer");
         }
         TrainerShardChoice {
             on: true,
@@ -235,6 +247,7 @@ mod tests {
             cores: 2,
             batch_cost: None,
             busy: false,
+            step_timeout: false,
         }
     }
 
@@ -249,10 +262,20 @@ mod tests {
     #[test]
     fn auto_steps_every_env_in_the_trainer_where_a_batch_costs_less_than_a_handoff() {
         let cost = |us: f64| ShardQuestion { batch_cost: Some(Duration::from_secs_f64(us * 1e-6)), ..auto() };
-        for cheap in [cost(0.1), cost(1.9), ShardQuestion { cores: 1, ..cost(1.0) }] {
+        for cheap in [cost(0.1), cost(1.9), ShardQuestion { num_envs: 3, ..cost(1.0) }] {
             let c = cheap.decide().unwrap();
             assert!(c.on && c.all && c.reason.contains("handoff"), "{cheap:?}: {c:?}");
             assert!(cheap.wants_cost());
+        }
+        // Where the trainer would step no env (one core, too few envs), nothing is measured
+        // (the probe would run env code in the trainer) and every env stays in a worker;
+        // with a step timeout the workers stay, to be timed.
+        for kept in [
+            ShardQuestion { cores: 1, ..cost(0.1) },
+            ShardQuestion { num_envs: 1, ..cost(0.1) },
+            ShardQuestion { step_timeout: true, ..cost(0.1) },
+        ] {
+            assert!(!kept.wants_cost() && !kept.decide().unwrap().all, "{kept:?}");
         }
         // Dear batches keep the shard and the workers; the safety refusals come first.
         let dear = cost(2.0).decide().unwrap();

@@ -52,10 +52,13 @@ pub(super) struct Startup {
 impl Pool {
     /// Starts the workers, takes them through the start-up handshake and builds the pool.
     pub(super) fn start(mut b: PoolBuilder) -> Result<Pool, BuildError> {
-        // The start-up timeout covers the whole start: spawning, building envs, attaching.
+        // The settings first: the trainer-shard choice may time a throwaway shard, which the
+        // start-up timeout (spawning, building envs, attaching) does not cover.
+        let cores = crate::sync::available_cores();
+        let settled = settings::check(&b, cores)?;
         let started = Instant::now();
         let deadline = started + b.startup_timeout;
-        let mut startup = Startup::launch(&mut b, deadline)?;
+        let mut startup = Startup::launch(&mut b, settled, cores, deadline)?;
         // The trainer's own envs are built while the workers build theirs.
         if let Some(make) = &startup.shard_maker {
             match make.build(&startup.params) {
@@ -155,12 +158,16 @@ impl Pool {
 }
 
 impl Startup {
-    /// Checks the settings, creates the region with the header and the params, and spawns
-    /// the workers (by `deadline`). Takes the builder's env id, config and worker command.
-    fn launch(b: &mut PoolBuilder, deadline: Instant) -> Result<Startup, BuildError> {
-        let cores = crate::sync::available_cores();
-        let settings::Settled { num_workers, batch_size, shard: shard_maker, shard_choice } =
-            settings::check(b, cores)?;
+    /// Creates the region with the header and the params of the `settled` settings, and
+    /// spawns the workers (by `deadline`). Takes the builder's env id, config and worker
+    /// command.
+    fn launch(
+        b: &mut PoolBuilder,
+        settled: settings::Settled,
+        cores: usize,
+        deadline: Instant,
+    ) -> Result<Startup, BuildError> {
+        let settings::Settled { num_workers, batch_size, shard: shard_maker, shard_choice } = settled;
         let command = match b.worker_command.take() {
             Some(c) => c,
             None => crate::launch::program::default_worker_program()

@@ -123,7 +123,7 @@ impl Core {
         let interrupt = &mut self.interrupt;
         // Workers done already (the trainer's own shard took longer): no clock reads for a
         // wait of 0, unless a trace wants the wait's span where it was.
-        let done = self.trace.is_none() && sem.count() >= w;
+        let done = (self.trace.is_none() || w == 0) && sem.count() >= w;
         let waited_from = if done { entered } else { now_ns() };
         let deadline = self.step_timeout.map(|t| Instant::now() + t);
         let outcome = sem.acquire(w, &mut self.waiter, deadline, || {

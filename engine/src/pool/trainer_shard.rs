@@ -20,8 +20,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-/// The most envs the throwaway shard of [`ShardMaker::batch_cost`] builds: enough for a
-/// time above the clock's resolution, few enough that envs costly to build cost little.
+/// The most envs the throwaway shard of [`batch_cost`] builds: enough for a time above the
+/// clock's resolution, few enough that envs costly to build cost little.
 const PROBE_ENVS: usize = 8;
 
 /// Envs stepped on the trainer's thread, into their rows of the region
@@ -33,14 +33,15 @@ pub trait TrainerShard: Send {
     /// Episodes begun so far (commanded and automatic resets), for the stats.
     fn resets(&self) -> u64;
 
-    /// Resets the envs, steps them a few times with one valid action and returns the least
-    /// time one step of all of them took; `None` where it cannot tell (the default). A
-    /// first batch that takes longer than `enough` may be the answer: the pool needs to
-    /// know only whether a batch is cheaper than a handoff. It changes the envs' state:
-    /// the pool calls it only on a throwaway shard it builds to measure what a batch costs
+    /// Resets the envs (env `i` seeded `seed + i`, as a pool's first reset does), steps them
+    /// a few times with one valid action and returns the least time one step of all of
+    /// them took; `None` where it cannot tell (the default). A first batch that takes
+    /// longer than `enough` may be the answer: the pool needs to know only whether a batch
+    /// is cheaper than a handoff. It changes the envs' state: the pool calls it only on a
+    /// throwaway shard it builds to measure what a batch costs
     /// ([`HANDOFF_COST`](super::HANDOFF_COST)).
-    fn probe_batch_time(&mut self, enough: Duration) -> Option<Duration> {
-        let _ = enough;
+    fn probe_batch_time(&mut self, seed: Option<u64>, enough: Duration) -> Option<Duration> {
+        let _ = (seed, enough);
         None
     }
 
@@ -87,32 +88,42 @@ impl ShardMaker {
     }
 
     /// What one batch of `params`' envs costs stepped in the trainer ([`batch_cost`]).
-    pub(super) fn batch_cost(&self, params: &PoolParams) -> Option<Duration> {
-        batch_cost(&*self.0, params)
+    pub(super) fn batch_cost(&self, params: &PoolParams, seed: Option<u64>) -> Option<Duration> {
+        batch_cost(&*self.0, params, seed)
     }
 }
 
-/// What one batch of `params`' envs costs stepped in the trainer, measured on a throwaway
-/// shard that `make` builds: up to 8 of the envs, timed and dropped, the time
-/// scaled to every env. `None` when it cannot tell: the envs fail to build (the workers
-/// will say why), panic, or do not measure themselves. What `trainer_shard` auto decides
-/// from ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
-pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams) -> Option<Duration> {
-    let probed = PROBE_ENVS.min(params.num_envs).max(1);
-    let probe = PoolParams {
-        num_envs: probed,
-        num_workers: 0,
-        trainer_shard: true,
-        stats: false,
-        trace: false,
-        ..params.clone()
+/// What one batch of `params`' envs costs stepped in the trainer, measured on throwaway
+/// shards that `make` builds (the first envs of the pool, seeded as the pool seeds them from
+/// `seed`), the time scaled to every env: first one env (stepped once if that step takes
+/// over 100 us: a dear env is stepped once, not eight times), and where that puts the
+/// batch below [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs. `None`
+/// when it cannot tell: the envs fail to build (the workers will say why), panic, or do
+/// not measure themselves. What `trainer_shard` auto decides from
+/// ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
+pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams, seed: Option<u64>) -> Option<Duration> {
+    let dear = super::HANDOFF_COST_BUSY;
+    let time_of = |envs: usize, enough: Duration| {
+        let probe = PoolParams {
+            num_envs: envs,
+            num_workers: 0,
+            trainer_shard: true,
+            stats: false,
+            trace: false,
+            ..params.clone()
+        };
+        let time =
+            catch_unwind(AssertUnwindSafe(|| make(&probe).ok()?.probe_batch_time(seed, enough))).ok()??;
+        Some(time.mul_f64(params.num_envs as f64 / envs as f64))
     };
-    let scale = params.num_envs as f64 / probed as f64;
-    // A first batch (caches cold) fifty times dearer than a handoff is dear, however many
-    // envs the pool has.
+    // A first batch (caches cold) fifty times dearer than a handoff is dear.
     let enough = super::HANDOFF_COST * 50;
-    let time = catch_unwind(AssertUnwindSafe(|| make(&probe).ok()?.probe_batch_time(enough))).ok()??;
-    Some(time.mul_f64(scale))
+    // One env first: a batch it shows dear needs no more envs built.
+    let one = time_of(1, enough)?;
+    if one >= dear || params.num_envs == 1 {
+        return Some(one);
+    }
+    time_of(PROBE_ENVS.min(params.num_envs), enough)
 }
 
 /// The shard maker of this program's own registry ([`declare_program_shard`]).
@@ -234,7 +245,9 @@ impl Core {
             let steps = if command == Command::Step { envs.len() } else { 0 };
             let resets = shard.resets();
             let new_resets = resets.saturating_sub(std::mem::replace(resets_seen, resets));
-            self.pool_stats().add_shard(steps as u64, new_resets, ended - started);
+            // Without workers `end_call` counts the call's time as the shard's.
+            let env_ns = if alone { 0 } else { ended - started };
+            self.pool_stats().add_shard(steps as u64, new_resets, env_ns);
         }
         if timed {
             self.record_spans(&[("own shard", started, ended)]);

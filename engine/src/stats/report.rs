@@ -192,7 +192,11 @@ impl StatsReport {
             false => self.workers.iter().map(|w| w.utilization).sum::<f64>() / n,
         };
         let outside = 1.0 - self.trainer_call_share;
-        let runqueue = self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n;
+        // Without workers the trainer is the process that waits for a CPU.
+        let runqueue = match self.workers.is_empty() {
+            true => self.trainer_runqueue_share,
+            false => self.workers.iter().map(|w| w.runqueue_share).sum::<f64>() / n,
+        };
         // Processes that step envs: the workers, and the trainer with a shard of its own.
         let stepping = self.workers.len() + usize::from(self.shard_steps > 0);
         let contended = match self.others_share {

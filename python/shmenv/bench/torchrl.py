@@ -89,7 +89,7 @@ def _has(module: str) -> bool:
 # --- what runs -----------------------------------------------------------------------------
 
 
-def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], Any]]:
+def cartpole_builders(n: int, w: int | None, per_env: bool) -> dict[str, Callable[[], Any]]:
     """CartPole-v1: shmenv's native and Gymnasium's CartPole in ShmEnv's workers, TorchRL's
     SerialEnv and ParallelEnv over GymEnv, and EnvPool's threads."""
     import gymnasium as gym
@@ -120,7 +120,7 @@ def cartpole_builders(n: int, w: int, per_env: bool) -> dict[str, Callable[[], A
     return out
 
 
-def pong_builders(n: int, w: int, per_env: bool, plugin: str | None) -> dict[str, Callable[[], Any]]:
+def pong_builders(n: int, w: int | None, per_env: bool, plugin: str | None) -> dict[str, Callable[[], Any]]:
     """Pong (EnvPool's preprocessing: 4x84x84 uint8): the native ALE plugin (when built) and
     Gymnasium's ALE (``shmenv.bench.envs:make_atari``) in ShmEnv's workers, TorchRL's
     SerialEnv and ParallelEnv over ``make_atari``, and EnvPool's threads."""
@@ -191,7 +191,7 @@ class Split:
         return out
 
 
-def raw_pong_builders(n: int, w: int) -> dict[str, Callable[[], Any]]:
+def raw_pong_builders(n: int, w: int | None) -> dict[str, Callable[[], Any]]:
     """``ALE/Pong-v5`` as Gymnasium makes it (210x160 RGB frames, frame skip 4, sticky
     actions): Gymnasium's ALE in ShmEnv's workers, and TorchRL's SerialEnv over GymEnv."""
     from torchrl.envs import SerialEnv
@@ -307,8 +307,9 @@ def _bench(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        default=2,
-        help="ShmEnv workers and ParallelEnv processes (0: ShmEnv's default, with the trainer's shard; ParallelEnv 2)",
+        default=None,
+        help="ShmEnv workers (0: the trainer steps every env) and ParallelEnv processes (default: ShmEnv's own "
+        "choice; ParallelEnv 2)",
     )
     parser.add_argument("--no-parallel-per-env", action="store_true", help="skip ParallelEnv with one process per env")
     parser.add_argument(
@@ -352,14 +353,15 @@ def _bench(argv: list[str] | None = None) -> None:
         report(f"{title}, frames_per_batch={args.batch}, random policy:", rates, splits)
 
 
-def _pool(w: int) -> dict[str, Any]:
-    """ShmEnv's worker count: ``w``, or the pool's default (``--workers 0``: one fewer than
-    the cores with the trainer's shard, which ``trainer_shard="auto"`` takes)."""
-    return {"num_workers": w} if w else {}
+def _pool(w: int | None) -> dict[str, Any]:
+    """ShmEnv's worker count: ``w``, or the pool's own choice (no ``--workers``:
+    ``trainer_shard="auto"`` takes the trainer's shard, or every env where a batch costs
+    less than a handoff)."""
+    return {} if w is None else {"num_workers": w}
 
 
-def _label(w: int) -> str:
-    return f"num_workers={w}" if w else "default workers"
+def _label(w: int | None) -> str:
+    return "default workers" if w is None else f"num_workers={w}"
 
 
 def _core(builders: dict[str, Callable[[], Any]], core: bool) -> dict[str, Callable[[], Any]]:
