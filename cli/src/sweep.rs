@@ -123,7 +123,8 @@ pub fn run(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) ->
         Some(list) => parse_values(list, sweep)?,
         None => default_values(args, sweep, cores),
     };
-    let settings = values.iter().map(|&v| setting(args, sweep, v, cores)).collect::<Result<Vec<_>, _>>()?;
+    let mut settings =
+        values.iter().map(|&v| setting(args, sweep, v, cores)).collect::<Result<Vec<_>, _>>()?;
     // Before any run: the output files, then every value's memory (one pool at a time).
     let mut plot_file = match &args.sweep.plot {
         Some(path) => Some((plot::check_path(path)?, path)),
@@ -138,7 +139,7 @@ pub fn run(registry: &Registry, args: &BenchArgs, config: &serde_json::Value) ->
     }
     warn_if_loaded("at the start");
     let load_before = load_average();
-    let (runs, serial) = measure(registry, args, config, sweep, &settings)?;
+    let (runs, serial) = measure(registry, args, config, sweep, &mut settings)?;
     warn_if_loaded("at the end");
     let measured = Measured { sweep, cores, settings, runs, serial, loads: (load_before, load_average()) };
     let doc = sweep_report::json(args, config, &measured);
@@ -332,7 +333,7 @@ fn measure(
     args: &BenchArgs,
     config: &serde_json::Value,
     sweep: Sweep,
-    settings: &[Setting],
+    settings: &mut [Setting],
 ) -> Result<AllRuns, Error> {
     let base = baseline_setting(sweep, settings);
     let mut baseline = match args.baseline {
@@ -358,6 +359,12 @@ fn measure(
             let pool = bench::pool_builder(registry, &s.args, s.args.wait, s.args.affinity)?
                 .build()
                 .map_err(|e| format!("{what}: {e}"))?;
+            // What the pool chose (auto may step every env in the trainer), for the table.
+            let (workers, shard) = (pool.num_workers(), pool.trainer_shard_choice().on);
+            if let Some(s) = settings.get_mut(i) {
+                (s.workers, s.trainer_shard) = (workers, shard);
+            }
+            let s = &settings[i];
             let with = if i == base { baseline.take() } else { None };
             let (mut stepper, made) = contenders("bench", pool, args.seed, with)?;
             serial = serial.or(made);
