@@ -96,8 +96,9 @@ impl ShardMaker {
 /// What one batch of `params`' envs costs stepped in the trainer, measured on throwaway
 /// shards that `make` builds (the first envs of the pool, seeded as the pool seeds them from
 /// `seed`), the time scaled to every env: first one env (stepped once if that step takes
-/// over 100 us: a dear env is stepped once, not eight times), and where that puts the
-/// batch below [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs. `None`
+/// over 100 us: a dear env is stepped once, not eight times), and unless that puts the
+/// batch above ten times [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs.
+/// `None`
 /// when it cannot tell: the envs fail to build (the workers will say why), panic, or do
 /// not measure themselves. What `trainer_shard` auto decides from
 /// ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
@@ -118,9 +119,10 @@ pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams, seed: Option<u64
     };
     // A first batch (caches cold) fifty times dearer than a handoff is dear.
     let enough = super::HANDOFF_COST * 50;
-    // One env first: a batch it shows dear needs no more envs built.
+    // One env first: a batch it shows ten times dearer than a handoff needs no more envs
+    // built (one env's batch carries the per-batch work alone, so it reads dearer per env).
     let one = time_of(1, enough)?;
-    if one >= dear || params.num_envs == 1 {
+    if one >= dear * 10 || params.num_envs == 1 {
         return Some(one);
     }
     time_of(PROBE_ENVS.min(params.num_envs), enough)
