@@ -35,9 +35,9 @@ pub trait TrainerShard: Send {
 
     /// Resets the envs (env `i` seeded `seed + i`, as a pool's first reset does), steps them
     /// a few times with one valid action and returns the least time one step of all of
-    /// them took; `None` where it cannot tell (the default). A first batch that takes
-    /// longer than `enough` may be the answer: the pool needs to know only whether a batch
-    /// is cheaper than a handoff. It changes the envs' state: the pool calls it only on a
+    /// them took; `None` where it cannot tell (the default). A batch after the first that
+    /// takes longer than `enough` may be the answer: the pool needs to know only whether a
+    /// batch is cheaper than a handoff. It changes the envs' state: the pool calls it only on a
     /// throwaway shard it builds to measure what a batch costs
     /// ([`HANDOFF_COST`](super::HANDOFF_COST)).
     fn probe_batch_time(&mut self, seed: Option<u64>, enough: Duration) -> Option<Duration> {
@@ -95,8 +95,8 @@ impl ShardMaker {
 
 /// What one batch of `params`' envs costs stepped in the trainer, measured on throwaway
 /// shards that `make` builds (the first envs of the pool, seeded as the pool seeds them from
-/// `seed`), the time scaled to every env: first one env (stepped once if that step takes
-/// over 100 us: a dear env is stepped once, not eight times), and unless that puts the
+/// `seed`), the time scaled to every env: first one env (stepped twice if its second step
+/// shows the batch dear: a dear env is stepped twice, not in rounds of eight), and unless that puts the
 /// batch above ten times [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs.
 /// `None`
 /// when it cannot tell: the envs fail to build (the workers will say why), panic, or do
@@ -121,7 +121,10 @@ pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams, seed: Option<u64
     let enough = super::HANDOFF_COST * 50;
     // One env first: a batch it shows ten times dearer than a handoff needs no more envs
     // built (one env's batch carries the per-batch work alone, so it reads dearer per env).
-    let one = time_of(1, enough)?;
+    // Its second step (the first warms the caches) answers alone when it already says so,
+    // and is over 20 us.
+    let first_enough = (dear * 10).div_f64(params.num_envs as f64).max(Duration::from_micros(20));
+    let one = time_of(1, first_enough.min(enough))?;
     if one >= dear * 10 || params.num_envs == 1 {
         return Some(one);
     }
