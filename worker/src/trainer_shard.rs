@@ -7,7 +7,7 @@ use crate::registry::Registry;
 use crate::shard::{EnvShard, LocalRows};
 use shmenv_engine::launch::fork::{Owner, Place};
 use shmenv_engine::pool::TrainerShard;
-use shmenv_engine::protocol::{AutoReset, Command, Layout, PoolParams, WorkerReport};
+use shmenv_engine::protocol::{Command, Layout, PoolParams, WorkerReport};
 use shmenv_engine::region::Region;
 use shmenv_engine::spec::{Element, Space};
 use std::sync::Arc;
@@ -86,8 +86,8 @@ impl TrainerShard for InTrainer {
             return None;
         }
         let actions = valid_action(&self.shard.spec().action).repeat(n);
-        let same_step = self.shard.autoreset() == AutoReset::SameStep;
-        let mut rows = LocalRows::new(self.shard.spec(), n, same_step);
+        // With final-observation rows, which SameStep writes.
+        let mut rows = LocalRows::new(self.shard.spec(), n, true);
         let mut least: Option<Duration> = None;
         let mut failed = false;
         self.scope.run(&mut || {

@@ -174,11 +174,6 @@ impl EnvShard {
         self.range.clone()
     }
 
-    /// What the envs do when an episode ends.
-    pub fn autoreset(&self) -> AutoReset {
-        self.autoreset
-    }
-
     /// Bytes of one observation row per array.
     pub fn obs_row_bytes(&self) -> &[usize] {
         &self.obs_row_bytes
