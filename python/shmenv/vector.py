@@ -521,10 +521,9 @@ def make_vec(env: Any = None, num_envs: int = 1, *, id: Any = None, **options: A
       ``functools.partial``, a function of ``__main__``), as ``AsyncVectorEnv`` takes: it is
       pickled with cloudpickle, and each worker calls its copy once per env (importable
       module-level functions go by name instead, called with ``config``).
-    - ``num_workers``: worker processes (default: one per core, fewer with the trainer's
-      shard; ``0``: the trainer steps every env), or ``envs_per_worker`` instead (1 gives
-      each env its own process, for libraries that allow one instance per process); both
-      may be given when they agree.
+    - ``num_workers``: worker processes (default: one per core; ``0``: the trainer steps
+      every env), or ``envs_per_worker`` instead (1 gives each env its own process, for
+      libraries that allow one instance per process); both may be given when they agree.
     - ``batch_size < num_envs`` is async mode: ``send``/``recv`` (or ``step(actions,
       env_ids)``) return the first ``batch_size`` envs to finish, EnvPool style.
     - ``seed``: env ``i`` is seeded with ``seed + i`` at the first reset.
