@@ -80,10 +80,7 @@ pub(crate) fn trainer_shard_choice(
         let params =
             PoolParams { config, trainer_shard: true, ..PoolBuilder::default_params(&env_id, num_envs, 0) };
         let make = shmenv_worker::trainer_shard(shmenv_worker::Registry::with_builtins());
-        // Busy before and after the probe, as the builder decides.
-        let busy_before = shmenv_engine::pool::others_hold_the_cores(cores);
-        question.batch_cost = py.detach(|| shmenv_engine::pool::batch_cost(&make, &params, seed));
-        question.busy = busy_before && shmenv_engine::pool::others_hold_the_cores(cores);
+        py.detach(|| question.measure(&make, &params, seed));
     }
     let choice = question.decide().map_err(|e| invalid_argument(e.to_string()))?;
     Ok((choice.on, choice.all, choice.reason))

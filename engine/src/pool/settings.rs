@@ -66,10 +66,7 @@ fn settle_shard(
         step_timeout: b.step_timeout.is_some(),
     };
     if let Some(maker) = maker.as_ref().filter(|_| question.wants_cost()) {
-        // Busy before and after the probe: one count can catch a task that runs for a moment.
-        let busy_before = super::shard_choice::others_hold_the_cores(cores);
-        question.batch_cost = maker.batch_cost(&probe_params(b, cores), b.seed);
-        question.busy = busy_before && super::shard_choice::others_hold_the_cores(cores);
+        question.measure(&*maker.0, &probe_params(b, cores), b.seed);
     }
     if alone {
         refuse_alone(b, &question)?;

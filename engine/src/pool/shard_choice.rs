@@ -175,6 +175,24 @@ impl ShardQuestion {
         self.mode == TrainerShardMode::Auto && self.shard_refusal().is_none() && !self.step_timeout
     }
 
+    /// Measures [`batch_cost`](Self::batch_cost) and [`busy`](Self::busy) where the decision
+    /// would use them ([`wants_cost`](Self::wants_cost)), with envs of `params` that `make`
+    /// builds in the trainer, seeded from `seed` ([`super::batch_cost`]). Busy counts
+    /// before and after the measure: one count can catch a task that runs for a moment.
+    pub fn measure(
+        &mut self,
+        make: &super::MakeTrainerShard,
+        params: &crate::protocol::PoolParams,
+        seed: Option<u64>,
+    ) {
+        if !self.wants_cost() {
+            return;
+        }
+        let busy_before = others_hold_the_cores(self.cores);
+        self.batch_cost = super::batch_cost(make, params, seed);
+        self.busy = busy_before && others_hold_the_cores(self.cores);
+    }
+
     /// Why `Auto` keeps every env in the workers whatever the envs cost, if it does.
     fn safety_refusal(&self) -> Option<&'static str> {
         if !self.sync {

@@ -86,20 +86,13 @@ impl ShardMaker {
         })?;
         Ok(OwnShard::new(shard))
     }
-
-    /// What one batch of `params`' envs costs stepped in the trainer ([`batch_cost`]).
-    pub(super) fn batch_cost(&self, params: &PoolParams, seed: Option<u64>) -> Option<Duration> {
-        batch_cost(&*self.0, params, seed)
-    }
 }
 
 /// What one batch of `params`' envs costs stepped in the trainer, measured on throwaway
 /// shards that `make` builds (the first envs of the pool, seeded as the pool seeds them from
 /// `seed`), the time scaled to every env: first one env (stepped twice if its second step
-/// shows the batch dear: a dear env is stepped twice, not in rounds of eight), and unless that puts the
-/// batch above ten times [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs.
-/// `None`
-/// when it cannot tell: the envs fail to build (the workers will say why), panic, or do
+/// shows the batch dear, not in rounds), and unless that puts the batch above ten times
+/// [`HANDOFF_COST_BUSY`](super::HANDOFF_COST_BUSY), up to 8 envs. `None` when it cannot tell: the envs fail to build (the workers will say why), panic, or do
 /// not measure themselves. What `trainer_shard` auto decides from
 /// ([`ShardQuestion::batch_cost`](super::ShardQuestion::batch_cost)).
 pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams, seed: Option<u64>) -> Option<Duration> {
@@ -117,7 +110,8 @@ pub fn batch_cost(make: &MakeTrainerShard, params: &PoolParams, seed: Option<u64
             catch_unwind(AssertUnwindSafe(|| make(&probe).ok()?.probe_batch_time(seed, enough))).ok()??;
         Some(time.mul_f64(params.num_envs as f64 / envs as f64))
     };
-    // A first batch (caches cold) fifty times dearer than a handoff is dear.
+    // A batch after the first (which warms the caches) fifty times dearer than a handoff
+    // is dear.
     let enough = super::HANDOFF_COST * 50;
     // One env first: a batch it shows ten times dearer than a handoff needs no more envs
     // built (one env's batch carries the per-batch work alone, so it reads dearer per env).
